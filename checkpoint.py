@@ -1,0 +1,112 @@
+"""
+Checkpoints: one format for every script (train, transform, finetune, sample, eval).
+
+A checkpoint is a dict saved with ``torch.save``:
+  model       state_dict of GPT (no ``_orig_mod.``/``module.`` prefixes)
+  model_args  the GPTConfig fields, so ``GPT(GPTConfig(**ckpt['model_args']))`` rebuilds the model
+  config      all run settings of the script that wrote it
+  iter_num, best_val_loss, optimizer (None when there is nothing to resume), rng, meta (tokenizer)
+  transform   (transformed models only) the record written by transform.py
+It is always written atomically: a temporary file in the same directory, then ``os.replace``.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+from model import GPT, GPTConfig
+
+CHECKPOINT_NAME = "ckpt.pt"
+REQUIRED_KEYS = ("model", "model_args")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable or not in nanoLGPT's format; the message names the fix."""
+
+
+def checkpoint_path(path_or_dir: str) -> str:
+    return os.path.join(path_or_dir, CHECKPOINT_NAME) if os.path.isdir(path_or_dir) else path_or_dir
+
+
+def save_checkpoint(ckpt: dict, out_dir: str) -> str:
+    """Write ``out_dir/ckpt.pt`` atomically, so a crash mid-write never leaves a half-written file."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, CHECKPOINT_NAME)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        torch.save(ckpt, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
+    """Read and validate a checkpoint (a ckpt.pt file or a directory holding one)."""
+    path = checkpoint_path(path_or_dir)
+    if not os.path.exists(path):
+        raise CheckpointError(f"no checkpoint at '{path}'; train one first (python train.py configs/...) "
+                              "or point the directory option at a folder holding ckpt.pt")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:
+        raise CheckpointError(f"'{path}' is not a readable PyTorch checkpoint ({e.__class__.__name__}: {e})") from e
+    if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
+        found = sorted(ckpt)[:10] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError(f"'{path}' is not a nanoLGPT/nanoGPT checkpoint: it lacks {REQUIRED_KEYS} "
+                              f"(found {found}). Hugging Face GPT-2 directories are imported with "
+                              "python convert.py --from_hf=DIR --out_dir=OUT")
+    return ckpt
+
+
+def clean_state_dict(state_dict: dict) -> dict:
+    """Strip the prefixes torch.compile (``_orig_mod.``) and DDP (``module.``) add to parameter names."""
+    out = {}
+    for k, v in state_dict.items():
+        for prefix in ("_orig_mod.", "module."):
+            if k.startswith(prefix):
+                k = k[len(prefix):]
+        out[k] = v
+    return out
+
+
+def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
+    """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0)."""
+    args = {k: v for k, v in ckpt["model_args"].items() if k in GPTConfig.field_names()}
+    args.update(overrides)
+    model = GPT(GPTConfig(**args))
+    state = clean_state_dict(ckpt["model"])
+    if model.config.head == "tied" and "lm_head.weight" not in state:
+        state["lm_head.weight"] = state["transformer.wte.weight"]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint weights do not match its model_args: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}")
+    return model
+
+
+def load_model(path_or_dir: str, device: str = "cpu", **overrides) -> tuple[GPT, dict]:
+    """(model in eval mode on ``device``, checkpoint dict) from a checkpoint file or directory."""
+    ckpt = load_checkpoint(path_or_dir)
+    model = model_from_checkpoint(ckpt, **overrides).to(device)
+    model.eval()
+    return model, ckpt
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

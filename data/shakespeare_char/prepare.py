@@ -1,0 +1,9 @@
+"""Tinyshakespeare at the character level: ``python data/shakespeare_char/prepare.py [--input PATH]``."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from dataset import prepare_main  # noqa: E402
+
+if __name__ == "__main__":
+    prepare_main("char", os.path.dirname(os.path.abspath(__file__)))

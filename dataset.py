@@ -1,0 +1,234 @@
+"""
+Token datasets: preparation (text → train.bin / val.bin / meta.pkl), the tokenizer recorded in
+meta.pkl, the one batch loader every script uses, and the one loss-evaluation helper.
+
+A prepared dataset directory holds ``train.bin`` and ``val.bin`` (uint16 token ids, memory-mapped)
+and ``meta.pkl`` ({'tokenizer': 'char' | 'gpt2', 'vocab_size', and for 'char' 'stoi'/'itos'}),
+the same layout as nanoGPT's.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import urllib.request
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHAKESPEARE_ENV = "TINYSHAKESPEARE_PATH"  # a local copy of tinyshakespeare's input.txt
+DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}  # datasets train.py can prepare itself
+
+
+class DataError(RuntimeError):
+    """Data is missing or malformed; the message says which command or variable fixes it."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Preparation
+
+
+def read_shakespeare(input_path: str | None = None) -> str:
+    """tinyshakespeare from ``input_path``, else $TINYSHAKESPEARE_PATH, else the nanoGPT download URL."""
+    path = input_path or os.environ.get(SHAKESPEARE_ENV)
+    if path:
+        if not os.path.isfile(path):
+            raise DataError(f"tinyshakespeare input '{path}' does not exist; pass --input PATH or set "
+                            f"{SHAKESPEARE_ENV} to the path of tinyshakespeare.txt")
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    try:
+        with urllib.request.urlopen(SHAKESPEARE_URL, timeout=30) as response:
+            return response.read().decode("utf-8")
+    except OSError as e:
+        raise DataError(f"could not download tinyshakespeare from {SHAKESPEARE_URL} ({e}). Offline, point at a "
+                        f"local copy: --input PATH, or export {SHAKESPEARE_ENV}=PATH "
+                        "(here: ../shared/data/tinyshakespeare.txt)") from e
+
+
+def gpt2_encoding():
+    import tiktoken
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:  # tiktoken raises requests/ssl errors when offline without a cache
+        raise DataError(f"tiktoken could not load the GPT-2 BPE ({e.__class__.__name__}: {e}). Offline, set "
+                        "TIKTOKEN_CACHE_DIR to a directory holding its cached files "
+                        "(here: ../shared/tiktoken_cache)") from e
+
+
+def _atomic_write(path: str, write) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+def write_split(ids: np.ndarray, path: str) -> None:
+    if ids.size and int(ids.max()) >= 2**16:
+        raise DataError(f"token id {int(ids.max())} does not fit uint16; vocabularies above 65535 are unsupported")
+    _atomic_write(path, lambda f: f.write(ids.astype(np.uint16).tobytes()))
+
+
+def prepare_text(text: str, out_dir: str, tokenizer: str, val_fraction: float = 0.1) -> dict:
+    """Tokenize ``text`` (first 90% train, last 10% val, as nanoGPT) and write the dataset to ``out_dir``."""
+    if not text:
+        raise DataError("the input text is empty")
+    os.makedirs(out_dir, exist_ok=True)
+    split = int(len(text) * (1 - val_fraction))
+    if tokenizer == "char":
+        chars = sorted(set(text))
+        meta = {"tokenizer": "char", "vocab_size": len(chars),
+                "stoi": {ch: i for i, ch in enumerate(chars)}, "itos": dict(enumerate(chars))}
+    elif tokenizer == "gpt2":
+        meta = {"tokenizer": "gpt2", "vocab_size": gpt2_encoding().n_vocab}
+    else:
+        raise DataError(f"tokenizer={tokenizer!r} is not one of ('char', 'gpt2')")
+    tok = Tokenizer(meta)
+    for name, part in (("train", text[:split]), ("val", text[split:])):
+        ids = np.array(tok.encode(part), dtype=np.int64)
+        write_split(ids, os.path.join(out_dir, f"{name}.bin"))
+        print(f"{name}: {len(ids):,} tokens")
+    _atomic_write(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
+    return meta
+
+
+def ensure_prepared(data_dir: str, dataset: str) -> None:
+    """Prepare a known dataset in place if train.bin is missing; otherwise name the command that does."""
+    if os.path.exists(os.path.join(data_dir, "train.bin")):
+        return
+    if dataset not in DATASETS:
+        raise DataError(f"no prepared data in '{data_dir}' (train.bin missing). Run data/{dataset}/prepare.py "
+                        "first, or set data_dir to a prepared dataset directory")
+    print(f"no prepared data in {data_dir}; preparing {dataset} now")
+    prepare_text(read_shakespeare(), data_dir, DATASETS[dataset])
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizer
+
+
+class Tokenizer:
+    """encode/decode for the tokenizer described by a dataset's meta dict (stored in every checkpoint)."""
+
+    def __init__(self, meta: dict):
+        self.meta = meta
+        self.kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
+        self.vocab_size = meta["vocab_size"]
+        if self.kind == "gpt2":
+            self._enc = gpt2_encoding()
+
+    def encode(self, text: str) -> list[int]:
+        if self.kind == "char":
+            stoi = self.meta["stoi"]
+            unknown = sorted(set(text) - set(stoi))
+            if unknown:
+                raise DataError(f"characters {unknown!r} are not in this model's vocabulary")
+            return [stoi[c] for c in text]
+        return self._enc.encode(text, allowed_special={"<|endoftext|>"})
+
+    def decode(self, ids: list[int]) -> str:
+        if self.kind == "char":
+            return "".join(self.meta["itos"][i] for i in ids)
+        return self._enc.decode(ids)
+
+
+def load_meta(data_dir: str) -> dict | None:
+    path = os.path.join(data_dir, "meta.pkl")
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+# ----------------------------------------------------------------------------------------------
+# Batches
+
+
+class BatchLoader:
+    """Random (x, y) windows from a prepared dataset; y is x shifted by one token.
+
+    A batch is a pure function of (seed, iteration, micro-step, rank), so resuming from a checkpoint
+    draws exactly the batches an uninterrupted run would have drawn.
+    """
+
+    def __init__(self, data_dir: str, block_size: int, batch_size: int, device: str = "cpu"):
+        self.data_dir, self.block_size, self.batch_size, self.device = data_dir, block_size, batch_size, device
+        for split in ("train", "val"):
+            path = os.path.join(data_dir, f"{split}.bin")
+            if not os.path.exists(path):
+                raise DataError(f"'{path}' is missing; prepare the dataset first (data/<name>/prepare.py)")
+            if os.path.getsize(path) // 2 <= block_size + 1:
+                raise DataError(f"'{path}' holds fewer tokens than block_size={block_size} + 1")
+        self.generator = torch.Generator()
+
+    def tokens(self, split: str) -> np.memmap:
+        # a fresh memmap per call avoids the memory leak nanoGPT notes for long-lived memmaps
+        return np.memmap(os.path.join(self.data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+
+    def _to_device(self, x: torch.Tensor, y: torch.Tensor):
+        if self.device.startswith("cuda"):
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
+    def windows(self, data: np.ndarray, starts) -> tuple[torch.Tensor, torch.Tensor]:
+        T = self.block_size
+        x = torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in starts])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + T].astype(np.int64)) for i in starts])
+        return self._to_device(x, y)
+
+    def get_batch(self, split: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of ``batch_size`` random windows, determined by ``seed``."""
+        data = self.tokens(split)
+        self.generator.manual_seed(seed)
+        starts = torch.randint(len(data) - self.block_size - 1, (self.batch_size,), generator=self.generator)
+        return self.windows(data, starts.tolist())
+
+    def full_split(self, split: str):
+        """Every token of ``split`` once, as consecutive non-overlapping windows of block_size."""
+        data = self.tokens(split)
+        starts = list(range(0, len(data) - self.block_size - 1, self.block_size))
+        for i in range(0, len(starts), self.batch_size):
+            yield self.windows(data, starts[i:i + self.batch_size])
+
+
+def batch_seed(seed: int, iter_num: int, micro_step: int, rank: int = 0) -> int:
+    """The seed of one training micro-batch; distinct across iterations, micro-steps and DDP ranks."""
+    return hash((seed, iter_num, micro_step, rank)) & 0x7FFF_FFFF_FFFF
+
+
+EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed seeds, the same at every evaluation
+
+
+@torch.no_grad()
+def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None, seed: int = 0,
+                  ctx=None) -> float:
+    """Mean LM cross-entropy of ``model`` on ``split``: over ``eval_iters`` fixed random batches, or over
+    the whole split when ``eval_iters`` is None. The model is put in eval mode and restored after."""
+    was_training = model.training
+    model.eval()
+    ctx = ctx or nullcontext()
+    total, count = 0.0, 0
+    batches = (loader.full_split(split) if eval_iters is None
+               else (loader.get_batch(split, seed + EVAL_SEED_OFFSET + k) for k in range(eval_iters)))
+    for x, y in batches:
+        with ctx:
+            logits, _ = model(x, all_logits=True)
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum")
+        total += loss.item()
+        count += y.numel()
+    model.train(was_training)
+    return total / count
+
+
+def prepare_main(tokenizer: str, default_out_dir: str, argv: list[str] | None = None) -> None:
+    """The command line of data/shakespeare*/prepare.py: tokenize tinyshakespeare into ``default_out_dir``."""
+    import argparse
+    parser = argparse.ArgumentParser(description=f"Prepare tinyshakespeare with the {tokenizer} tokenizer.")
+    parser.add_argument("--input", help=f"local tinyshakespeare.txt (default: ${SHAKESPEARE_ENV}, else download)")
+    parser.add_argument("--out_dir", default=default_out_dir, help="where train.bin, val.bin, meta.pkl go")
+    args = parser.parse_args(argv)
+    try:
+        prepare_text(read_shakespeare(args.input), args.out_dir, tokenizer)
+    except DataError as e:
+        raise SystemExit(f"error: {e}") from e

@@ -1,0 +1,67 @@
+"""Metrics to the console, to ``out_dir/metrics.jsonl`` (one JSON object per line) and to wandb.
+
+wandb runs offline unless WANDB_MODE says otherwise, so logging never needs a login or a network.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+
+def _plain(value):
+    """JSON-safe scalars: tensors to floats, non-finite floats to strings."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: str, enabled: bool = True, wandb_log: bool = False, project: str = "nanolgpt",
+                 run_name: str | None = None, config: dict | None = None, filename: str = "metrics.jsonl"):
+        self.enabled = enabled
+        self.path = os.path.join(out_dir, filename)
+        self.wandb = None
+        if not enabled:
+            return
+        os.makedirs(out_dir, exist_ok=True)
+        if wandb_log:
+            import wandb
+            mode = os.environ.get("WANDB_MODE", "offline")
+            self.wandb = wandb.init(project=project, name=run_name, config=config, mode=mode,
+                                    dir=os.environ.get("WANDB_DIR", out_dir))
+
+    def log(self, record: dict, step: int | None = None) -> None:
+        if not self.enabled:
+            return
+        record = {k: _plain(v) for k, v in record.items()}
+        line = dict(record, time=round(time.time(), 3))
+        if step is not None:
+            line["iter"] = step
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
+
+    def log_images(self, images: dict[str, str]) -> None:
+        if self.wandb is not None:
+            import wandb
+            self.wandb.log({name: wandb.Image(path) for name, path in images.items()})
+
+    def summary(self, values: dict) -> None:
+        if self.wandb is not None:
+            for k, v in values.items():
+                self.wandb.summary[k] = _plain(v)
+
+    def finish(self) -> None:
+        if self.wandb is not None:
+            self.wandb.finish()
+            self.wandb = None
+
+
+def read_metrics(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,394 @@
+"""
+One GPT language model whose config selects every architecture variant nanoLGPT studies.
+
+Read it top to bottom: config, norms, attention (with optional RoPE), MLP (GELU or SwiGLU),
+a block (pre-LN or peri-LN), the heads (linear, tied, KNN) and the GPT itself.
+
+The residual width ``n_embd`` is kept separate from the attention inner width
+(``n_head * head_dim``) and the MLP width (``mlp_hidden``) so that ``transform.py`` can change
+the residual width alone and leave heads and MLP untouched.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+NORM_TYPES = ("layernorm", "rmsnorm")
+NORM_GAINS = ("vector", "scalar", "none")
+NORM_PLACEMENTS = ("pre", "peri")
+HEADS = ("linear", "tied", "knn")
+POSITIONS = ("learned", "rope")
+MLPS = ("gelu", "swiglu")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or of the wrong type; the message names the fix."""
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768  # residual width d: the axis transform.py changes
+    head_dim: int | None = None  # None: n_embd // n_head
+    mlp_hidden: int | None = None  # None: 4 * n_embd (gelu) or the LLaMA SwiGLU size
+    dropout: float = 0.0
+    bias: bool = True  # biases in Linear layers and LayerNorm (with vector gains)
+    norm_type: str = "layernorm"
+    norm_gain: str = "vector"
+    norm_placement: str = "pre"
+    norm_eps: float = 1e-5
+    head: str = "linear"
+    head_bias: bool = False  # a per-token logit bias on the linear/tied head (the KNN head always has one)
+    pos: str = "learned"
+    rope_base: float = 10000.0
+    mlp: str = "gelu"
+    norm_reg: float = 0.0  # λ of the hidden-state norm regularizer (0 disables it)
+
+    def __post_init__(self) -> None:
+        choices = {
+            "norm_type": NORM_TYPES, "norm_gain": NORM_GAINS, "norm_placement": NORM_PLACEMENTS,
+            "head": HEADS, "pos": POSITIONS, "mlp": MLPS,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ConfigError(f"{name}={value!r} is not one of {allowed}")
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.head_dim is None:
+            if self.n_embd % self.n_head:
+                raise ConfigError(
+                    f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                    "change one of them or set head_dim explicitly")
+            self.head_dim = self.n_embd // self.n_head
+        if self.mlp_hidden is None:
+            if self.mlp == "gelu":
+                self.mlp_hidden = 4 * self.n_embd
+            else:  # LLaMA: 2/3 of 4d, rounded up to a multiple of 64, keeps the parameter count of a GELU MLP
+                self.mlp_hidden = 64 * math.ceil(8 * self.n_embd / 3 / 64)
+        if self.pos == "rope" and self.head_dim % 2:
+            raise ConfigError(f"pos='rope' needs an even head_dim, got {self.head_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.norm_reg < 0:
+            raise ConfigError(f"norm_reg must be >= 0, got {self.norm_reg}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Norms
+
+
+class Norm(nn.Module):
+    """LayerNorm or RMSNorm over the last axis with a per-dimension, scalar or no gain.
+
+    ``vector``: y = γ ⊙ n(x) (+ β for LayerNorm when bias=True); ``scalar``: y = g · n(x);
+    ``none``: y = n(x). n(x) = (x − mean x) / √(var x + ε) or x / √(mean x² + ε).
+    """
+
+    def __init__(self, dim: int, norm_type: str, gain: str, bias: bool, eps: float):
+        super().__init__()
+        self.dim, self.norm_type, self.gain, self.eps = dim, norm_type, gain, eps
+        self.weight = nn.Parameter(torch.ones(dim if gain == "vector" else 1)) if gain != "none" else None
+        use_bias = bias and gain == "vector" and norm_type == "layernorm"
+        self.bias = nn.Parameter(torch.zeros(dim)) if use_bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        vector_weight = self.weight if self.gain == "vector" else None
+        if self.norm_type == "layernorm":
+            y = F.layer_norm(x, (self.dim,), vector_weight, self.bias, self.eps)
+        else:
+            y = F.rms_norm(x, (self.dim,), vector_weight, self.eps)
+        return y * self.weight if self.gain == "scalar" else y
+
+
+def make_norm(config: GPTConfig) -> Norm:
+    return Norm(config.n_embd, config.norm_type, config.norm_gain, config.bias, config.norm_eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention
+
+
+def rope_tables(head_dim: int, length: int, base: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (length, head_dim/2) of the rotary embedding θ_i = base^(−2i/head_dim)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair (x_2i, x_2i+1) of x (B, H, T, hd) by the angle t·θ_i of its position t."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.head_dim
+        inner = config.n_head * config.head_dim
+        self.c_attn = nn.Linear(config.n_embd, 3 * inner, bias=config.bias)  # reads the residual
+        self.c_proj = nn.Linear(inner, config.n_embd, bias=config.bias)  # writes the residual
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+        self.use_rope = config.pos == "rope"
+        if self.use_rope:
+            cos, sin = rope_tables(config.head_dim, config.block_size, config.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.size()
+        q, k, v = self.c_attn(x).split(self.n_head * self.head_dim, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if self.use_rope:
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.n_head * self.head_dim)
+        return self.resid_dropout(self.c_proj(y))
+
+
+# ----------------------------------------------------------------------------------------------
+# MLP
+
+
+class MLP(nn.Module):
+    """GELU: W_out · gelu(W_in x).  SwiGLU: W_out · (silu(W_gate x) ⊙ W_up x), gate and up fused in c_fc."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.swiglu = config.mlp == "swiglu"
+        width = 2 * config.mlp_hidden if self.swiglu else config.mlp_hidden
+        self.c_fc = nn.Linear(config.n_embd, width, bias=config.bias)  # reads the residual
+        self.c_proj = nn.Linear(config.mlp_hidden, config.n_embd, bias=config.bias)  # writes it
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c_fc(x)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h)
+        return self.dropout(self.c_proj(h))
+
+
+# ----------------------------------------------------------------------------------------------
+# Block
+
+
+class Block(nn.Module):
+    """pre-LN:  h ← h + f(norm(h)).   peri-LN:  h ← h + norm_out(f(norm_in(h)))  (Gemma 2/3, Peri-LN)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = make_norm(config)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = MLP(config)
+        self.peri = config.norm_placement == "peri"
+        if self.peri:
+            self.ln_1_out = make_norm(config)
+            self.ln_2_out = make_norm(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.peri:
+            x = x + self.ln_1_out(self.attn(self.ln_1(x)))
+            return x + self.ln_2_out(self.mlp(self.ln_2(x)))
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# Heads
+
+
+class KnnHead(nn.Module):
+    """logit_j = −‖h − e_j‖² + b_j, with e_j the token embeddings (shared with wte) and b a learned bias.
+
+    Computed as 2·h·e_j − ‖e_j‖² − ‖h‖² + b_j, so no (B, T, V, d) difference tensor is built.
+    """
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        self.embedding = [embedding]  # a list hides it from the module tree: wte owns the weight
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        e = self.embedding[0].weight
+        cross = F.linear(h, 2.0 * e, self.bias - e.pow(2).sum(-1))
+        return cross - h.pow(2).sum(-1, keepdim=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPT
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        modules = dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=make_norm(config),
+        )
+        if config.pos == "learned":
+            modules["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        self.transformer = nn.ModuleDict(modules)
+        if config.head == "knn":
+            self.lm_head = KnnHead(self.transformer.wte)
+        else:
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.head_bias)
+            if config.head == "tied":
+                self.lm_head.weight = self.transformer.wte.weight  # weight tying
+        self.last_loss_terms: dict[str, float] = {}
+
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of the residual writers
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; position embeddings excluded by default, as in nanoGPT."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and "wpe" in self.transformer:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def embedding_norm_threshold(self) -> torch.Tensor:
+        """μ_E + 1.5·σ_E of the token-embedding row norms (a statistic, so no gradient flows through it)."""
+        norms = self.transformer.wte.weight.detach().norm(dim=-1)
+        return norms.mean() + 1.5 * norms.std()
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        return_hidden: bool = False,
+        all_logits: bool = False,
+    ):
+        """Returns (logits, loss), or (logits, loss, hidden) with ``return_hidden``.
+
+        logits are (B, T, V) when targets are given or ``all_logits``; else (B, 1, V) for the last
+        position only, as in nanoGPT. ``hidden`` is a list of L+1 residual-stream states (B, T, d):
+        after the embedding, then after every block. With ``norm_reg`` λ > 0 the training loss adds
+        R = λ · mean over tokens and layers 1..L of max(0, ‖h‖₂ − (μ_E + 1.5·σ_E)).
+        """
+        B, T = idx.size()
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of length {T} is longer than block_size={self.config.block_size}")
+        x = self.transformer.wte(idx)
+        if "wpe" in self.transformer:
+            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
+        x = self.transformer.drop(x)
+        keep_hidden = return_hidden or (self.config.norm_reg > 0 and targets is not None)
+        hidden = [x] if keep_hidden else None
+        for block in self.transformer.h:
+            x = block(x)
+            if keep_hidden:
+                hidden.append(x)
+        x = self.transformer.ln_f(x)
+
+        loss = None
+        if targets is not None or all_logits:
+            logits = self.lm_head(x)
+        else:
+            logits = self.lm_head(x[:, [-1], :])
+        if targets is not None:
+            lm_loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.reshape(-1), ignore_index=-1)
+            loss = lm_loss
+            terms = {"lm": lm_loss.detach()}
+            if self.config.norm_reg > 0:
+                reg = self.norm_regularizer(hidden[1:])
+                loss = loss + reg
+                terms["norm_reg"] = reg.detach()
+            self.last_loss_terms = terms
+        if return_hidden:
+            return logits, loss, hidden
+        return logits, loss
+
+    def norm_regularizer(self, hidden_states: list[torch.Tensor]) -> torch.Tensor:
+        """R = λ · mean_{layers 1..L, tokens} max(0, ‖h‖₂ − (μ_E + 1.5·σ_E))."""
+        threshold = self.embedding_norm_threshold()
+        norms = torch.stack([h.float().norm(dim=-1) for h in hidden_states])  # (L, B, T)
+        return self.config.norm_reg * F.relu(norms - threshold).mean()
+
+    def crop_block_size(self, block_size: int) -> None:
+        """Shrink the context length (e.g. to finetune a pretrained model on shorter sequences)."""
+        if block_size > self.config.block_size:
+            raise ValueError(f"cannot grow block_size from {self.config.block_size} to {block_size}")
+        self.config.block_size = block_size
+        if "wpe" in self.transformer:
+            self.transformer.wpe.weight = nn.Parameter(self.transformer.wpe.weight[:block_size])
+        for block in self.transformer.h:
+            if block.attn.use_rope:
+                block.attn.rope_cos = block.attn.rope_cos[:block_size]
+                block.attn.rope_sin = block.attn.rope_sin[:block_size]
+
+    def configure_optimizers(self, weight_decay: float, learning_rate: float, betas, device_type: str,
+                             optimizer: str = "adamw") -> torch.optim.Optimizer:
+        """AdamW (or Adafactor) with weight decay on matrices and embeddings only, not on gains or biases."""
+        params = {n: p for n, p in self.named_parameters() if p.requires_grad}
+        decay = [p for p in params.values() if p.dim() >= 2]
+        no_decay = [p for p in params.values() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        if optimizer == "adafactor":
+            return torch.optim.Adafactor(groups, lr=learning_rate)
+        if optimizer != "adamw":
+            raise ConfigError(f"optimizer={optimizer!r} is not one of ('adamw', 'adafactor')")
+        # the fused kernel exists for CUDA and (since torch 2.4) CPU; on small CPU models it is 4x faster
+        fused = device_type in ("cuda", "cpu") and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+    def estimate_mfu(self, fwdbwd_per_iter: int, dt: float, peak_flops: float = 312e12) -> float:
+        """Model FLOPs utilisation against ``peak_flops`` (A100 bf16 by default), PaLM appendix B."""
+        cfg = self.config
+        N = self.get_num_params()
+        L, H, Q, T = cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.block_size
+        flops_per_token = 6 * N + 12 * L * H * Q * T
+        return flops_per_token * T * fwdbwd_per_iter / dt / peak_flops
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None) -> torch.Tensor:
+        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T), feeding each prediction back in."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            probs = F.softmax(logits, dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
+        return idx

@@ -1,0 +1,55 @@
+import pytest
+
+from configurator import load_config
+from model import ConfigError
+from train import TrainConfig
+
+
+def test_file_then_overrides(tmp_path):
+    path = tmp_path / "c.py"
+    path.write_text("import math\nn_layer = 3\nlearning_rate = 2e-3\n_private = 1\n")
+    cfg = load_config(TrainConfig, [str(path), "--n_layer=5", "--dropout=0", "--bias=false"])
+    assert cfg.n_layer == 5 and cfg.learning_rate == 2e-3
+    assert cfg.dropout == 0.0 and isinstance(cfg.dropout, float)  # an int is accepted for a float
+    assert cfg.bias is False
+
+
+def test_unknown_key_suggests_the_close_one():
+    with pytest.raises(ConfigError, match=r"unknown config key 'lerning_rate'.*Did you mean 'learning_rate'"):
+        load_config(TrainConfig, ["--lerning_rate=1e-3"])
+
+
+def test_unknown_key_in_file_names_the_file(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text("n_layers = 4\n")
+    with pytest.raises(ConfigError, match=r"bad.py'.*unknown config key 'n_layers'.*'n_layer'"):
+        load_config(TrainConfig, [str(path)])
+
+
+@pytest.mark.parametrize("arg,needle", [
+    ("--n_layer=2.5", "n_layer=2.5 has the wrong type; n_layer accepts int"),
+    ("--learning_rate=fast", "learning_rate='fast' has the wrong type; learning_rate accepts float"),
+    ("--bias=3", "bias accepts bool"),
+    ("--norm_type=batchnorm", "norm_type='batchnorm' is not one of"),
+    ("--batch_size=0", "batch_size must be a positive integer"),
+    ("--dtype=fp8", "dtype='fp8' is not one of"),
+    ("n_layer=3", "config file 'n_layer=3' does not exist"),
+    ("--n_layer", "must have the form --key=value"),
+])
+def test_bad_values_get_one_clear_error(arg, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        load_config(TrainConfig, [arg])
+
+
+def test_optional_fields_accept_none():
+    cfg = load_config(TrainConfig, ["--head_dim=None", "--vocab_size=65"])
+    assert cfg.head_dim is None and cfg.vocab_size == 65
+
+
+def test_every_shipped_config_loads():
+    import glob
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = os.path.join(root, "configs", "shakespeare_char.py")
+    for path in sorted(glob.glob(os.path.join(root, "configs", "**", "*.py"), recursive=True)):
+        load_config(TrainConfig, [base, path])

@@ -1,0 +1,81 @@
+import os
+
+import numpy as np
+import pytest
+import torch
+from conftest import synthetic_text
+
+from dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, load_meta, prepare_text
+
+
+def test_char_preparation_round_trips(tmp_path):
+    text = synthetic_text(5000)
+    meta = prepare_text(text, str(tmp_path), "char")
+    assert meta == load_meta(str(tmp_path))
+    tok = Tokenizer(meta)
+    train = np.fromfile(tmp_path / "train.bin", dtype=np.uint16)
+    val = np.fromfile(tmp_path / "val.bin", dtype=np.uint16)
+    assert tok.decode(train.tolist()) + tok.decode(val.tolist()) == text
+    assert len(val) == len(text) - int(len(text) * 0.9)
+
+
+@pytest.mark.skipif(not os.environ.get("TIKTOKEN_CACHE_DIR"), reason="needs TIKTOKEN_CACHE_DIR offline")
+def test_bpe_preparation_uses_gpt2(tmp_path):
+    meta = prepare_text("Hello world. " * 200, str(tmp_path), "gpt2")
+    assert meta["vocab_size"] == 50257
+    tok = Tokenizer(meta)
+    assert tok.encode("Hello world") == [15496, 995]
+    ids = np.fromfile(tmp_path / "train.bin", dtype=np.uint16)
+    assert tok.decode(ids.tolist()).startswith("Hello world. Hello")
+
+
+def test_batches_are_shifted_windows_and_deterministic(char_data_dir):
+    loader = BatchLoader(char_data_dir, 16, 4)
+    x, y = loader.get_batch("train", seed=7)
+    x2, y2 = loader.get_batch("train", seed=7)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert not torch.equal(x, loader.get_batch("train", seed=8)[0])
+
+
+def test_full_split_covers_every_window_once(char_data_dir):
+    loader = BatchLoader(char_data_dir, 16, 4)
+    n = len(loader.tokens("val"))
+    seen = sum(x.numel() for x, _ in loader.full_split("val"))
+    assert n - 2 * 16 <= seen <= n
+
+
+def test_missing_data_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYSHAKESPEARE_PATH", str(tmp_path / "nope.txt"))
+    with pytest.raises(DataError, match="TINYSHAKESPEARE_PATH"):
+        ensure_prepared(str(tmp_path / "d"), "shakespeare_char")
+    with pytest.raises(DataError, match="data/mydata/prepare.py"):
+        ensure_prepared(str(tmp_path / "d"), "mydata")
+    assert not os.path.exists(tmp_path / "d" / "train.bin")
+
+
+def test_char_tokenizer_rejects_unknown_characters():
+    tok = Tokenizer({"tokenizer": "char", "vocab_size": 2, "stoi": {"a": 0, "b": 1}, "itos": {0: "a", 1: "b"}})
+    with pytest.raises(DataError, match="not in this model's vocabulary"):
+        tok.encode("abc")
+
+
+def test_openwebtext_prepare_on_local_text(tmp_path):
+    pytest.importorskip("datasets")
+    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        pytest.skip("needs TIKTOKEN_CACHE_DIR offline")
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("owt", os.path.join(root, "data", "openwebtext", "prepare.py"))
+    owt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(owt)
+    src = tmp_path / "docs.txt"
+    src.write_text("\n".join(f"document number {i} says hello" for i in range(200)))
+    out = tmp_path / "owt"
+    os.environ["HF_DATASETS_CACHE"] = str(tmp_path / "hf")
+    owt.main(["--text_files", str(src), "--out_dir", str(out), "--val_fraction=0.1", "--num_proc=1"])
+    tok = Tokenizer(load_meta(str(out)))
+    train = np.fromfile(out / "train.bin", dtype=np.uint16)
+    val = np.fromfile(out / "val.bin", dtype=np.uint16)
+    assert (train == 50256).sum() == 180 and (val == 50256).sum() == 20  # one <|endoftext|> per document
+    assert "says hello" in tok.decode(train[:20].tolist())

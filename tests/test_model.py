@@ -1,0 +1,156 @@
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import (
+    GPT,
+    HEADS,
+    MLPS,
+    NORM_GAINS,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    POSITIONS,
+    ConfigError,
+    GPTConfig,
+    apply_rope,
+    rope_tables,
+)
+
+VARIANTS = list(itertools.product(NORM_TYPES, NORM_GAINS, NORM_PLACEMENTS, HEADS, POSITIONS, MLPS))
+
+
+def tiny(**kw) -> GPTConfig:
+    base = dict(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=13)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+@pytest.mark.parametrize("norm_type,norm_gain,placement,head,pos,mlp", VARIANTS)
+def test_every_variant_runs_forward_and_backward(norm_type, norm_gain, placement, head, pos, mlp):
+    torch.manual_seed(0)
+    model = GPT(tiny(norm_type=norm_type, norm_gain=norm_gain, norm_placement=placement, head=head, pos=pos,
+                     mlp=mlp, norm_reg=0.1, bias=bool(len(norm_type) % 2)))
+    idx = torch.randint(0, 13, (3, 8))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (3, 8, 13) and torch.isfinite(loss)
+    loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert set(model.last_loss_terms) == {"lm", "norm_reg"}
+    logits, loss = model(idx)  # inference: last position only
+    assert logits.shape == (3, 1, 13) and loss is None
+
+
+@pytest.mark.parametrize("variant", [{}, {"head": "knn", "norm_type": "rmsnorm", "pos": "rope", "mlp": "swiglu"},
+                                     {"norm_placement": "peri", "norm_gain": "scalar", "head": "tied"}])
+def test_overfits_a_tiny_batch(variant):
+    torch.manual_seed(0)
+    model = GPT(tiny(**variant))
+    idx = torch.randint(0, 13, (2, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(150):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        first = first or loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.1 < first
+
+
+def test_knn_head_equals_naive_distance():
+    torch.manual_seed(0)
+    model = GPT(tiny(head="knn"))
+    with torch.no_grad():
+        model.lm_head.bias.normal_()
+    h = torch.randn(2, 5, 16)
+    e = model.transformer.wte.weight
+    naive = -((h[:, :, None, :] - e[None, None]) ** 2).sum(-1) + model.lm_head.bias
+    assert torch.allclose(model.lm_head(h), naive, atol=1e-4)
+
+
+def test_norm_regularizer_equals_its_formula():
+    torch.manual_seed(0)
+    lam = 0.3
+    model = GPT(tiny(norm_reg=lam))
+    with torch.no_grad():  # make some hidden states exceed the threshold
+        model.transformer.wte.weight.mul_(30)
+    idx = torch.randint(0, 13, (2, 8))
+    _, loss, hidden = model(idx, idx, return_hidden=True)
+    norms_e = model.transformer.wte.weight.norm(dim=1)
+    threshold = norms_e.mean() + 1.5 * norms_e.std()
+    values = [max(0.0, h[b, t].norm().item() - threshold.item())
+              for h in hidden[1:] for b in range(2) for t in range(8)]
+    expected = lam * sum(values) / len(values)
+    assert expected > 0
+    assert math.isclose(model.last_loss_terms["norm_reg"].item(), expected, rel_tol=1e-4)
+    assert math.isclose(loss.item(), model.last_loss_terms["lm"].item() + expected, rel_tol=1e-5)
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    torch.manual_seed(0)
+    cos, sin = rope_tables(8, 32, 10000.0)
+    q, k = torch.randn(8), torch.randn(8)
+
+    def score(i, j):
+        qi = apply_rope(q.view(1, 1, 1, 8), cos[i:i + 1], sin[i:i + 1])
+        kj = apply_rope(k.view(1, 1, 1, 8), cos[j:j + 1], sin[j:j + 1])
+        return (qi * kj).sum().item()
+
+    assert math.isclose(score(3, 1), score(13, 11), rel_tol=1e-4)
+    assert math.isclose(score(7, 7), score(20, 20), rel_tol=1e-4)
+    assert not math.isclose(score(3, 1), score(3, 2), rel_tol=1e-2)
+
+
+def test_rope_model_has_no_position_embedding_and_is_shift_equivariant_in_scores():
+    model = GPT(tiny(pos="rope"))
+    assert "wpe" not in model.transformer
+
+
+def test_hidden_states_and_widths():
+    cfg = tiny(n_embd=24, head_dim=5, n_head=3, mlp_hidden=40)
+    model = GPT(cfg)
+    assert model.transformer.h[0].attn.c_attn.weight.shape == (45, 24)
+    assert model.transformer.h[0].mlp.c_fc.weight.shape == (40, 24)
+    idx = torch.randint(0, 13, (2, 8))
+    logits, _, hidden = model(idx, return_hidden=True, all_logits=True)
+    assert len(hidden) == cfg.n_layer + 1 and hidden[0].shape == (2, 8, 24)
+    assert torch.allclose(logits, model.lm_head(model.transformer.ln_f(hidden[-1])), atol=1e-6)
+
+
+def test_norm_variants_match_reference_formulas():
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    model = GPT(tiny(norm_type="rmsnorm", norm_gain="scalar"))
+    norm = model.transformer.ln_f
+    with torch.no_grad():
+        norm.weight.fill_(2.5)
+    expected = 2.5 * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    assert torch.allclose(norm(x), expected, atol=1e-5)
+    ln = GPT(tiny(norm_gain="none")).transformer.ln_f
+    assert torch.allclose(ln(x), F.layer_norm(x, (16,)), atol=1e-6)
+
+
+def test_tied_head_shares_the_embedding():
+    model = GPT(tiny(head="tied"))
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("norm_type", "batchnorm", "norm_type='batchnorm' is not one of"),
+    ("head", "mlp", "head='mlp'"),
+    ("n_embd", 15, "not divisible by n_head"),
+    ("norm_reg", -1.0, "norm_reg must be >= 0"),
+])
+def test_invalid_model_config_names_the_field(field, value, needle):
+    with pytest.raises(ConfigError, match=needle):
+        tiny(**{field: value})
+
+
+def test_generate_extends_the_prompt():
+    model = GPT(tiny())
+    out = model.generate(torch.zeros(1, 3, dtype=torch.long), max_new_tokens=10, top_k=5)
+    assert out.shape == (1, 13)

@@ -1,0 +1,147 @@
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, TINY_MODEL
+
+from checkpoint import load_checkpoint, model_from_checkpoint
+from configurator import load_config
+from logger import read_metrics
+from model import GPT, GPTConfig
+from train import TrainConfig, TrainingDiverged, get_lr, train
+
+
+def run(data_dir, out_dir, *extra):
+    cfg = load_config(TrainConfig, TINY_MODEL + [f"--data_dir={data_dir}", f"--out_dir={out_dir}", *extra])
+    return train(cfg)
+
+
+def test_checkpoint_contract_and_round_trip(char_data_dir, tmp_path):
+    run(char_data_dir, tmp_path, "--max_iters=6", "--eval_interval=3")
+    ckpt = load_checkpoint(str(tmp_path))
+    for key in ("model", "model_args", "config", "iter_num", "best_val_loss", "optimizer", "rng", "meta"):
+        assert key in ckpt
+    assert ckpt["iter_num"] == 6 and not any(k.startswith("_orig_mod.") for k in ckpt["model"])
+    model = GPT(GPTConfig(**ckpt["model_args"]))  # the documented contract
+    model.load_state_dict(ckpt["model"])
+    idx = torch.randint(0, ckpt["model_args"]["vocab_size"], (2, 16))
+    assert torch.equal(model(idx, all_logits=True)[0], model_from_checkpoint(ckpt)(idx, all_logits=True)[0])
+    assert not glob.glob(os.path.join(tmp_path, "*.tmp*"))  # atomic writes leave no temp file
+    records = read_metrics(os.path.join(tmp_path, "metrics.jsonl"))
+    assert any("val/loss" in r for r in records) and any("ms_per_iter" in r for r in records)
+
+
+def test_resume_is_exact(char_data_dir, tmp_path):
+    """Stop at iter 10 and resume: every later loss equals the uninterrupted run's."""
+    common = ["--eval_interval=5", "--dropout=0.1", "--lr_decay_iters=20", "--gradient_accumulation_steps=2"]
+    run(char_data_dir, tmp_path / "a", "--max_iters=20", *common)
+    run(char_data_dir, tmp_path / "b", "--max_iters=10", *common)
+    run(char_data_dir, tmp_path / "b", "--max_iters=20", "--init_from=resume", *common)
+
+    def losses(d):
+        return {r["iter"]: r["train/lm_loss"] for r in read_metrics(os.path.join(d, "metrics.jsonl"))
+                if "train/lm_loss" in r}
+
+    a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert sorted(b) == list(range(20))
+    assert all(a[i] == b[i] for i in range(20)), [(i, a[i], b[i]) for i in range(20) if a[i] != b[i]]
+    assert load_checkpoint(str(tmp_path / "b"))["iter_num"] == 20
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(char_data_dir, tmp_path, monkeypatch):
+    original = GPT.forward
+    calls = {"n": 0}
+
+    def poisoned(self, idx, targets=None, **kw):
+        logits, loss = original(self, idx, targets, **kw)[:2]
+        if targets is not None and self.training:
+            calls["n"] += 1
+            if calls["n"] > 7:
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(TrainingDiverged, match="last good checkpoint"):
+        run(char_data_dir, tmp_path, "--max_iters=20", "--eval_interval=5")
+    ckpt = load_checkpoint(str(tmp_path))
+    assert ckpt["iter_num"] == 5
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def test_lr_schedule_warmup_then_cosine():
+    cfg = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110)
+    assert get_lr(0, cfg) < get_lr(5, cfg) < get_lr(10, cfg) == pytest.approx(1.0)
+    assert get_lr(60, cfg) == pytest.approx(0.55)
+    assert get_lr(110, cfg) == get_lr(500, cfg) == 0.1
+
+
+def _env():
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    return env
+
+
+def test_ctrl_c_saves_a_checkpoint(char_data_dir, tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *TINY_MODEL, f"--data_dir={char_data_dir}",
+           f"--out_dir={tmp_path}", "--max_iters=100000", "--eval_interval=100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    lines = []
+    for line in proc.stdout:  # wait until training runs
+        lines.append(line)
+        if line.startswith("iter 5:"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, "".join(lines) + out
+    assert "saved" in out
+    ckpt = load_checkpoint(str(tmp_path))
+    assert ckpt["iter_num"] >= 5
+
+
+def test_ddp_with_two_gloo_processes(char_data_dir, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "train.py"), *TINY_MODEL, f"--data_dir={char_data_dir}", f"--out_dir={tmp_path}",
+           "--max_iters=6", "--eval_interval=3", "--gradient_accumulation_steps=2", "--device=cpu"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ckpt = load_checkpoint(str(tmp_path))
+    assert ckpt["iter_num"] == 6
+    records = read_metrics(os.path.join(tmp_path, "metrics.jsonl"))
+    assert records[-1]["val/loss"] < records[0]["val/loss"]
+
+
+def test_every_variant_config_trains(char_data_dir, tmp_path):
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "variants", "*.py"))):
+        name = os.path.basename(path)[:-3]
+        cfg = load_config(TrainConfig, [os.path.join(ROOT, "configs", "shakespeare_char.py"), path, *TINY_MODEL,
+                                        f"--data_dir={char_data_dir}", f"--out_dir={tmp_path / name}",
+                                        "--max_iters=3", "--eval_interval=3", "--log_interval=1"])
+        summary = train(cfg)
+        assert summary["val_loss"] < 5, name
+
+
+def test_wandb_offline_logging(char_data_dir, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    os.makedirs(tmp_path / "wandb")
+    run(char_data_dir, tmp_path / "o", "--max_iters=2", "--eval_interval=2", "--wandb_log=True")
+    assert glob.glob(str(tmp_path / "wandb" / "wandb" / "offline-run-*"))
+
+
+def test_sample_prints_text(trained_dir):
+    from sample import SampleConfig, sample
+    texts = sample(SampleConfig(out_dir=trained_dir, start="The", num_samples=2, max_new_tokens=20))
+    assert len(texts) == 2 and all(t.startswith("The") and len(t) == 23 for t in texts)
+
+
+def test_cli_reports_config_errors_cleanly():
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--n_layr=2"], capture_output=True,
+                            text=True, env=_env(), timeout=60)
+    assert result.returncode != 0
+    assert "unknown config key 'n_layr'" in result.stderr and "Traceback" not in result.stderr
+    json.dumps(result.stderr)
