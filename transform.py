@@ -305,8 +305,8 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig,
             else:
                 sd[f"{norm}.weight"] = one()
         if vector:
-            notes.append(f"APPROXIMATE: per-dimension norm gains replaced by {'their means' if norms == 'scalar' else '1'}"
-                         " and LayerNorm biases dropped")
+            replacement = "their means" if norms == "scalar" else "1"
+            notes.append(f"APPROXIMATE: per-dimension norm gains replaced by {replacement}, LayerNorm biases dropped")
     cfg.norm_gain = "scalar"
     return sd, cfg, notes
 
@@ -326,7 +326,8 @@ def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
             raise TransformError(f"porting='sandwich' re-splits the heads: width m={m} must be divisible by "
                                  f"n_head={cfg.n_head}; choose such a width or use porting='head'")
         if cfg.pos == "rope" and (m // cfg.n_head) % 2:
-            raise TransformError(f"porting='sandwich' with RoPE needs an even head size m/n_head, got {m // cfg.n_head}")
+            raise TransformError("porting='sandwich' with RoPE needs an even head size m/n_head, "
+                                 f"got {m // cfg.n_head}")
     elif porting != "head":
         raise TransformError(f"porting={porting!r} is not one of {PORTINGS}")
 
@@ -396,7 +397,8 @@ def build_model(sd: dict, cfg: GPTConfig, dtype=torch.float32) -> GPT:
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and cfg.head != "linear")]
     if missing or unexpected:
-        raise TransformError(f"internal: ported weights do not fit the model (missing {missing}, unexpected {unexpected})")
+        raise TransformError(f"internal: ported weights do not fit the model (missing {missing}, "
+                             f"unexpected {unexpected})")
     return model.eval()
 
 
