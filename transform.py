@@ -134,6 +134,24 @@ def hadamard_transform(x: torch.Tensor) -> torch.Tensor:
     return y / math.sqrt(n)
 
 
+def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Tensor:
+    """√(n/m)·S·H·D·P with n = 2^k ≥ max(d, m): P places the d coordinates at random positions among n,
+    D flips random signs, H is the orthonormal Hadamard transform, S keeps m of the n rows. A row subset
+    of a Hadamard matrix can be singular when m is close to d, so such draws are redrawn (seeded)."""
+    n = 1 << (max(d, m) - 1).bit_length()
+    for _ in range(max_tries):
+        signs = torch.randint(0, 2, (d,), generator=g).double() * 2 - 1
+        slots = torch.randperm(n, generator=g)[:d]
+        DP = torch.zeros(d, n, dtype=torch.float64)
+        DP[torch.arange(d), slots] = signs  # row i = D·P·e_i
+        HDP = hadamard_transform(DP).T  # (n, d): columns H·D·P·e_i
+        rows = torch.randperm(n, generator=g)[:m].sort().values
+        T = math.sqrt(n / m) * HDP[rows]
+        if torch.linalg.matrix_rank(T).item() == min(m, d):
+            return T
+    raise TransformError(f"no full-rank SRHT of shape {m}×{d} in {max_tries} draws; use kind='orthogonal'")
+
+
 def make_projection(kind: str, d: int, m: int, seed: int = 0,
                     calibration: Calibration | torch.Tensor | None = None,
                     damping: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,13 +177,7 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
         u = torch.rand(m, d, generator=g, dtype=torch.float64)
         T = math.sqrt(3 / m) * ((u < 1 / 6).double() - (u > 5 / 6).double())
     elif kind == "srht":
-        n = 1 << (max(d, m) - 1).bit_length()
-        signs = torch.randint(0, 2, (d,), generator=g).double() * 2 - 1
-        padded = torch.zeros(d, n, dtype=torch.float64)
-        padded[:, :d] = torch.diag(signs)  # row i = D·P applied to basis vector e_i
-        HDP = hadamard_transform(padded).T  # (n, d): columns are H·D·P·e_i
-        rows = torch.randperm(n, generator=g)[:m].sort().values
-        T = math.sqrt(n / m) * HDP[rows]
+        T = _srht(d, m, g)
     elif kind == "orthogonal":
         A = torch.randn(max(m, d), min(m, d), generator=g, dtype=torch.float64)
         Q, R = torch.linalg.qr(A)

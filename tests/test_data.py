@@ -3,8 +3,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import synthetic_text
 
+from conftest import synthetic_text
 from dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, load_meta, prepare_text
 
 

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, TINY_MODEL
 
 from checkpoint import load_checkpoint, model_from_checkpoint
 from configurator import load_config
+from conftest import ROOT, TINY_MODEL
 from logger import read_metrics
 from model import GPT, GPTConfig
 from train import TrainConfig, TrainingDiverged, get_lr, train

@@ -1,0 +1,242 @@
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checkpoint import load_checkpoint, load_model, save_checkpoint
+from conftest import ROOT
+from dataset import BatchLoader, evaluate_loss
+from model import GPT, GPTConfig
+from transform import (
+    KINDS,
+    Calibration,
+    TransformError,
+    canonical_model,
+    hadamard_transform,
+    jl_min_width,
+    make_projection,
+    pseudo_inverse,
+    transform_model,
+)
+
+
+def random_model(seed: int, **kw) -> GPT:
+    """A small GPT with non-trivial gains and biases, so that folding them is actually tested."""
+    torch.manual_seed(seed)
+    cfg = dict(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11)
+    cfg.update(kw)
+    model = GPT(GPTConfig(**cfg)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".ln_" in name or "ln_f" in name:
+                p.add_(0.3 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+            elif "wte" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def outputs(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(idx, all_logits=True)[0]
+
+
+variant = st.fixed_dictionaries({
+    "norm_type": st.sampled_from(["layernorm", "rmsnorm"]),
+    "norm_gain": st.sampled_from(["vector", "scalar", "none"]),
+    "norm_placement": st.sampled_from(["pre", "peri"]),
+    "head": st.sampled_from(["linear", "tied", "knn"]),
+    "pos": st.sampled_from(["learned", "rope"]),
+    "mlp": st.sampled_from(["gelu", "swiglu"]),
+    "bias": st.booleans(),
+})
+
+
+@settings(max_examples=60, deadline=None)
+@given(variant=variant, extra=st.integers(0, 24), grow_noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 99))
+def test_head_porting_with_orthogonal_T_is_exact_for_m_at_least_d(variant, extra, grow_noise, seed):
+    model = random_model(seed, **variant)
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(seed))
+    ref = outputs(model, idx)
+    width = 16 + extra
+    new, record = transform_model(model, width, "orthogonal", "head", "fold", seed=seed,
+                                  grow_noise=grow_noise if width > 16 else 0.0)
+    assert new.config.n_embd == width
+    assert new.config.head_dim == model.config.head_dim and new.config.mlp_hidden == model.config.mlp_hidden
+    out = outputs(new, idx)
+    peri_vector = variant["norm_placement"] == "peri" and variant["norm_gain"] == "vector"
+    assert record["exact"] == (not peri_vector)
+    if peri_vector:
+        assert any(n.startswith("APPROXIMATE") for n in record["notes"])
+        return
+    # log-probabilities always; raw logits too unless a KNN head had to become a linear one
+    assert torch.allclose(out.log_softmax(-1), ref.log_softmax(-1), atol=2e-5)
+    if not (variant["head"] == "knn" and variant["norm_gain"] == "vector"):
+        assert torch.allclose(out, ref, atol=5e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(variant=variant, seed=st.integers(0, 99))
+def test_fold_alone_preserves_the_function(variant, seed):
+    if variant["norm_placement"] == "peri" and variant["norm_gain"] == "vector":
+        variant["norm_gain"] = "scalar"
+    model = random_model(seed, **variant)
+    canon, _ = canonical_model(model, "fold")
+    assert canon.config.norm_type == "rmsnorm" and canon.config.norm_gain == "scalar"
+    idx = torch.randint(0, 11, (2, 8))
+    assert torch.allclose(outputs(canon, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=2e-5)
+
+
+def test_sandwich_mixes_heads_even_at_the_same_width(trained_dir, char_data_dir):
+    """The paper's T·W·T⁺ on Q, K, V, O re-splits heads: an orthogonal T at m = d changes the function."""
+    model, _ = load_model(trained_dir)
+    loader = BatchLoader(char_data_dir, model.config.block_size, 8)
+    d = model.config.n_embd
+    idx, _ = loader.get_batch("val", seed=0)
+    ref = outputs(model, idx).log_softmax(-1)
+    head, _ = transform_model(model, d, "orthogonal", "head", "fold", seed=3)
+    sandwich, _ = transform_model(model, d, "orthogonal", "sandwich", "fold", seed=3)
+    assert torch.allclose(outputs(head, idx).log_softmax(-1), ref, atol=5e-5)
+    assert (outputs(sandwich, idx).log_softmax(-1) - ref).abs().max() > 0.1
+    before = evaluate_loss(model, loader, "val", eval_iters=5)
+    assert evaluate_loss(sandwich, loader, "val", eval_iters=5) > before + 2e-3  # (a tiny model: small effect)
+    identity, _ = transform_model(model, d, "truncate", "sandwich", "fold")  # T = I: nothing to mix
+    assert torch.allclose(outputs(identity, idx).log_softmax(-1), ref, atol=5e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("d,m", [(24, 12), (24, 24), (20, 40), (12, 17)])
+def test_projection_shapes_and_pseudo_inverse(kind, d, m):
+    if kind == "pca" and m > d:
+        with pytest.raises(TransformError, match="m ≤ d"):
+            make_projection(kind, d, m, calibration=torch.randn(100, d))
+        return
+    T, P = make_projection(kind, d, m, seed=1, calibration=torch.randn(200, d, dtype=torch.float64))
+    assert T.shape == (m, d) and P.shape == (d, m)
+    assert torch.allclose(P, torch.linalg.pinv(T), atol=1e-8)
+    if m <= d:
+        assert torch.allclose(T @ P, torch.eye(m, dtype=torch.float64), atol=1e-9)
+    else:
+        assert torch.allclose(P @ T, torch.eye(d, dtype=torch.float64), atol=1e-9)
+    if kind in ("orthogonal", "pca", "truncate"):
+        gram = T @ T.T if m <= d else T.T @ T
+        assert torch.allclose(gram, torch.eye(min(m, d), dtype=torch.float64), atol=1e-9)
+
+
+def test_random_kinds_have_their_distributions():
+    d, m = 400, 300
+    T, _ = make_projection("gaussian", d, m, seed=0)
+    assert abs(T.var().item() * m - 1) < 0.02
+    T, _ = make_projection("rademacher", d, m, seed=0)
+    assert set(torch.unique(torch.round(T * math.sqrt(m))).tolist()) == {-1.0, 1.0}
+    T, _ = make_projection("sparse", d, m, seed=0)
+    values = torch.round(T * math.sqrt(m / 3)).flatten()
+    assert abs((values == 0).double().mean().item() - 2 / 3) < 0.01
+    assert abs((values == 1).double().mean().item() - 1 / 6) < 0.01
+    for kind in ("gaussian", "rademacher", "sparse", "srht"):  # E‖Tx‖² = ‖x‖²
+        T, _ = make_projection(kind, d, m, seed=0)
+        x = torch.randn(d, 500, dtype=torch.float64)
+        ratio = ((T @ x).pow(2).sum(0) / x.pow(2).sum(0)).mean().item()
+        assert abs(ratio - 1) < 0.05, kind
+
+
+def test_hadamard_transform_matches_sylvester_matrix():
+    H = torch.ones(1, 1, dtype=torch.float64)
+    for _ in range(4):
+        H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)
+    x = torch.randn(3, 16, dtype=torch.float64)
+    assert torch.allclose(hadamard_transform(x), x @ H.T / 4, atol=1e-12)
+
+
+def test_srht_works_for_any_d_and_is_orthonormal_at_the_padded_size():
+    T, _ = make_projection("srht", 12, 16, seed=0)  # d = 12 pads to 16 = m: orthonormal columns
+    assert torch.allclose(T.T @ T, torch.eye(12, dtype=torch.float64), atol=1e-12)
+
+
+def test_pca_finds_the_dominant_subspace():
+    g = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(10, 3, generator=g, dtype=torch.float64))[0]
+    points = torch.randn(500, 3, generator=g, dtype=torch.float64) @ basis.T
+    T, _ = make_projection("pca", 10, 3, calibration=Calibration.from_points(points))
+    assert torch.allclose(T.T @ T @ points.T, points.T, atol=1e-6)
+
+
+def test_jl_min_width_against_its_formula():
+    n, eps, delta = 1000, 0.25, 0.1
+    expected = (4 * math.log(n) + 2 * math.log(1 / delta)) / (eps**2 / 2 - eps**3 / 3)
+    assert jl_min_width(n, eps, delta) == math.ceil(expected)
+    assert jl_min_width(10 * n, eps, delta) > jl_min_width(n, eps, delta)
+
+
+def test_pseudo_inverse_rejects_rank_deficient_maps():
+    with pytest.raises(TransformError, match="rank-deficient"):
+        pseudo_inverse(torch.zeros(3, 5, dtype=torch.float64))
+
+
+def test_grow_symmetry_breaking_lets_readers_see_new_directions():
+    model = random_model(0)
+    plain, rec = transform_model(model, 32, "orthogonal", "head", "fold", seed=0)
+    broken, _ = transform_model(model, 32, "orthogonal", "head", "fold", seed=0, grow_noise=0.5)
+    T = rec["T"].double()
+    outside = torch.eye(32, dtype=torch.float64) - T @ T.T  # projector on the new, empty directions
+    W_plain = plain.transformer.h[0].attn.c_attn.weight.double()
+    W_broken = broken.transformer.h[0].attn.c_attn.weight.double()
+    assert (W_plain @ outside).abs().max() < 1e-6
+    assert (W_broken @ outside).abs().max() > 1e-2
+
+
+def test_pca_shrink_beats_random_shrink(trained_dir, char_data_dir):
+    model, _ = load_model(trained_dir)
+    loader = BatchLoader(char_data_dir, model.config.block_size, 8)
+    losses = {}
+    for kind in ("pca", "gaussian", "orthogonal"):
+        new, _ = transform_model(model, 16, kind, "head", "fold", seed=0, calibration_loader=loader)
+        losses[kind] = evaluate_loss(new, loader, "val", eval_iters=10)
+    assert losses["pca"] < losses["orthogonal"] and losses["pca"] < losses["gaussian"]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "transform.py"), *args], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_cli_writes_a_checkpoint_every_script_can_load(trained_dir, tmp_path):
+    out = tmp_path / "m48"
+    result = _cli(f"--in_dir={trained_dir}", f"--out_dir={out}", "--width=48", "--eval_iters=4")
+    assert result.returncode == 0, result.stderr
+    assert "exact: True" in result.stdout
+    ckpt = load_checkpoint(str(out))
+    record = ckpt["transform"]
+    assert record["d"] == 32 and record["m"] == 48 and record["T"].shape == (48, 32)
+    assert record["val_loss_after"] == pytest.approx(record["val_loss_before"], abs=1e-4)
+    assert ckpt["model_args"]["n_embd"] == 48 and ckpt["meta"]["tokenizer"] == "char"
+    model, _ = load_model(str(out))
+    assert model.config.norm_type == "rmsnorm"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--width=0"], "width must be a positive integer"),
+    (["--width=33", "--porting=sandwich"], "must be divisible by n_head=2"),
+    (["--width=64", "--kind=pca"], "kind='pca' shrinks or keeps the width"),
+    (["--width=16", "--kind=jl"], "kind='jl' is not one of"),
+])
+def test_cli_bad_input_gets_one_clear_error_and_writes_nothing(trained_dir, tmp_path, args, needle):
+    out = tmp_path / "out"
+    result = _cli(f"--in_dir={trained_dir}", f"--out_dir={out}", *args)
+    assert result.returncode != 0 and needle in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_cli_missing_or_foreign_checkpoint(tmp_path):
+    result = _cli(f"--in_dir={tmp_path}", f"--out_dir={tmp_path / 'o'}", "--width=8")
+    assert result.returncode != 0 and "no checkpoint at" in result.stderr
+    save_checkpoint({"weights": {}}, str(tmp_path))
+    result = _cli(f"--in_dir={tmp_path}", f"--out_dir={tmp_path / 'o'}", "--width=8")
+    assert result.returncode != 0 and "not a nanoLGPT/nanoGPT checkpoint" in result.stderr
+    assert not (tmp_path / "o").exists()
