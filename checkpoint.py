@@ -17,7 +17,7 @@ import random
 import numpy as np
 import torch
 
-from model import GPT, GPTConfig
+from model import GPT, ConfigError, GPTConfig
 
 CHECKPOINT_NAME = "ckpt.pt"
 REQUIRED_KEYS = ("model", "model_args")
@@ -78,15 +78,11 @@ def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
     """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0)."""
     args = {k: v for k, v in ckpt["model_args"].items() if k in GPTConfig.field_names()}
     args.update(overrides)
-    model = GPT(GPTConfig(**args))
-    state = clean_state_dict(ckpt["model"])
-    if model.config.head == "tied" and "lm_head.weight" not in state:
-        state["lm_head.weight"] = state["transformer.wte.weight"]
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint weights do not match its model_args: missing {missing[:5]}, "
-                              f"unexpected {unexpected[:5]}")
-    return model
+    state = {k: v.clone() for k, v in clean_state_dict(ckpt["model"]).items()}  # the model owns its weights
+    try:
+        return GPT.from_state_dict(GPTConfig(**args), state)
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint weights do not match its model_args: {e}") from e
 
 
 def load_model(path_or_dir: str, device: str = "cpu", **overrides) -> tuple[GPT, dict]:

@@ -150,9 +150,15 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.use_rope = config.pos == "rope"
         if self.use_rope:
-            cos, sin = rope_tables(config.head_dim, config.block_size, config.rope_base)
+            self.rope_args = (config.head_dim, config.block_size, config.rope_base)
+            cos, sin = rope_tables(*self.rope_args)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+
+    def reset_rope(self, device=None) -> None:
+        """Recompute the RoPE tables (e.g. after building the model on the meta device)."""
+        if self.use_rope:
+            self.rope_cos, self.rope_sin = rope_tables(*self.rope_args, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.size()
@@ -268,6 +274,24 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual writers
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @classmethod
+    def from_state_dict(cls, config: GPTConfig, state_dict: dict) -> GPT:
+        """A GPT whose parameters are the given tensors (no random init, no copy): built on the meta
+        device, then ``load_state_dict(assign=True)``. A tied head may omit ``lm_head.weight``."""
+        with torch.device("meta"):
+            model = cls(config)
+        missing, unexpected = model.load_state_dict(state_dict, strict=False, assign=True)
+        if config.head == "tied":
+            model.lm_head.weight = model.transformer.wte.weight  # re-tie: assign made two parameters
+            missing = [k for k in missing if k != "lm_head.weight"]
+        if missing or unexpected:
+            raise ConfigError(f"state_dict does not match the config: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}")
+        device = model.transformer.wte.weight.device
+        for block in model.transformer.h:
+            block.attn.reset_rope(device)
+        return model
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):

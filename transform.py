@@ -245,7 +245,7 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig,
     (untied), a KNN head under one (rewritten as the equal linear head 2·e_j·h − ‖e_j‖² + b_j; logits
     then differ by the per-position constant −‖h‖², log-probabilities are exact).
     """
-    sd = {k: v.detach().double().clone() for k, v in sd.items()}
+    sd = {k: v.detach() for k, v in sd.items()}  # every change below makes a new tensor: no copies needed
     cfg = copy.deepcopy(cfg)
     notes: list[str] = []
     d = cfg.n_embd
@@ -253,7 +253,7 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig,
     E = sd["transformer.wte.weight"]
 
     def one() -> torch.Tensor:
-        return torch.ones(1, dtype=torch.float64)
+        return torch.ones(1, dtype=E.dtype, device=E.device)
 
     if norms == "fold":
         if vector and cfg.head == "tied":
@@ -274,7 +274,7 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig,
                         continue  # scalar final gain: nothing to fold
                     W = sd[f"{reader}.weight"]
                     if beta is not None:
-                        bias = sd.get(f"{reader}.bias", torch.zeros(W.shape[0], dtype=torch.float64))
+                        bias = sd.get(f"{reader}.bias", torch.zeros(W.shape[0], dtype=W.dtype, device=W.device))
                         sd[f"{reader}.bias"] = bias + W @ beta
                         if reader == "lm_head":
                             cfg.head_bias = True
@@ -346,7 +346,8 @@ def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
 
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
                  reader_pinv: torch.Tensor | None = None) -> tuple[dict, GPTConfig]:
-    """Map a canonical (state_dict, config) of width d to width m = T.shape[0].
+    """Map a canonical (state_dict, config) of width d to width m = T.shape[0]. ``sd`` is consumed: its
+    entries are removed as they are ported, so peak memory stays near two copies of the model.
 
     ``head``: readers W·T⁺, writers T·W (and T·b), embeddings E·Tᵀ, untied head W·T⁺, tied and KNN
     heads follow the embeddings. ``sandwich``: as ``head`` plus T·W·T⁺ on each of Q, K, V and O, with
@@ -357,13 +358,15 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     if cfg.norm_gain == "vector":
         raise TransformError("port_weights needs scalar norm gains; run canonicalize first")
     check_porting(cfg, m, porting)
-    P = T_pinv
-    P_read = P if reader_pinv is None else reader_pinv
+    dtype = sd["transformer.wte.weight"].dtype if sd else torch.float32
+    T, P = T.to(dtype), T_pinv.to(dtype)  # T⁺ was computed in float64; applying it in float32 is exact enough
+    P_read = P if reader_pinv is None else reader_pinv.to(dtype)
     gain_scale = math.sqrt(d / m)
     reader_names = {f"{r}.weight" for _, readers in input_norms(cfg) for r in readers}
     writer_names = set(writers(cfg))
     out = {}
-    for name, W in sd.items():
+    for name in list(sd):
+        W = sd.pop(name)
         module, _, leaf = name.rpartition(".")
         if name in ("transformer.wte.weight", "transformer.wpe.weight"):
             out[name] = W @ T.T
@@ -381,7 +384,7 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
         elif ".ln_" in name or name.startswith("transformer.ln_f"):
             out[name] = W * gain_scale
         else:
-            out[name] = W  # reader biases, the KNN/linear head bias: outside the residual space
+            out[name] = W.clone()  # reader biases, head bias: outside the residual space (cloned: no aliasing)
     if cfg.head == "tied":
         out["lm_head.weight"] = out["transformer.wte.weight"]
     elif cfg.head == "knn":
@@ -403,21 +406,15 @@ def symmetry_breaking_pinv(T: torch.Tensor, T_pinv: torch.Tensor, sigma: float, 
     return T_pinv + sigma * R @ (torch.eye(m, dtype=torch.float64) - T @ T_pinv)
 
 
-def build_model(sd: dict, cfg: GPTConfig, dtype=torch.float32) -> GPT:
-    model = GPT(GPTConfig(**asdict(cfg)))
-    state = {k: v.to(dtype) for k, v in sd.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.head != "linear")]
-    if missing or unexpected:
-        raise TransformError(f"internal: ported weights do not fit the model (missing {missing}, "
-                             f"unexpected {unexpected})")
-    return model.eval()
+def build_model(sd: dict, cfg: GPTConfig) -> GPT:
+    """A GPT using the tensors of ``sd`` as its parameters (no copy)."""
+    return GPT.from_state_dict(GPTConfig(**asdict(cfg)), sd).eval()
 
 
 def canonical_model(model: GPT, norms: str = "fold") -> tuple[GPT, list[str]]:
     """The same-width model after ``canonicalize`` (equal function with ``fold``)."""
     sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
-    return build_model(sd, cfg), notes
+    return build_model({k: v.clone() for k, v in sd.items()}, cfg), notes
 
 
 # ----------------------------------------------------------------------------------------------
@@ -474,7 +471,7 @@ def transform_model(model: GPT, width: int, kind: str = "orthogonal", porting: s
     check_porting(cfg, m, porting)  # before any work
     calibration = None
     if calibration_loader is not None:
-        calibration = collect_calibration(build_model(sd, cfg), calibration_loader, calib_batches, seed)
+        calibration = collect_calibration(build_model(dict(sd), cfg), calibration_loader, calib_batches, seed)
     elif kind == "pca":
         raise TransformError("kind='pca' needs calibration data: pass calibration_loader (the CLI uses the "
                              "checkpoint's training data, or --data_dir)")

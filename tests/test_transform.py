@@ -240,3 +240,13 @@ def test_cli_missing_or_foreign_checkpoint(tmp_path):
     result = _cli(f"--in_dir={tmp_path}", f"--out_dir={tmp_path / 'o'}", "--width=8")
     assert result.returncode != 0 and "not a nanoLGPT/nanoGPT checkpoint" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_transformed_model_shares_no_storage_with_the_source():
+    model = random_model(0, bias=True)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    new, _ = transform_model(model, 16, "orthogonal", "head", "fold")
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(1.0)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
