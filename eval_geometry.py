@@ -1,0 +1,423 @@
+"""
+What a width transform (and a finetune after it) did to a model's geometry.
+
+    python eval_geometry.py --ref_dir=out-shakespeare-char --in_dir=out-m96 --out_dir=geom-m96
+    python eval_geometry.py --ref_dir=out-shakespeare-char --out_dir=geom-ref      # one model alone
+
+Writes out_dir/metrics.json (schema in the README), PNG figures, and logs both to wandb (offline unless
+WANDB_MODE says otherwise). Definitions of every metric are in geometry.py's docstrings.
+
+Reference basis: the transform maps the residual stream of the canonical model (transform.py step 1);
+with norms=fold on a LayerNorm model that stream is the original one centred (h − mean(h)·1), which has
+the same function. The reference's probes are therefore centred in that case, so that an exact
+transform shows AE = 0 and HC = 1.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+import geometry as geo
+from checkpoint import CheckpointError, load_model
+from configurator import ConfigError, load_config
+from dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, evaluate_loss
+from logger import MetricsLogger
+from model import GPT
+
+SIMILARITIES = ("neg_euclidean", "inv_euclidean", "cosine", "dot")
+
+
+@dataclass
+class GeometryConfig:
+    ref_dir: str = ""  # the reference (untransformed) checkpoint (required)
+    in_dir: str = ""  # the transformed or finetuned checkpoint ('' → analyse ref_dir alone)
+    out_dir: str = "geom"
+    data_dir: str = ""  # '' → the data directory recorded in ref_dir's checkpoint
+    n_probes: int = 4096  # probe vectors: token embeddings + hidden states spread over every layer
+    probe_batches: int = 4  # val batches the hidden-state probes are sampled from
+    batch_size: int = 16
+    eval_iters: int = 50  # val batches for loss, KL and top-1 agreement
+    n_features: int = 64  # FA: this many frequent-token embeddings and this many principal directions
+    ndcg_k: int = 10
+    heatmap_probes: int = 48
+    prompt: str = ""  # the norm heatmap's text ('' → the start of the val split)
+    seed: int = 0
+    wandb_log: bool = True
+    wandb_project: str = "nanolgpt"
+    wandb_run_name: str = "geometry"
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        if not self.ref_dir:
+            raise ConfigError("ref_dir is required: --ref_dir=DIR (the reference checkpoint)")
+        for name in ("n_probes", "probe_batches", "batch_size", "eval_iters", "n_features", "ndcg_k",
+                     "heatmap_probes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Probes
+
+
+@torch.no_grad()
+def hidden_states(model: GPT, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    logits, _, hidden = model(x, return_hidden=True, all_logits=True)
+    return hidden, logits
+
+
+@torch.no_grad()
+def collect_probes(ref: GPT, new: GPT | None, loader: BatchLoader, n_probes: int, batches: int, seed: int,
+                   centre_ref: bool) -> dict:
+    """Row-aligned probes: token embeddings of random tokens, then hidden states at random (sequence,
+    position) of every layer 0..L, the same rows for both models."""
+    L = ref.config.n_layer
+    g = torch.Generator().manual_seed(seed)
+    per_group = max(1, n_probes // (L + 2))
+    token_ids = torch.randperm(ref.config.vocab_size, generator=g)[:per_group]
+    xs = [loader.get_batch("val", seed=seed + 7919 * (k + 1))[0] for k in range(batches)]
+    x = torch.cat(xs)
+    sites = torch.randint(0, x.numel(), (per_group * (L + 1),), generator=g)
+    layer_of = torch.arange(L + 1).repeat_interleave(per_group)
+
+    def gather(model: GPT) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        hidden, _ = hidden_states(model, x)
+        flat = [h.reshape(-1, h.shape[-1]) for h in hidden]
+        rows = [model.transformer.wte.weight[token_ids]]
+        rows += [flat[layer][sites[layer_of == layer]] for layer in range(L + 1)]
+        return torch.cat(rows).double(), hidden
+
+    X, ref_hidden = gather(ref)
+    if centre_ref:
+        X = X - X.mean(1, keepdim=True)
+        ref_hidden = [h - h.mean(-1, keepdim=True) for h in ref_hidden]
+    groups = torch.cat([torch.full((len(token_ids),), -1), layer_of])  # −1 = embeddings
+    out = {"X": X, "groups": groups, "x": x, "ref_hidden": ref_hidden, "token_ids": token_ids}
+    if new is not None:
+        out["Y"], out["new_hidden"] = gather(new)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-model measurements
+
+
+def weight_matrices(model: GPT) -> dict[str, torch.Tensor]:
+    return {n: p.detach() for n, p in model.named_parameters() if p.dim() == 2}
+
+
+@torch.no_grad()
+def logit_lens(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor) -> dict:
+    """Decode every layer's hidden state through the final norm and head: mean rank (1 = top) and mean
+    probability of the true next token, per layer (iterative refinement, as in Traveling Words)."""
+    targets = x[:, 1:].reshape(-1)
+    ranks, probs = [], []
+    for h in hidden:
+        logits = model.lm_head(model.transformer.ln_f(h.float()))[:, :-1].reshape(-1, model.config.vocab_size)
+        target_logit = logits.gather(1, targets[:, None])
+        ranks.append((logits > target_logit).sum(1).double().add(1).mean().item())
+        probs.append(logits.softmax(-1).gather(1, targets[:, None]).mean().item())
+    return {"rank": ranks, "prob": probs}
+
+
+@torch.no_grad()
+def ndcg_report(model: GPT, hidden_last: torch.Tensor, k: int, max_positions: int = 512) -> dict:
+    """NDCG@k of each similarity between the final normed hidden state and the token embeddings, against
+    the model's own next-token probabilities as graded relevance (the thesis' Table 6.1)."""
+    h = model.transformer.ln_f(hidden_last.float()).reshape(-1, model.config.n_embd)[:max_positions]
+    relevance = model.lm_head(h).softmax(-1)
+    E = model.transformer.wte.weight
+    return {kind: geo.ndcg_at_k(geo.similarity_scores(h, E, kind), relevance, k) for kind in SIMILARITIES}
+
+
+@torch.no_grad()
+def throughput(model: GPT, x: torch.Tensor, repeats: int = 3) -> dict:
+    model(x, all_logits=True)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        model(x, all_logits=True)
+    seconds = (time.perf_counter() - t0) / repeats
+    params = sum(p.numel() for p in model.parameters())
+    return {"tokens_per_s": x.numel() / seconds, "params": params,
+            "bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+
+
+def model_report(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor, cfg: GeometryConfig) -> dict:
+    weights = weight_matrices(model)
+    norms_e = model.transformer.wte.weight.detach().double().norm(dim=1)
+    layer_states = [h.reshape(-1, h.shape[-1]) for h in hidden]
+    return {
+        "embedding_norms": {"mean": norms_e.mean().item(), "std": norms_e.std().item()},
+        "weight_kurtosis": {n: geo.excess_kurtosis(w) for n, w in weights.items()},
+        "activation_kurtosis": [geo.excess_kurtosis(h) for h in layer_states],
+        "int8_rtn_error": sum(geo.rtn_error(w, 8) for w in weights.values()) / len(weights),
+        "int4_rtn_error": sum(geo.rtn_error(w, 4) for w in weights.values()) / len(weights),
+        "intrinsic_dimension": [geo.intrinsic_dimension(h[:4096]) for h in layer_states],
+        "ndcg": ndcg_report(model, hidden[-1], cfg.ndcg_k),
+        "logit_lens": logit_lens(model, hidden, x),
+        "throughput": throughput(model, x[: cfg.batch_size]),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
+    import matplotlib.pyplot as plt
+    return plt
+
+
+@torch.no_grad()
+def norm_heatmap(models: dict[str, GPT], ids: torch.Tensor, path: str) -> str:
+    from matplotlib.colors import LogNorm
+    plt = _plt()
+    grids = {}
+    for name, model in models.items():
+        hidden, _ = hidden_states(model, ids)
+        grids[name] = torch.stack([h[0].norm(dim=-1) for h in hidden]).numpy()
+    vmin = max(min(g.min() for g in grids.values()), 1e-3)
+    vmax = max(g.max() for g in grids.values())
+    fig, axes = plt.subplots(len(grids), 1, figsize=(10, 2.2 + 1.6 * len(grids)), squeeze=False)
+    for ax, (name, grid) in zip(axes[:, 0], grids.items()):
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", norm=LogNorm(vmin=vmin, vmax=vmax), origin="lower")
+        ax.set_title(f"hidden-state norm ‖h‖₂ — {name}")
+        ax.set_xlabel("token position")
+        ax.set_ylabel("layer (0 = embedding)")
+        fig.colorbar(im, ax=ax, label="‖h‖₂ (log scale)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def cosine_heatmaps(mats: dict[str, torch.Tensor], path: str) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4.2), squeeze=False)
+    for ax, (name, M) in zip(axes[0], mats.items()):
+        U = torch.nn.functional.normalize(M.double(), dim=1)
+        im = ax.imshow((U @ U.T).numpy(), cmap="RdBu_r", vmin=-1, vmax=1)
+        ax.set_title(f"pairwise cosine — {name}")
+        ax.set_xlabel("probe")
+        ax.set_ylabel("probe")
+        fig.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def concordance_plot(X: torch.Tensor, others: dict[str, torch.Tensor], path: str, seed: int) -> str:
+    plt = _plt()
+    i, j = geo.sample_pairs(len(X), 20_000, seed)
+    Xu = torch.nn.functional.normalize(X.double(), dim=1)
+    before = (Xu[i] * Xu[j]).sum(1).numpy()
+    fig, axes = plt.subplots(1, len(others), figsize=(4.8 * len(others), 4.4), squeeze=False)
+    for ax, (name, Y) in zip(axes[0], others.items()):
+        Yu = torch.nn.functional.normalize(Y.double(), dim=1)
+        after = (Yu[i] * Yu[j]).sum(1).numpy()
+        hb = ax.hexbin(before, after, gridsize=60, bins="log", cmap="magma")
+        ax.plot([-1, 1], [-1, 1], "c--", lw=1, label="y = x")
+        ax.set_title(f"cosine before vs after — {name}")
+        ax.set_xlabel("cos(u, v), reference")
+        ax.set_ylabel("cos(ũ, ṽ), transformed")
+        ax.legend(loc="upper left")
+        fig.colorbar(hb, ax=ax, label="pairs (log)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def layer_plots(reports: dict[str, dict], path: str) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    for name, rep in reports.items():
+        lens = rep["logit_lens"]
+        layers = range(len(lens["rank"]))
+        axes[0].plot(layers, lens["rank"], marker="o", label=name)
+        axes[1].plot(layers, lens["prob"], marker="o", label=name)
+        axes[2].plot(layers, rep["intrinsic_dimension"], marker="o", label=name)
+        axes[3].plot(layers, rep["activation_kurtosis"], marker="o", label=name)
+    titles = [("logit lens: mean rank of the next token", "rank (log)"),
+              ("logit lens: mean probability of the next token", "probability"),
+              ("intrinsic dimension (95% variance)", "principal components"),
+              ("excess kurtosis of hidden states", "kurtosis")]
+    for ax, (title, ylabel) in zip(axes, titles):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("layer (0 = embedding)")
+        ax.set_ylabel(ylabel)
+        ax.legend()
+    axes[0].set_yscale("log")
+    from matplotlib.ticker import MaxNLocator
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# The report
+
+
+def evaluate(cfg: GeometryConfig) -> dict:
+    ref, ref_ckpt = load_model(cfg.ref_dir, device=cfg.device)
+    new, new_ckpt = load_model(cfg.in_dir, device=cfg.device) if cfg.in_dir else (None, None)
+    record = (new_ckpt or {}).get("transform")
+    if new is not None and new.config.vocab_size != ref.config.vocab_size:
+        raise ConfigError(f"ref_dir and in_dir have different vocabularies ({ref.config.vocab_size} vs "
+                          f"{new.config.vocab_size}); compare models with the same tokenizer")
+    if new is not None and new.config.n_layer != ref.config.n_layer:
+        raise ConfigError("ref_dir and in_dir have different numbers of layers; layer-wise probes need equal depth")
+    if record is not None and record["d"] != ref.config.n_embd:
+        raise ConfigError(f"in_dir's transform record maps width {record['d']}, but ref_dir has width "
+                          f"{ref.config.n_embd}; pass the model it was transformed from as --ref_dir")
+    source_config = ref_ckpt.get("config", {})
+    data_dir = cfg.data_dir or source_config.get("data_dir") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "data", source_config.get("dataset", "shakespeare_char"))
+    ensure_prepared(data_dir, source_config.get("dataset", "shakespeare_char"))
+    block = min(ref.config.block_size, new.config.block_size if new is not None else ref.config.block_size)
+    loader = BatchLoader(data_dir, block, cfg.batch_size, cfg.device)
+    centre = bool(record and record["norms"] == "fold" and ref.config.norm_type == "layernorm")
+    probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, centre)
+    X, groups = probes["X"], probes["groups"]
+    L = ref.config.n_layer
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    names = {"ref": "reference"} | ({"new": "transformed"} if new is not None else {})
+    metrics: dict = {"ref_dir": os.path.abspath(cfg.ref_dir), "in_dir": os.path.abspath(cfg.in_dir) if cfg.in_dir
+                     else None, "config": asdict(cfg), "reference_centred": centre,
+                     "transform": {k: record[k] for k in ("kind", "d", "m", "porting", "norms", "seed")}
+                     if record else None,
+                     "probes": {"n": len(X), "per_group": int((groups == -1).sum()), "layers": L + 1}}
+
+    # losses on the same val batches, KL and agreement
+    losses = {"ref": evaluate_loss(ref, loader, "val", cfg.eval_iters, cfg.seed)}
+    if new is not None:
+        losses["new"] = evaluate_loss(new, loader, "val", cfg.eval_iters, cfg.seed)
+        kl = {"kl": 0.0, "top1_agreement": 0.0}
+        for k in range(cfg.eval_iters):
+            x, _ = loader.get_batch("val", cfg.seed + 1_000_003 + k)
+            with torch.no_grad():
+                part = geo.kl_and_agreement(ref(x, all_logits=True)[0], new(x, all_logits=True)[0])
+            kl = {key: kl[key] + part[key] / cfg.eval_iters for key in kl}
+        metrics["kl"] = kl["kl"]
+        metrics["top1_agreement"] = kl["top1_agreement"]
+    metrics["loss"] = {k: {"val_loss": v, "perplexity": math.exp(v)} for k, v in losses.items()}
+
+    # per-model reports
+    reports = {"ref": model_report(ref, probes["ref_hidden"], probes["x"], cfg)}
+    if new is not None:
+        reports["new"] = model_report(new, probes["new_hidden"], probes["x"], cfg)
+    metrics["models"] = reports
+
+    # the transform's effect on geometry
+    maps = {}
+    if record is not None:
+        T, T_pinv = record["T"].double(), record["T_pinv"].double()
+        maps["map"] = X @ T.T
+        counts = geo.jl_distortion(X, T, seed=cfg.seed)
+        metrics["jl"] = {"empirical_eps": counts, "bound_eps": geo.jl_epsilon_bound(len(X), record["m"]),
+                         "n_points": len(X), "m": record["m"]}
+        freq = torch.bincount(torch.from_numpy(loader.tokens("train")[:1_000_000].astype("int64")),
+                              minlength=ref.config.vocab_size)
+        frequent = freq.argsort(descending=True)[: cfg.n_features]
+        E_ref = ref.transformer.wte.weight.detach().double()
+        if centre:
+            E_ref = E_ref - E_ref.mean(1, keepdim=True)
+        hidden_all = torch.cat([h.reshape(-1, h.shape[-1]) for h in probes["ref_hidden"]]).double()
+        _, _, Vh = torch.linalg.svd(hidden_all - hidden_all.mean(0), full_matrices=False)
+        metrics["feature_alignment"] = {
+            "frequent_tokens": geo.feature_alignment(E_ref[frequent], T, T_pinv),
+            "principal_directions": geo.feature_alignment(Vh[: cfg.n_features], T, T_pinv)}
+    if new is not None:
+        maps["model"] = probes["Y"]
+    metrics["angular_error"], metrics["concordance"] = {}, {}
+    for flavour, Y in maps.items():
+        metrics["angular_error"][flavour] = geo.angular_error(X, Y)
+        metrics["concordance"][flavour] = geo.hyperspherical_concordance(X, Y, seed=cfg.seed)
+        per_layer_ae, per_layer_hc = [], []
+        for layer in range(-1, L + 1):
+            rows = groups == layer
+            per_layer_ae.append(geo.angular_error(X[rows], Y[rows]))
+            per_layer_hc.append(geo.hyperspherical_concordance(X[rows], Y[rows], seed=cfg.seed)["pearson"])
+        metrics["angular_error"][f"{flavour}_per_group"] = per_layer_ae
+        metrics["concordance"][f"{flavour}_per_group"] = per_layer_hc
+
+    # figures
+    tokenizer = Tokenizer(ref_ckpt["meta"]) if ref_ckpt.get("meta") else None
+    if cfg.prompt and tokenizer is not None:
+        ids = torch.tensor(tokenizer.encode(cfg.prompt)[:block])[None]
+    else:
+        ids = loader.windows(loader.tokens("val"), [0])[0]
+    models = {names[k]: m for k, m in (("ref", ref), ("new", new)) if m is not None}
+    figures = {"norm_heatmap": norm_heatmap(models, ids, os.path.join(cfg.out_dir, "norm_heatmap.png")),
+               "layers": layer_plots({names[k]: r for k, r in reports.items()},
+                                     os.path.join(cfg.out_dir, "layers.png"))}
+    subset = torch.randperm(len(X), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.heatmap_probes]
+    subset = subset[groups[subset].argsort()]  # grouped by layer, so block structure is visible
+    heat = {"reference": X[subset]} | {f"{k}-level" if k == "map" else "transformed model": Y[subset]
+                                       for k, Y in maps.items()}
+    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(cfg.out_dir, "cosine_heatmaps.png"))
+    if maps:
+        figures["concordance"] = concordance_plot(X, {("map-level T·u" if k == "map" else "model-level"): Y
+                                                      for k, Y in maps.items()},
+                                                  os.path.join(cfg.out_dir, "concordance.png"), cfg.seed)
+    metrics["figures"] = {k: os.path.basename(v) for k, v in figures.items()}
+
+    with open(os.path.join(cfg.out_dir, "metrics.json.tmp"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    os.replace(os.path.join(cfg.out_dir, "metrics.json.tmp"), os.path.join(cfg.out_dir, "metrics.json"))
+    logger = MetricsLogger(cfg.out_dir, wandb_log=cfg.wandb_log, project=cfg.wandb_project,
+                           run_name=cfg.wandb_run_name, config=asdict(cfg), filename="geometry.jsonl")
+    scalars = flat_scalars({k: v for k, v in metrics.items() if k != "config"})
+    logger.log(scalars)
+    logger.log_images(figures)
+    logger.summary(scalars)
+    logger.finish()
+    return metrics
+
+
+def flat_scalars(metrics: dict, prefix: str = "") -> dict:
+    """'a/b/c': number for every scalar leaf of the nested metrics (lists and strings left out)."""
+    out = {}
+    for k, v in metrics.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flat_scalars(v, key + "/"))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
+            out[key] = v
+    return out
+
+
+def main(argv: list[str]) -> None:
+    cfg = load_config(GeometryConfig, argv)
+    m = evaluate(cfg)
+    loss = m["loss"]
+    print(f"val loss: reference {loss['ref']['val_loss']:.4f}" +
+          (f", transformed {loss['new']['val_loss']:.4f}, KL {m['kl']:.4f}, top-1 agreement "
+           f"{m['top1_agreement']:.3f}" if "new" in loss else ""))
+    for flavour in ("map", "model"):
+        if flavour in m["angular_error"]:
+            print(f"{flavour}-level: AE {m['angular_error'][flavour]:.4f} rad, "
+                  f"HC {m['concordance'][flavour]['pearson']:.4f} (Spearman {m['concordance'][flavour]['spearman']:.4f})")
+    if "feature_alignment" in m:
+        fa = m["feature_alignment"]
+        print(f"FA: frequent tokens {fa['frequent_tokens']:.4f}, principal directions {fa['principal_directions']:.4f}")
+    print(f"wrote {os.path.join(cfg.out_dir, 'metrics.json')} and {len(m['figures'])} figures")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ConfigError, CheckpointError, DataError) as e:
+        sys.exit(f"error: {e}")

@@ -1,0 +1,128 @@
+"""
+Brief recovery finetuning of a (transformed) checkpoint, through train.py's own training loop.
+
+    python finetune.py --in_dir=out-m96 --out_dir=out-m96-ft --max_iters=200
+
+Records the recovery curve (val loss at every evaluation) and the steps to recover: the first
+evaluation step whose val loss is ≤ (1 + recover_tol) × the reference model's val loss. The reference
+is the untransformed model named in the transform record (evaluated on the same val batches), or
+``reference_val_loss`` when given. Everything lands in out_dir/metrics.jsonl, out_dir/finetune.json,
+the checkpoint's ``finetune`` record and wandb.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from checkpoint import CheckpointError, load_checkpoint, load_model
+from configurator import ConfigError, load_config
+from dataset import BatchLoader, DataError, ensure_prepared, evaluate_loss
+from train import TrainConfig, TrainingDiverged, train
+
+
+@dataclass
+class FinetuneConfig(TrainConfig):
+    """TrainConfig with finetuning defaults (tuned on the small CPU configs; see README)."""
+    in_dir: str = ""  # the checkpoint to finetune (required)
+    out_dir: str = ""  # required
+    recover_tol: float = 0.01  # recovered when val ≤ (1 + tol) × reference val loss
+    reference_val_loss: float | None = None  # None: evaluate the reference named in the transform record
+    dataset: str = ""  # '' → the dataset recorded in in_dir's checkpoint
+    learning_rate: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_iters: int = 20
+    max_iters: int = 200
+    lr_decay_iters: int = 200
+    weight_decay: float = 0.0
+    eval_interval: int = 20
+    eval_iters: int = 50
+    log_interval: int = 10
+    always_save_checkpoint: bool = False
+    wandb_run_name: str = "finetune"
+
+    def validate(self) -> None:
+        if not self.in_dir and self.init_from != "resume":
+            raise ConfigError("in_dir is required: --in_dir=DIR (the checkpoint to finetune)")
+        if not self.out_dir:
+            raise ConfigError("out_dir is required: --out_dir=DIR")
+        if self.recover_tol < 0:
+            raise ConfigError(f"recover_tol must be >= 0, got {self.recover_tol}")
+        super().validate()
+
+
+def reference_loss(cfg: FinetuneConfig, record: dict | None, loader: BatchLoader) -> float | None:
+    """The reference val loss on the same eval batches the finetune loop uses."""
+    if cfg.reference_val_loss is not None:
+        return cfg.reference_val_loss
+    if not record:
+        return None
+    source = record.get("source")
+    if source and os.path.exists(os.path.join(source, "ckpt.pt")):
+        reference, _ = load_model(source, device=loader.device)
+        return evaluate_loss(reference, loader, "val", cfg.eval_iters, cfg.seed)
+    return record.get("val_loss_before")
+
+
+class RecoveryTracker:
+    """The on_eval callback: recovery curve and steps to recover, kept in a dict saved with every checkpoint."""
+
+    def __init__(self, record: dict):
+        self.record = record
+
+    def __call__(self, iter_num: int, losses: dict) -> dict:
+        self.record.setdefault("curve", []).append([iter_num, losses["val"]])
+        reference = self.record.get("reference_val_loss")
+        if reference is None:
+            return {}
+        threshold = (1 + self.record["recover_tol"]) * reference
+        if self.record.get("steps_to_recover") is None and losses["val"] <= threshold:
+            self.record["steps_to_recover"] = iter_num
+        out = {"recovery/val_over_reference": losses["val"] / reference}
+        if self.record.get("steps_to_recover") is not None:
+            out["recovery/steps_to_recover"] = self.record["steps_to_recover"]
+        return out
+
+
+def finetune(cfg: FinetuneConfig) -> dict:
+    resume = cfg.init_from == "resume"
+    ckpt = load_checkpoint(cfg.out_dir if resume else cfg.in_dir)
+    source_config = ckpt.get("config", {})
+    if not cfg.dataset:
+        cfg.dataset = source_config.get("dataset", "shakespeare_char")
+    if not cfg.data_dir:
+        cfg.data_dir = source_config.get("data_dir", "")
+    ensure_prepared(cfg.resolved_data_dir(), cfg.dataset)
+    record = ckpt.get("finetune") if resume else None
+    if record is None:
+        loader = BatchLoader(cfg.resolved_data_dir(), ckpt["model_args"]["block_size"], cfg.batch_size)
+        record = {"in_dir": os.path.abspath(cfg.in_dir), "recover_tol": cfg.recover_tol, "curve": [],
+                  "steps_to_recover": None,
+                  "reference_val_loss": reference_loss(cfg, ckpt.get("transform"), loader)}
+    extra = {"finetune": record}
+    if "transform" in ckpt:
+        extra["transform"] = ckpt["transform"]
+    summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=RecoveryTracker(record),
+                    extra_checkpoint=extra)
+    summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve")})
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    with open(os.path.join(cfg.out_dir, "finetune.json"), "w") as f:
+        json.dump(dict(summary, config=dataclasses.asdict(cfg)), f, indent=2)
+    return summary
+
+
+def main(argv: list[str]) -> None:
+    summary = finetune(load_config(FinetuneConfig, argv))
+    ref = summary["reference_val_loss"]
+    print(f"val loss {summary['val_loss']:.4f}" + (f" (reference {ref:.4f})" if ref is not None else ""))
+    steps = summary["steps_to_recover"]
+    print("steps to recover: " + (str(steps) if steps is not None else "not recovered within max_iters"))
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ConfigError, CheckpointError, DataError, TrainingDiverged) as e:
+        sys.exit(f"error: {e}")

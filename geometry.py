@@ -1,0 +1,190 @@
+"""
+Geometry metrics, as pure functions on tensors (eval_geometry.py collects the inputs and writes reports).
+
+Probe matrices are row-aligned: row i of X (N×d, the reference) and of Y (N×m, after the transform)
+describe the same token, position and layer. Pairwise metrics run over all pairs i < j in row chunks,
+so memory stays O(chunk·N) even for N = 4096 probes; rank statistics use a seeded sample of pairs.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x.double(), dim=1, eps=1e-12)
+
+
+def _pair_chunks(X: torch.Tensor, Y: torch.Tensor, chunk: int):
+    """Yield (cos_X, cos_Y) for pairs (i, j), i < j, one block of rows i at a time."""
+    Xu, Yu = _unit(X), _unit(Y)
+    n = len(Xu)
+    for start in range(0, n - 1, chunk):
+        stop = min(start + chunk, n - 1)
+        cx = Xu[start:stop] @ Xu.T
+        cy = Yu[start:stop] @ Yu.T
+        rows = torch.arange(start, stop)[:, None]
+        mask = torch.arange(n)[None, :] > rows  # j > i
+        yield cx[mask].clamp(-1, 1), cy[mask].clamp(-1, 1)
+
+
+def angular_error(X: torch.Tensor, Y: torch.Tensor, chunk: int = 512) -> float:
+    """AE = mean over pairs i<j of |∠(x_i, x_j) − ∠(y_i, y_j)|, in radians (∠ = arccos of the cosine)."""
+    total, count = 0.0, 0
+    for cx, cy in _pair_chunks(X, Y, chunk):
+        total += (torch.arccos(cx) - torch.arccos(cy)).abs().sum().item()
+        count += cx.numel()
+    return total / max(count, 1)
+
+
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    """Average ranks (ties share the mean rank), as scipy.stats.rankdata."""
+    order = torch.argsort(x)
+    sorted_x = x[order]
+    ranks = torch.empty_like(x, dtype=torch.float64)
+    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.float64)
+    _, inverse, counts = torch.unique_consecutive(sorted_x, return_inverse=True, return_counts=True)
+    if len(counts) < len(x):  # ties: replace by the group's mean rank
+        sums = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, inverse, ranks[order])
+        ranks[order] = (sums / counts)[inverse]
+    return ranks
+
+
+def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
+    denom = (a.norm() * b.norm()).item()
+    return (a @ b).item() / denom if denom > 0 else float("nan")
+
+
+def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = 512, spearman_pairs: int = 200_000,
+                               seed: int = 0) -> dict:
+    """HC: Pearson correlation, over all pairs i<j, of cos(x_i, x_j) against cos(y_i, y_j) (from streamed
+    sums), and Spearman's rank correlation on a seeded sample of ``spearman_pairs`` pairs."""
+    s = torch.zeros(5, dtype=torch.float64)  # Σa, Σb, Σa², Σb², Σab
+    n = 0
+    for cx, cy in _pair_chunks(X, Y, chunk):
+        s += torch.stack([cx.sum(), cy.sum(), (cx * cx).sum(), (cy * cy).sum(), (cx * cy).sum()])
+        n += cx.numel()
+    sa, sb, saa, sbb, sab = s.tolist()
+    cov = sab / n - sa * sb / n**2
+    var_a, var_b = saa / n - (sa / n) ** 2, sbb / n - (sb / n) ** 2
+    hc = cov / math.sqrt(var_a * var_b) if var_a > 0 and var_b > 0 else float("nan")
+    i, j = sample_pairs(len(X), spearman_pairs, seed)
+    Xu, Yu = _unit(X), _unit(Y)
+    ca, cb = (Xu[i] * Xu[j]).sum(1), (Yu[i] * Yu[j]).sum(1)
+    return {"pearson": hc, "spearman": pearson(_ranks(ca), _ranks(cb)), "pairs": n}
+
+
+def sample_pairs(n: int, count: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` random pairs (i, j) with i ≠ j (all pairs i < j when there are fewer)."""
+    total = n * (n - 1) // 2
+    if total <= count:
+        i, j = torch.triu_indices(n, n, offset=1)
+        return i, j
+    g = torch.Generator().manual_seed(seed)
+    i = torch.randint(0, n, (count,), generator=g)
+    j = (i + torch.randint(1, n, (count,), generator=g)) % n
+    return i, j
+
+
+def feature_alignment(W: torch.Tensor, T: torch.Tensor, T_pinv: torch.Tensor) -> float:
+    """FA = mean_k cos(w_k, T⁺·T·w_k): how much of each feature direction w_k (a row of W, in the
+    reference space) survives the round trip through the new space. (w_k and T·w_k live in spaces of
+    different dimension, so the comparison is made after mapping back with T⁺.)"""
+    W = W.double()
+    round_trip = W @ T.double().T @ T_pinv.double().T
+    return F.cosine_similarity(W, round_trip, dim=1).mean().item()
+
+
+def excess_kurtosis(x: torch.Tensor) -> float:
+    """E[(x − μ)⁴] / σ⁴ − 3 over all entries (0 for a Gaussian; large for outlier-heavy weights)."""
+    x = x.double().flatten()
+    centred = x - x.mean()
+    var = centred.pow(2).mean()
+    return (centred.pow(4).mean() / var.pow(2) - 3).item() if var > 0 else float("nan")
+
+
+def rtn_quantize(W: torch.Tensor, bits: int = 8) -> torch.Tensor:
+    """Symmetric per-output-channel round-to-nearest: scale_r = max|W_r| / (2^(b−1) − 1)."""
+    qmax = 2 ** (bits - 1) - 1
+    scale = W.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / qmax
+    return (W / scale).round().clamp(-qmax, qmax) * scale
+
+
+def rtn_error(W: torch.Tensor, bits: int = 8) -> float:
+    """Relative Frobenius error ‖W − Q(W)‖ / ‖W‖ of per-channel round-to-nearest quantization."""
+    W = W.double()
+    return ((W - rtn_quantize(W, bits)).norm() / W.norm()).item()
+
+
+def jl_distortion(X: torch.Tensor, T: torch.Tensor, pairs: int = 200_000, seed: int = 0) -> dict:
+    """Empirical ε of the map T on the probes: |‖Tu − Tv‖² / ‖u − v‖² − 1| over sampled pairs."""
+    X = X.double()
+    i, j = sample_pairs(len(X), pairs, seed)
+    diff = X[i] - X[j]
+    keep = diff.norm(dim=1) > 1e-12
+    diff = diff[keep]
+    ratio = (diff @ T.double().T).pow(2).sum(1) / diff.pow(2).sum(1)
+    eps = (ratio - 1).abs()
+    q = torch.quantile(eps, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)).tolist()
+    return {"max": eps.max().item(), "median": q[0], "q90": q[1], "q99": q[2], "pairs": len(eps)}
+
+
+def jl_epsilon_bound(n_points: int, m: int, delta: float = 0.05) -> float | None:
+    """The ε the JL lemma guarantees at width m for N points with probability 1 − δ: the root in (0, 1)
+    of (ε²/2 − ε³/3)·m = 4·ln N + 2·ln(1/δ) (bisection); None when even ε → 1 is not guaranteed."""
+    need = 4 * math.log(max(n_points, 2)) + 2 * math.log(1 / delta)
+    f = lambda e: (e**2 / 2 - e**3 / 3) * m - need
+    if f(1.0) < 0:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return hi
+
+
+def intrinsic_dimension(H: torch.Tensor, threshold: float = 0.95) -> int:
+    """The number of principal components (of the centred H) that explain ``threshold`` of its variance."""
+    H = H.double() - H.double().mean(0)
+    var = torch.linalg.svdvals(H).pow(2)
+    cumulative = var.cumsum(0) / var.sum()
+    return int((cumulative < threshold).sum().item()) + 1
+
+
+def similarity_scores(h: torch.Tensor, E: torch.Tensor, kind: str) -> torch.Tensor:
+    """Similarity of hidden states h (N×d) to every token embedding E (V×d): 'neg_euclidean' −‖h−e‖,
+    'inv_euclidean' 1/‖h−e‖, 'cosine', 'dot'."""
+    h, E = h.double(), E.double()
+    if kind == "dot":
+        return h @ E.T
+    if kind == "cosine":
+        return _unit(h) @ _unit(E).T
+    dist = torch.cdist(h, E)
+    if kind == "neg_euclidean":
+        return -dist
+    if kind == "inv_euclidean":
+        return 1.0 / dist.clamp_min(1e-12)
+    raise ValueError(f"unknown similarity {kind!r}")
+
+
+def ndcg_at_k(scores: torch.Tensor, relevance: torch.Tensor, k: int) -> float:
+    """Mean over rows of DCG@k(ranking by ``scores``) / DCG@k(ideal ranking), with graded relevance
+    (here: the model's next-token probabilities) and discount 1/log2(rank + 1)."""
+    k = min(k, scores.shape[1])
+    discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64))
+    top = scores.topk(k, dim=1).indices
+    dcg = (relevance.double().gather(1, top) * discount).sum(1)
+    ideal = (relevance.double().topk(k, dim=1).values * discount).sum(1)
+    return (dcg / ideal.clamp_min(1e-300)).mean().item()
+
+
+def kl_and_agreement(logits_ref: torch.Tensor, logits_new: torch.Tensor) -> dict:
+    """Mean KL(p_ref ‖ p_new) of next-token distributions (nats) and top-1 agreement, over positions."""
+    lp = F.log_softmax(logits_ref.double().flatten(0, -2), dim=-1)
+    lq = F.log_softmax(logits_new.double().flatten(0, -2), dim=-1)
+    kl = (lp.exp() * (lp - lq)).sum(-1).mean().item()
+    agree = (lp.argmax(-1) == lq.argmax(-1)).double().mean().item()
+    return {"kl": kl, "top1_agreement": agree}

@@ -1,0 +1,193 @@
+"""Each geometry metric against a naive implementation on small inputs, and the identity/exact cases."""
+import itertools
+import json
+import math
+import os
+
+import pytest
+import torch
+
+import geometry as geo
+
+
+def naive_pairs(X):
+    return [(i, j) for i, j in itertools.combinations(range(len(X)), 2)]
+
+
+def cos(a, b):
+    return (a @ b / (a.norm() * b.norm())).item()
+
+
+@pytest.fixture
+def data():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(30, 8, generator=g, dtype=torch.float64)
+    Y = X @ torch.randn(8, 6, generator=g, dtype=torch.float64) + 0.1 * torch.randn(30, 6, generator=g,
+                                                                                        dtype=torch.float64)
+    return X, Y
+
+
+def test_angular_error_matches_naive(data):
+    X, Y = data
+    naive = sum(abs(math.acos(cos(X[i], X[j])) - math.acos(cos(Y[i], Y[j]))) for i, j in naive_pairs(X))
+    naive /= len(naive_pairs(X))
+    assert geo.angular_error(X, Y, chunk=7) == pytest.approx(naive, rel=1e-9)
+
+
+def test_concordance_matches_naive_pearson_and_spearman(data):
+    X, Y = data
+    a = torch.tensor([cos(X[i], X[j]) for i, j in naive_pairs(X)], dtype=torch.float64)
+    b = torch.tensor([cos(Y[i], Y[j]) for i, j in naive_pairs(X)], dtype=torch.float64)
+    hc = geo.hyperspherical_concordance(X, Y, chunk=4)
+    assert hc["pearson"] == pytest.approx(torch.corrcoef(torch.stack([a, b]))[0, 1].item(), rel=1e-9)
+    ra, rb = a.argsort().argsort().double(), b.argsort().argsort().double()  # no ties in continuous data
+    assert hc["spearman"] == pytest.approx(torch.corrcoef(torch.stack([ra, rb]))[0, 1].item(), rel=1e-9)
+
+
+def test_ranks_average_ties():
+    assert geo._ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]
+
+
+def test_identity_and_orthogonal_maps_keep_geometry(data):
+    X, _ = data
+    Q = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64))[0]
+    for Y in (X, X @ Q.T):
+        assert geo.angular_error(X, Y) < 1e-6
+        assert geo.hyperspherical_concordance(X, Y)["pearson"] == pytest.approx(1.0, abs=1e-9)
+    eye = torch.eye(8, dtype=torch.float64)
+    assert geo.feature_alignment(X, eye, eye) == pytest.approx(1.0)
+    assert geo.jl_distortion(X, Q)["max"] < 1e-9
+
+
+def test_feature_alignment_matches_naive(data):
+    X, _ = data
+    T = torch.randn(5, 8, dtype=torch.float64)
+    P = torch.linalg.pinv(T)
+    naive = sum(cos(w, P @ T @ w) for w in X) / len(X)
+    assert geo.feature_alignment(X, T, P) == pytest.approx(naive, rel=1e-9)
+
+
+def test_kurtosis_and_rtn_match_naive():
+    x = torch.tensor([1.0, 2.0, 3.0, 10.0], dtype=torch.float64)
+    mu = x.mean()
+    m2, m4 = ((x - mu) ** 2).mean(), ((x - mu) ** 4).mean()
+    assert geo.excess_kurtosis(x) == pytest.approx((m4 / m2**2 - 3).item())
+    assert abs(geo.excess_kurtosis(torch.randn(200_000, dtype=torch.float64))) < 0.05
+    W = torch.tensor([[0.5, -1.0, 0.26], [2.0, 0.1, -0.3]], dtype=torch.float64)
+    Q = torch.empty_like(W)
+    for r in range(2):
+        scale = W[r].abs().max() / 127
+        Q[r] = torch.round(W[r] / scale) * scale
+    assert torch.allclose(geo.rtn_quantize(W, 8), Q)
+    assert geo.rtn_error(W, 4) > geo.rtn_error(W, 8) > 0
+
+
+def test_jl_distortion_matches_naive_and_the_bound_inverts_the_width(data):
+    X, _ = data
+    T = torch.randn(4, 8, dtype=torch.float64) / 2
+    eps = [abs((T @ (X[i] - X[j])).pow(2).sum() / (X[i] - X[j]).pow(2).sum() - 1).item() for i, j in naive_pairs(X)]
+    assert geo.jl_distortion(X, T)["max"] == pytest.approx(max(eps), rel=1e-9)
+    from transform import jl_min_width
+    e = geo.jl_epsilon_bound(1000, 800, 0.05)
+    assert jl_min_width(1000, e + 1e-6, 0.05) <= 800 < jl_min_width(1000, e - 1e-3, 0.05)
+    assert geo.jl_epsilon_bound(10**6, 5) is None
+
+
+def test_intrinsic_dimension():
+    g = torch.Generator().manual_seed(0)
+    basis = torch.randn(3, 20, generator=g, dtype=torch.float64)
+    H = torch.randn(500, 3, generator=g, dtype=torch.float64) @ basis
+    assert geo.intrinsic_dimension(H) <= 3
+    assert geo.intrinsic_dimension(torch.randn(2000, 20, generator=g)) > 15
+
+
+def test_ndcg_matches_naive_and_is_one_for_the_ideal_ranking():
+    rel = torch.tensor([[0.5, 0.3, 0.1, 0.1]], dtype=torch.float64)
+    scores = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+    order = [3, 2, 1]
+    dcg = sum(rel[0, t].item() / math.log2(r + 2) for r, t in enumerate(order))
+    ideal = 0.5 / math.log2(2) + 0.3 / math.log2(3) + 0.1 / math.log2(4)
+    assert geo.ndcg_at_k(scores, rel, 3) == pytest.approx(dcg / ideal)
+    assert geo.ndcg_at_k(rel, rel, 3) == pytest.approx(1.0)
+
+
+def test_similarity_scores_match_naive():
+    h, E = torch.randn(3, 5), torch.randn(7, 5)
+    d = torch.stack([torch.stack([(hi - e).norm() for e in E]) for hi in h]).double()
+    assert torch.allclose(geo.similarity_scores(h, E, "neg_euclidean"), -d, atol=1e-5)
+    assert torch.allclose(geo.similarity_scores(h, E, "inv_euclidean"), 1 / d, atol=1e-4)
+    assert torch.allclose(geo.similarity_scores(h, E, "dot"), (h @ E.T).double(), atol=1e-5)
+
+
+def test_kl_and_agreement():
+    logits = torch.randn(2, 5, 11)
+    assert geo.kl_and_agreement(logits, logits) == {"kl": pytest.approx(0.0, abs=1e-12), "top1_agreement": 1.0}
+    other = logits.clone()
+    other[..., 0] += 100
+    p = logits.double().softmax(-1)
+    naive = (p * (p.log() - other.double().log_softmax(-1))).sum(-1).mean().item()
+    assert geo.kl_and_agreement(logits, other)["kl"] == pytest.approx(naive, rel=1e-9)
+
+
+def test_pairwise_metrics_scale_to_4096_probes():
+    import time
+    X = torch.randn(4096, 128, dtype=torch.float64)
+    Y = X @ torch.randn(128, 64, dtype=torch.float64)
+    t0 = time.perf_counter()
+    geo.angular_error(X, Y)
+    geo.hyperspherical_concordance(X, Y)
+    assert time.perf_counter() - t0 < 60
+
+
+# ---------------------------------------------------------------------------------------------- the CLI
+
+
+def run_eval(*args):
+    from configurator import load_config
+    from eval_geometry import GeometryConfig, evaluate
+    return evaluate(load_config(GeometryConfig, ["--n_probes=600", "--eval_iters=3", "--probe_batches=2",
+                                                 "--wandb_log=False", *args]))
+
+
+def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_dir, tmp_path):
+    from transform import TransformConfig, run
+    run(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=32, kind="orthogonal",
+                        data_dir=char_data_dir, eval_iters=0))
+    m = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={tmp_path / 't'}", f"--out_dir={tmp_path / 'g'}",
+                 f"--data_dir={char_data_dir}")
+    assert m["reference_centred"] is True  # LayerNorm model, folded
+    for flavour in ("map", "model"):
+        assert m["angular_error"][flavour] < 1e-4
+        assert m["concordance"][flavour]["pearson"] == pytest.approx(1.0, abs=1e-6)
+    assert m["kl"] < 1e-8 and m["top1_agreement"] == 1.0
+    assert m["feature_alignment"]["frequent_tokens"] == pytest.approx(1.0, abs=1e-6)
+    saved = json.load(open(tmp_path / "g" / "metrics.json"))
+    assert saved["loss"]["new"]["val_loss"] == pytest.approx(saved["loss"]["ref"]["val_loss"], abs=1e-5)
+    for name in saved["figures"].values():
+        assert os.path.getsize(tmp_path / "g" / name) > 10_000
+
+
+def test_identity_compare_and_single_model(trained_dir, char_data_dir, tmp_path):
+    m = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 'g'}",
+                 f"--data_dir={char_data_dir}")
+    assert m["angular_error"]["model"] == pytest.approx(0.0, abs=1e-9)
+    assert m["concordance"]["model"]["pearson"] == pytest.approx(1.0)
+    assert m["kl"] == pytest.approx(0.0, abs=1e-12)
+    single = run_eval(f"--ref_dir={trained_dir}", f"--out_dir={tmp_path / 's'}", f"--data_dir={char_data_dir}")
+    assert "new" not in single["loss"] and single["angular_error"] == {}
+    assert len(single["models"]["ref"]["intrinsic_dimension"]) == 3
+
+
+def test_shrink_loses_geometry_and_wandb_logs_offline(trained_dir, char_data_dir, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    from transform import TransformConfig, run
+    run(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16, kind="gaussian",
+                        data_dir=char_data_dir, eval_iters=0))
+    m = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={tmp_path / 't'}", f"--out_dir={tmp_path / 'g'}",
+                 f"--data_dir={char_data_dir}", "--wandb_log=True")
+    assert m["angular_error"]["map"] > 0.01 and m["concordance"]["map"]["pearson"] < 0.999
+    assert 0 < m["feature_alignment"]["principal_directions"] < 1
+    assert m["jl"]["empirical_eps"]["max"] > 0
+    import glob
+    assert glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
