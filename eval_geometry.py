@@ -408,8 +408,9 @@ def main(argv: list[str]) -> None:
            f"{m['top1_agreement']:.3f}" if "new" in loss else ""))
     for flavour in ("map", "model"):
         if flavour in m["angular_error"]:
+            hc = m["concordance"][flavour]
             print(f"{flavour}-level: AE {m['angular_error'][flavour]:.4f} rad, "
-                  f"HC {m['concordance'][flavour]['pearson']:.4f} (Spearman {m['concordance'][flavour]['spearman']:.4f})")
+                  f"HC {hc['pearson']:.4f} (Spearman {hc['spearman']:.4f})")
     if "feature_alignment" in m:
         fa = m["feature_alignment"]
         print(f"FA: frequent tokens {fa['frequent_tokens']:.4f}, principal directions {fa['principal_directions']:.4f}")
