@@ -23,7 +23,7 @@ NORM_GAINS = ("vector", "scalar", "none")
 NORM_PLACEMENTS = ("pre", "peri")
 HEADS = ("linear", "tied", "knn")
 POSITIONS = ("learned", "rope")
-MLPS = ("gelu", "swiglu")
+MLPS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's "gelu_new" approximation
 
 
 class ConfigError(ValueError):
@@ -71,7 +71,7 @@ class GPTConfig:
                     "change one of them or set head_dim explicitly")
             self.head_dim = self.n_embd // self.n_head
         if self.mlp_hidden is None:
-            if self.mlp == "gelu":
+            if self.mlp != "swiglu":
                 self.mlp_hidden = 4 * self.n_embd
             else:  # LLaMA: 2/3 of 4d, rounded up to a multiple of 64, keeps the parameter count of a GELU MLP
                 self.mlp_hidden = 64 * math.ceil(8 * self.n_embd / 3 / 64)
@@ -178,11 +178,13 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """GELU: W_out · gelu(W_in x).  SwiGLU: W_out · (silu(W_gate x) ⊙ W_up x), gate and up fused in c_fc."""
+    """GELU: W_out · gelu(W_in x) (exact erf, or GPT-2's tanh approximation).
+    SwiGLU: W_out · (silu(W_gate x) ⊙ W_up x), gate and up fused in c_fc."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.swiglu = config.mlp == "swiglu"
+        self.approximate = "tanh" if config.mlp == "gelu_tanh" else "none"
         width = 2 * config.mlp_hidden if self.swiglu else config.mlp_hidden
         self.c_fc = nn.Linear(config.n_embd, width, bias=config.bias)  # reads the residual
         self.c_proj = nn.Linear(config.mlp_hidden, config.n_embd, bias=config.bias)  # writes it
@@ -194,7 +196,7 @@ class MLP(nn.Module):
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up
         else:
-            h = F.gelu(h)
+            h = F.gelu(h, approximate=self.approximate)
         return self.dropout(self.c_proj(h))
 
 
@@ -274,6 +276,13 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual writers
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @classmethod
+    def from_pretrained(cls, name_or_dir: str, **overrides) -> GPT:
+        """GPT-2 weights from Hugging Face: a model name ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl',
+        from the local cache or the hub) or a local save_pretrained directory. Needs ``transformers``."""
+        from convert import gpt2_from_pretrained
+        return gpt2_from_pretrained(name_or_dir, **overrides)
 
     @classmethod
     def from_state_dict(cls, config: GPTConfig, state_dict: dict) -> GPT:

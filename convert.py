@@ -1,0 +1,224 @@
+"""
+Pretrained models in and out: Hugging Face GPT-2 and nanoGPT checkpoints ↔ nanoLGPT checkpoints.
+
+    python convert.py --from_hf=gpt2 --out_dir=out-gpt2                # HF hub name (cache) or local directory
+    python convert.py --from_nanogpt=PATH/ckpt.pt --out_dir=out-mine   # a nanoGPT training checkpoint
+    python convert.py --in_dir=out-m1024 --to_hf=hf-m1024              # back to a GPT2LMHeadModel directory
+
+GPT-2 is pre-LN LayerNorm with per-dimension gains and biases, learned positions, the tanh GELU
+('gelu_new') and a tied head. Hugging Face stores its Linear layers as Conv1D, i.e. transposed.
+``transformers`` is needed only here (and for init_from='gpt2'); it is an optional dependency.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from checkpoint import CheckpointError, clean_state_dict, load_checkpoint, model_from_checkpoint, save_checkpoint
+from configurator import ConfigError, load_config
+from model import GPT, GPTConfig
+
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+GPT2_META = {"tokenizer": "gpt2", "vocab_size": 50257}
+
+
+class ConversionError(ConfigError):
+    """A model that cannot be converted as asked; the message names the field and the fix."""
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise ConversionError("this needs the optional dependency transformers: "
+                              "pip install -r requirements-extras.txt") from e
+    return transformers
+
+
+# ----------------------------------------------------------------------------------------------
+# Hugging Face → ours
+
+
+def config_from_hf(hf_config) -> GPTConfig:
+    activation = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+    if hf_config.activation_function not in activation:
+        raise ConversionError(f"activation_function={hf_config.activation_function!r} is not supported "
+                              f"(supported: {sorted(activation)})")
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if getattr(hf_config, flag, False):
+            raise ConversionError(f"GPT-2 config flag {flag}=True is not supported")
+    if not getattr(hf_config, "scale_attn_weights", True):
+        raise ConversionError("scale_attn_weights=False is not supported (attention is scaled by 1/√head_dim)")
+    return GPTConfig(
+        n_layer=hf_config.n_layer, n_head=hf_config.n_head, n_embd=hf_config.n_embd,
+        block_size=hf_config.n_positions, vocab_size=hf_config.vocab_size, bias=True,
+        mlp_hidden=hf_config.n_inner or 4 * hf_config.n_embd, mlp=activation[hf_config.activation_function],
+        norm_eps=hf_config.layer_norm_epsilon, norm_type="layernorm", norm_gain="vector", norm_placement="pre",
+        pos="learned", head="tied" if getattr(hf_config, "tie_word_embeddings", True) else "linear")
+
+
+def gpt2_from_hf_model(hf_model, **overrides) -> GPT:
+    config = config_from_hf(hf_model.config)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    state = {}
+    for name, tensor in hf_model.state_dict().items():
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # causal-mask buffers of older transformers versions
+        tensor = tensor.detach().float()
+        state[name] = tensor.t().contiguous() if name.endswith(CONV1D) else tensor.clone()
+    return GPT.from_state_dict(config, state)
+
+
+def gpt2_from_pretrained(name_or_dir: str, **overrides) -> GPT:
+    """GPT-2 from a Hugging Face model name (local cache or hub) or a save_pretrained directory."""
+    transformers = _transformers()
+    try:
+        hf_model = transformers.GPT2LMHeadModel.from_pretrained(name_or_dir)
+    except OSError as e:
+        raise ConversionError(
+            f"could not load Hugging Face model '{name_or_dir}' ({e.__class__.__name__}). Offline, the weights must "
+            "already be in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface) with HF_HUB_OFFLINE=1, "
+            "or pass a local directory written by save_pretrained") from e
+    return gpt2_from_hf_model(hf_model, **overrides)
+
+
+# ----------------------------------------------------------------------------------------------
+# nanoGPT → ours
+
+
+def import_nanogpt(ckpt: dict) -> GPT:
+    """A nanoGPT training checkpoint ({'model', 'model_args', ...}): GPT-2 architecture, exact GELU, tied head."""
+    if "model" not in ckpt or "model_args" not in ckpt:
+        raise CheckpointError("not a nanoGPT checkpoint: it needs 'model' and 'model_args' keys")
+    known = {"n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout"}
+    args = {k: v for k, v in ckpt["model_args"].items() if k in known}
+    state = {k: v for k, v in clean_state_dict(ckpt["model"]).items()
+             if not (k.endswith(".attn.bias") and v.dim() == 4)}  # the mask buffer of non-flash nanoGPT
+    tied = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
+    return GPT.from_state_dict(GPTConfig(**args, head="tied" if tied else "linear"),
+                               {k: v.clone() for k, v in state.items()})
+
+
+# ----------------------------------------------------------------------------------------------
+# ours → Hugging Face
+
+
+def export_requirements(config: GPTConfig) -> list[str]:
+    """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
+    problems = []
+    if config.norm_type != "layernorm":
+        problems.append(f"norm_type={config.norm_type!r}: GPT-2 uses LayerNorm (transform with --norms=scalar or "
+                        "--norms=drop keeps LayerNorm, approximately)")
+    if config.norm_placement != "pre":
+        problems.append(f"norm_placement={config.norm_placement!r}: GPT-2 is pre-LN")
+    if config.pos != "learned":
+        problems.append(f"pos={config.pos!r}: GPT-2 has learned positions")
+    if config.mlp == "swiglu":
+        problems.append("mlp='swiglu': GPT-2's MLP is GELU")
+    if config.head == "knn":
+        problems.append("head='knn': GPT-2's head is linear")
+    if config.head_bias:
+        problems.append("head_bias=True: GPT-2's head has no bias")
+    if config.n_head * config.head_dim != config.n_embd:
+        problems.append(f"n_head*head_dim={config.n_head * config.head_dim} != n_embd={config.n_embd}: GPT-2's "
+                        "attention width equals its residual width")
+    return problems
+
+
+def export_hf(model: GPT, out_dir: str) -> None:
+    """Write a GPT2LMHeadModel directory (save_pretrained) with the same function as ``model``."""
+    transformers = _transformers()
+    cfg = model.config
+    problems = export_requirements(cfg)
+    if problems:
+        raise ConversionError("this model cannot be exported to GPT-2: " + "; ".join(problems))
+    hf_config = transformers.GPT2Config(
+        n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, n_positions=cfg.block_size,
+        vocab_size=cfg.vocab_size, n_inner=cfg.mlp_hidden, layer_norm_epsilon=cfg.norm_eps,
+        activation_function="gelu_new" if cfg.mlp == "gelu_tanh" else "gelu", tie_word_embeddings=cfg.head == "tied",
+        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
+        bos_token_id=min(50256, cfg.vocab_size - 1), eos_token_id=min(50256, cfg.vocab_size - 1))
+    hf_model = transformers.GPT2LMHeadModel(hf_config)
+    ours = model.state_dict()
+    state = {}
+    for name, target in hf_model.state_dict().items():
+        if name in ours:
+            value = ours[name]
+        elif name.endswith((".ln_1.weight", ".ln_2.weight", "ln_f.weight")):  # scalar or no gain → a vector
+            prefix = name[: -len(".weight")]
+            value = ours.get(f"{prefix}.weight", torch.ones(1)).expand(cfg.n_embd)
+        elif name.endswith(".bias"):  # bias=False (or scalar gains): GPT-2 has zero biases there
+            value = torch.zeros_like(target)
+        else:
+            raise ConversionError(f"internal: no value for GPT-2 parameter {name}")
+        if name.endswith(CONV1D):
+            value = value.t()
+        elif name.endswith((".ln_1.weight", ".ln_2.weight", "ln_f.weight")) and value.numel() == 1:
+            value = value.expand(cfg.n_embd)
+        state[name] = value.detach().clone().contiguous()
+    hf_model.load_state_dict(state, strict=True)
+    hf_model.save_pretrained(out_dir)
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+
+
+@dataclass
+class ConvertConfig:
+    from_hf: str = ""  # a Hugging Face GPT-2 name or save_pretrained directory
+    from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
+    in_dir: str = ""  # with to_hf: our checkpoint to export
+    to_hf: str = ""  # directory for the exported GPT2LMHeadModel
+    out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
+
+    def validate(self) -> None:
+        modes = [bool(self.from_hf), bool(self.from_nanogpt), bool(self.to_hf)]
+        if sum(modes) != 1:
+            raise ConfigError("give exactly one of --from_hf=NAME_OR_DIR, --from_nanogpt=CKPT or --to_hf=DIR")
+        if (self.from_hf or self.from_nanogpt) and not self.out_dir:
+            raise ConfigError("--out_dir=DIR is required to import a model")
+        if self.to_hf and not self.in_dir:
+            raise ConfigError("--in_dir=DIR (our checkpoint) is required with --to_hf")
+
+
+def convert(cfg: ConvertConfig) -> str:
+    if cfg.to_hf:
+        model, _ = model_from_dir(cfg.in_dir)
+        export_hf(model, cfg.to_hf)
+        return cfg.to_hf
+    if cfg.from_hf:
+        model, meta, source = gpt2_from_pretrained(cfg.from_hf), GPT2_META, {"init_from": cfg.from_hf}
+    else:
+        ckpt = load_checkpoint(cfg.from_nanogpt)
+        model = import_nanogpt(ckpt)
+        meta, source = nanogpt_meta(ckpt), dict(ckpt.get("config", {}), imported_from=cfg.from_nanogpt)
+    save_checkpoint({"model": model.state_dict(), "model_args": model.config.to_dict(), "config": source,
+                     "iter_num": 0, "best_val_loss": float("inf"), "optimizer": None, "meta": meta}, cfg.out_dir)
+    return cfg.out_dir
+
+
+def model_from_dir(path: str):
+    ckpt = load_checkpoint(path)
+    return model_from_checkpoint(ckpt), ckpt
+
+
+def nanogpt_meta(ckpt: dict) -> dict:
+    """nanoGPT keeps the tokenizer in data/<dataset>/meta.pkl; fall back to GPT-2 BPE as its sample.py does."""
+    from dataset import load_meta
+    dataset = ckpt.get("config", {}).get("dataset")
+    meta = load_meta(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset)) if dataset else None
+    if meta is not None and meta["vocab_size"] <= ckpt["model_args"]["vocab_size"]:
+        return meta
+    return GPT2_META
+
+
+if __name__ == "__main__":
+    try:
+        print(f"wrote {convert(load_config(ConvertConfig, sys.argv[1:]))}")
+    except (ConfigError, CheckpointError, ConversionError) as e:
+        sys.exit(f"error: {e}")

@@ -1,0 +1,457 @@
+"""
+The experiments behind scripts/*.sh: each runs train → transform → finetune → eval through the
+project's own Python APIs and writes JSON and PNG into results/<experiment>/.
+
+    python scripts/experiments.py ppl_vs_width [--quick]      (QUICK=1 works too)
+
+--quick: the CPU setting (configs/shakespeare_char.py, about 20 minutes or less per experiment on 2 cores).
+Default: the paper-scale GPU setting (configs/shakespeare_char.py + configs/gpu.py, longer finetunes,
+more seeds). Trained models are cached in runs/ (keyed by their settings), so experiments share them.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import torch  # noqa: E402
+
+import geometry as geo  # noqa: E402
+from checkpoint import load_model  # noqa: E402
+from configurator import load_config  # noqa: E402
+from dataset import BatchLoader, evaluate_loss  # noqa: E402
+from eval_geometry import GeometryConfig, evaluate  # noqa: E402
+from finetune import FinetuneConfig, finetune  # noqa: E402
+from train import TrainConfig, train  # noqa: E402
+from transform import KINDS, TransformConfig, run  # noqa: E402
+
+RUNS = os.path.join(ROOT, "runs")
+RESULTS = os.path.join(ROOT, "results")
+RATIOS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+class Setting:
+    """QUICK (CPU) or full (GPU) sizes of everything an experiment runs."""
+
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.base = [os.path.join(ROOT, "configs", "shakespeare_char.py")]
+        if not quick:
+            self.base.append(os.path.join(ROOT, "configs", "gpu.py"))
+        self.finetune_iters = 100 if quick else 1000
+        self.seeds = (0, 1) if quick else (0, 1, 2)
+        self.common = ["--progress_bar=False", "--wandb_log=" + os.environ.get("WANDB_LOG", "False")]
+        self.device = "cpu" if quick else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def variant_overlay(name: str) -> list[str]:
+    return [] if name == "base" else [os.path.join(ROOT, "configs", "variants", f"{name}.py")]
+
+
+def trained(s: Setting, name: str, args: list[str]) -> str:
+    """Train (once) a model of the base config + ``args``; cached in runs/<name>-<hash>/."""
+    argv = s.base + args + s.common
+    key = hashlib.sha1(json.dumps(argv).encode()).hexdigest()[:8]
+    out = os.path.join(RUNS, f"{name}-{'quick' if s.quick else 'full'}-{key}")
+    if not os.path.exists(os.path.join(out, "done.json")):
+        t0 = time.time()
+        summary = train(load_config(TrainConfig, argv + [f"--out_dir={out}"]))
+        with open(os.path.join(out, "done.json"), "w") as f:
+            json.dump(dict(summary, seconds=time.time() - t0, argv=argv), f)
+    return out
+
+
+def transformed(s: Setting, src: str, width: int, kind: str, porting: str, seed: int = 0, norms: str = "fold",
+                grow_noise: float = 0.0, eval_iters: int | None = None) -> tuple[str, dict]:
+    name = f"{os.path.basename(src)}-{kind}-{porting}-{norms}-m{width}-s{seed}-g{grow_noise}"
+    out = os.path.join(RUNS, "transformed", name)
+    path = os.path.join(out, "record.json")
+    if not os.path.exists(path):
+        record = run(TransformConfig(in_dir=src, out_dir=out, width=width, kind=kind, porting=porting, norms=norms,
+                                     seed=seed, grow_noise=grow_noise, eval_iters=eval_iters, device=s.device))
+        with open(path, "w") as f:
+            json.dump({k: v for k, v in record.items() if k not in ("T", "T_pinv")}, f)
+    with open(path) as f:
+        return out, json.load(f)
+
+
+def finetuned(s: Setting, src: str, iters: int, extra: list[str] = ()) -> dict:
+    out = src + f"-ft{iters}"
+    path = os.path.join(out, "finetune.json")
+    if not os.path.exists(path):
+        finetune(load_config(FinetuneConfig, s.common + [f"--in_dir={src}", f"--out_dir={out}", f"--max_iters={iters}",
+                                                         f"--lr_decay_iters={iters}", "--eval_interval=20",
+                                                         "--eval_iters=50", "--log_interval=50", *extra]))
+    with open(path) as f:
+        return json.load(f)
+
+
+def full_val_loss(model_dir: str, device: str) -> float:
+    model, ckpt = load_model(model_dir, device=device)
+    cfg = ckpt["config"]
+    data_dir = cfg.get("data_dir") or os.path.join(ROOT, "data", cfg.get("dataset", "shakespeare_char"))
+    return evaluate_loss(model, BatchLoader(data_dir, model.config.block_size, 32, device), "val", None)
+
+
+def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
+    out = os.path.join(RESULTS, experiment)
+    os.makedirs(out, exist_ok=True)
+    payload = dict(payload, meta={"quick": s.quick, "seconds": round(time.time() - started),
+                                  "hardware": hardware(), "command": f"scripts/{experiment}.sh"
+                                  + (" --quick" if s.quick else "")})
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {out}/results.json")
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__})"
+
+
+def plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+    return pyplot
+
+
+def mean_spread(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "values": values}
+
+
+# ----------------------------------------------------------------------------------------------
+# Experiments
+
+
+def ppl_vs_width(s: Setting) -> None:
+    """Val loss against m/d for every projection kind × porting rule, zero-shot and after finetuning."""
+    t0 = time.time()
+    base = trained(s, "base", [])
+    d = load_model(base)[0].config.n_embd
+    reference = full_val_loss(base, s.device)
+    rows = []
+    finetune_kinds = {("gaussian", "sandwich"), ("orthogonal", "head"), ("pca", "head")}
+    for porting in ("head", "sandwich"):
+        for kind in KINDS:
+            for ratio in RATIOS:
+                m = int(round(ratio * d))
+                if kind == "pca" and m > d:
+                    continue
+                seeds = s.seeds if kind in ("gaussian", "rademacher", "sparse", "srht", "orthogonal") else (0,)
+                zero_shot = []
+                for seed in seeds:
+                    out, record = transformed(s, base, m, kind, porting, seed)
+                    zero_shot.append(record["val_loss_after"])
+                row = {"kind": kind, "porting": porting, "ratio": ratio, "m": m,
+                       "zero_shot": mean_spread(zero_shot)}
+                if (kind, porting) in finetune_kinds or not s.quick:
+                    out, _ = transformed(s, base, m, kind, porting, seeds[0])
+                    ft = finetuned(s, out, s.finetune_iters)
+                    row["finetuned"] = ft["val_loss"]
+                    row["steps_to_recover"] = ft["steps_to_recover"]
+                rows.append(row)
+                print(row)
+    fig, axes = plt().subplots(1, 2, figsize=(14, 5), sharey=True)
+    for ax, porting in zip(axes, ("head", "sandwich")):
+        for kind in KINDS:
+            pts = [r for r in rows if r["kind"] == kind and r["porting"] == porting]
+            if not pts:
+                continue
+            line = ax.errorbar([r["ratio"] for r in pts], [r["zero_shot"]["mean"] for r in pts],
+                               yerr=[r["zero_shot"]["std"] for r in pts], marker="o", label=f"{kind} zero-shot",
+                               capsize=3)
+            ft = [r for r in pts if "finetuned" in r]
+            if ft:
+                ax.plot([r["ratio"] for r in ft], [r["finetuned"] for r in ft], "--", marker="x",
+                        color=line[0].get_color(), label=f"{kind} +{s.finetune_iters} steps")
+        ax.axhline(reference, color="k", lw=1, label="original model")
+        ax.set_yscale("log")
+        ax.set_title(f"porting = {porting}")
+        ax.set_xlabel("m / d")
+        ax.set_ylabel("val loss (full val split, log scale)")
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"Val loss vs width ratio (d = {d})")
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "ppl_vs_width"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "ppl_vs_width", "ppl_vs_width.png"), dpi=110)
+    save("ppl_vs_width", {"d": d, "reference_val_loss": reference, "finetune_iters": s.finetune_iters,
+                          "rows": rows}, t0, s)
+
+
+def geometry_vs_width(s: Setting) -> None:
+    """HC and AE (map-level and model-level) against m, with the JL bound's ε."""
+    t0 = time.time()
+    base = trained(s, "base", [])
+    d = load_model(base)[0].config.n_embd
+    rows = []
+    for kind in ("gaussian", "srht", "orthogonal", "pca"):
+        for ratio in RATIOS:
+            m = int(round(ratio * d))
+            if kind == "pca" and m > d:
+                continue
+            out, _ = transformed(s, base, m, kind, "head")
+            metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={base}", f"--in_dir={out}",
+                                                            f"--out_dir={out}-geom", "--n_probes=2048",
+                                                            "--eval_iters=10", "--wandb_log=False"]))
+            row = {"kind": kind, "m": m, "ratio": ratio,
+                   "ae_map": metrics["angular_error"]["map"], "ae_model": metrics["angular_error"]["model"],
+                   "hc_map": metrics["concordance"]["map"]["pearson"],
+                   "hc_model": metrics["concordance"]["model"]["pearson"],
+                   "jl_eps_empirical_max": metrics["jl"]["empirical_eps"]["max"],
+                   "jl_eps_empirical_q99": metrics["jl"]["empirical_eps"]["q99"],
+                   "jl_eps_bound": metrics["jl"]["bound_eps"], "n_points": metrics["jl"]["n_points"],
+                   "fa_tokens": metrics["feature_alignment"]["frequent_tokens"],
+                   "fa_pcs": metrics["feature_alignment"]["principal_directions"]}
+            rows.append(row)
+            print(row)
+    fig, axes = plt().subplots(1, 3, figsize=(17, 4.6))
+    for kind in ("gaussian", "srht", "orthogonal", "pca"):
+        pts = [r for r in rows if r["kind"] == kind]
+        ms = [r["m"] for r in pts]
+        line = axes[0].plot(ms, [r["hc_map"] for r in pts], marker="o", label=f"{kind} map-level")[0]
+        axes[0].plot(ms, [r["hc_model"] for r in pts], "--", marker="x", color=line.get_color(),
+                     label=f"{kind} model-level")
+        axes[1].plot(ms, [r["ae_map"] for r in pts], marker="o", color=line.get_color(), label=f"{kind} map-level")
+        axes[1].plot(ms, [r["ae_model"] for r in pts], "--", marker="x", color=line.get_color(),
+                     label=f"{kind} model-level")
+        axes[2].plot(ms, [r["jl_eps_empirical_max"] for r in pts], marker="o", color=line.get_color(),
+                     label=f"{kind} empirical max ε")
+    bound = [(r["m"], r["jl_eps_bound"]) for r in rows if r["kind"] == "gaussian" and r["jl_eps_bound"]]
+    if bound:
+        axes[2].plot(*zip(*bound), "k:", label="JL bound ε (δ = 0.05)")
+    for ax, (title, ylabel) in zip(axes, [("hyperspherical concordance", "HC (Pearson)"),
+                                          ("angular error", "AE (radians)"),
+                                          ("pairwise distance distortion", "ε")]):
+        ax.axvline(d, color="grey", lw=0.8)
+        ax.set_title(title)
+        ax.set_xlabel("new width m (grey: d)")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "geometry_vs_width"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "geometry_vs_width", "geometry_vs_width.png"), dpi=110)
+    save("geometry_vs_width", {"d": d, "rows": rows}, t0, s)
+
+
+def heatmaps(s: Setting) -> None:
+    """Similarity and hidden-norm heatmaps before/after: ours (pca, head) and the paper's (gaussian, sandwich)."""
+    t0 = time.time()
+    import shutil
+    base = trained(s, "base", [])
+    d = load_model(base)[0].config.n_embd
+    out_dir = os.path.join(RESULTS, "heatmaps")
+    summary = {}
+    for label, (kind, porting, ratio) in {"pca_head_0.5": ("pca", "head", 0.5),
+                                          "gaussian_sandwich_0.75": ("gaussian", "sandwich", 0.75),
+                                          "orthogonal_head_1.0": ("orthogonal", "head", 1.0)}.items():
+        src, _ = transformed(s, base, int(ratio * d), kind, porting)
+        metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={base}", f"--in_dir={src}",
+                                                        f"--out_dir={src}-heat", "--wandb_log=False",
+                                                        "--eval_iters=10"]))
+        os.makedirs(out_dir, exist_ok=True)
+        for fig in ("cosine_heatmaps", "norm_heatmap", "concordance"):
+            shutil.copy(os.path.join(src + "-heat", metrics["figures"][fig]),
+                        os.path.join(out_dir, f"{label}_{fig}.png"))
+        summary[label] = {"val_loss": metrics["loss"]["new"]["val_loss"], "ae_model": metrics["angular_error"]["model"],
+                          "hc_model": metrics["concordance"]["model"]["pearson"]}
+    save("heatmaps", {"runs": summary}, t0, s)
+
+
+ABLATION_VARIANTS = ("base", "peri_ln", "scalar_gain", "rmsnorm", "tied_head", "knn_head", "norm_reg")
+
+
+def arch_ablation(s: Setting) -> None:
+    """Which variants need the fewest finetuning steps after a transform: the paper's porting and ours."""
+    t0 = time.time()
+    rows = []
+    transforms = {"paper: gaussian sandwich m/d=0.75": ("gaussian", "sandwich", 0.75),
+                  "ours: pca head m/d=0.5": ("pca", "head", 0.5)}
+    for variant in ABLATION_VARIANTS:
+        src = trained(s, variant, variant_overlay(variant))
+        d = load_model(src)[0].config.n_embd
+        for label, (kind, porting, ratio) in transforms.items():
+            out, record = transformed(s, src, int(ratio * d), kind, porting)
+            ft = finetuned(s, out, 2 * s.finetune_iters)
+            rows.append({"variant": variant, "transform": label, "reference": ft["reference_val_loss"],
+                         "zero_shot": record["val_loss_after"], "finetuned": ft["val_loss"],
+                         "steps_to_recover": ft["steps_to_recover"], "curve": ft["curve"],
+                         "notes": record["notes"]})
+            print({k: v for k, v in rows[-1].items() if k != "curve"})
+    fig, axes = plt().subplots(1, len(transforms), figsize=(7 * len(transforms), 4.8), squeeze=False)
+    for ax, label in zip(axes[0], transforms):
+        for r in [r for r in rows if r["transform"] == label]:
+            steps, vals = zip(*r["curve"])
+            ax.plot(steps, [v / r["reference"] for v in vals], marker=".", label=r["variant"])
+        ax.axhline(1.01, color="k", ls=":", lw=1, label="recovered (1% of reference)")
+        ax.set_yscale("log")
+        ax.set_title(f"recovery — {label}")
+        ax.set_xlabel("finetune step")
+        ax.set_ylabel("val loss / reference val loss (log)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "arch_ablation"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "arch_ablation", "recovery_curves.png"), dpi=110)
+    save("arch_ablation", {"rows": rows, "finetune_iters": 2 * s.finetune_iters}, t0, s)
+
+
+def heads(s: Setting) -> None:
+    """Val loss and NDCG with linear / tied / KNN heads, with and without the norm regularizer."""
+    t0 = time.time()
+    import shutil
+    rows = []
+    out_dir = os.path.join(RESULTS, "heads")
+    os.makedirs(out_dir, exist_ok=True)
+    for head in ("linear", "tied", "knn"):
+        for reg in (0.0, 0.1):
+            name = f"head_{head}_reg{reg}"
+            src = trained(s, name, [f"--head={head}", f"--norm_reg={reg}"])
+            metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={src}", f"--out_dir={src}-geom",
+                                                            "--wandb_log=False", "--eval_iters=10"]))
+            ref = metrics["models"]["ref"]
+            rows.append({"head": head, "norm_reg": reg, "val_loss": full_val_loss(src, s.device),
+                         "ndcg": ref["ndcg"], "embedding_norms": ref["embedding_norms"]})
+            shutil.copy(os.path.join(src + "-geom", "norm_heatmap.png"), os.path.join(out_dir, f"{name}_norms.png"))
+            print(rows[-1])
+    save("heads", {"rows": rows, "ndcg_k": 10}, t0, s)
+
+
+def grow_staging(s: Setting) -> None:
+    """Train at width d, grow to 2d (with / without symmetry breaking), continue; vs 2d from scratch."""
+    t0 = time.time()
+    iters = 1000 if s.quick else 2500
+    small = ["--n_embd=64", "--n_head=4", "--mlp_hidden=256", f"--max_iters={iters}", f"--lr_decay_iters={iters}"]
+    # the grown model keeps heads and MLP: from scratch we train exactly that architecture at 2d
+    big = ["--n_embd=128", "--n_head=4", "--head_dim=16", "--mlp_hidden=256"]
+    stage1 = trained(s, "grow_stage1", small)
+    curves = {}
+    for label, noise in (("grown, no symmetry breaking", 0.0), ("grown, symmetry breaking σ=0.1", 0.1)):
+        out, _ = transformed(s, stage1, 128, "orthogonal", "head", grow_noise=noise)
+        cont = out + "-continued"
+        if not os.path.exists(os.path.join(cont, "done.json")):
+            cfg = load_config(FinetuneConfig, s.common + [
+                f"--in_dir={out}", f"--out_dir={cont}", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+                "--learning_rate=1e-3", "--min_lr=1e-4", "--warmup_iters=50", "--eval_interval=100",
+                "--eval_iters=100", "--weight_decay=0.1"])
+            summary = finetune(cfg)
+            residual = range_energy(cont, stage1, out)
+            with open(os.path.join(cont, "done.json"), "w") as f:
+                json.dump(dict(summary, energy_in_range=residual), f)
+        with open(os.path.join(cont, "done.json")) as f:
+            done = json.load(f)
+        curves[label] = {"curve": done["curve"], "energy_in_range_T": done["energy_in_range"]}
+    stage1_curve = [(r["iter"], r["val/loss"]) for r in read_jsonl(os.path.join(stage1, "metrics.jsonl"))
+                    if "val/loss" in r]
+    scratch = trained(s, "grow_scratch", big + [f"--max_iters={2 * iters}", f"--lr_decay_iters={2 * iters}"])
+    scratch_curve = [(r["iter"], r["val/loss"]) for r in read_jsonl(os.path.join(scratch, "metrics.jsonl"))
+                     if "val/loss" in r]
+    flops_small, flops_big = (6 * load_model(p)[0].get_num_params() for p in (stage1, scratch))
+    tokens = 12 * 64
+    result = {"iters_per_stage": iters, "flops_per_token": {"d": flops_small, "2d": flops_big},
+              "stage1": stage1_curve, "scratch": scratch_curve, "grown": curves}
+    fig, ax = plt().subplots(figsize=(8, 5))
+    ax.plot([i * tokens * flops_big for i, _ in scratch_curve], [v for _, v in scratch_curve], label="2d from scratch")
+    ax.plot([i * tokens * flops_small for i, _ in stage1_curve], [v for _, v in stage1_curve], label="stage 1 (d)")
+    offset = iters * tokens * flops_small
+    for label, c in curves.items():
+        ax.plot([offset + i * tokens * flops_big for i, _ in c["curve"]], [v for _, v in c["curve"]], label=label)
+    ax.set_xlabel("training compute (FLOPs ≈ 6·N·tokens)")
+    ax.set_ylabel("val loss")
+    ax.set_yscale("log")
+    ax.set_title("Growing d → 2d (staging) vs training 2d from scratch")
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "grow_staging"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "grow_staging", "grow_staging.png"), dpi=110)
+    # compute to reach the scratch model's final loss
+    target = scratch_curve[-1][1]
+    result["target_val_loss"] = target
+    result["scratch_flops_to_target"] = (2 * iters) * tokens * flops_big
+    for c in curves.values():
+        hit = next((i for i, v in c["curve"] if v <= target), None)
+        c["flops_to_target"] = None if hit is None else offset + hit * tokens * flops_big
+    save("grow_staging", result, t0, s)
+
+
+def range_energy(continued: str, stage1: str, grown: str) -> float:
+    """Fraction of the continued model's residual energy that stays in range(T) (the old directions)."""
+    model, ckpt = load_model(continued)
+    T = ckpt["transform"]["T"].double()
+    P = T @ T.T
+    cfg = ckpt["config"]
+    data_dir = cfg.get("data_dir") or os.path.join(ROOT, "data", cfg.get("dataset", "shakespeare_char"))
+    x, _ = BatchLoader(data_dir, model.config.block_size, 16).get_batch("val", 0)
+    with torch.no_grad():
+        _, _, hidden = model(x, return_hidden=True)
+    H = torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]).double()
+    return ((H @ P).pow(2).sum() / H.pow(2).sum()).item()
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def quantization(s: Setting) -> None:
+    """Same-width rotations before int8/int4 round-to-nearest weight quantization."""
+    t0 = time.time()
+    base = trained(s, "base", [])
+    d = load_model(base)[0].config.n_embd
+    rows = []
+    for label, kind in (("no rotation (fold only, T = I)", "truncate"), ("orthogonal rotation", "orthogonal"),
+                        ("SRHT rotation", "srht")):
+        src, _ = transformed(s, base, d, kind, "head")
+        model, ckpt = load_model(src)
+        data_dir = ckpt["config"].get("data_dir") or os.path.join(ROOT, "data", "shakespeare_char")
+        loader = BatchLoader(data_dir, model.config.block_size, 32)
+        row = {"rotation": label, "fp32": evaluate_loss(model, loader, "val", None),
+               "weight_kurtosis": statistics.fmean(geo.excess_kurtosis(p) for p in model.parameters() if p.dim() == 2)}
+        for bits in (8, 4):
+            q = quantized(model, bits)
+            row[f"int{bits}"] = evaluate_loss(q, loader, "val", None)
+        rows.append(row)
+        print(row)
+    original, _ = load_model(base)
+    save("quantization", {"rows": rows, "original_val_loss": full_val_loss(base, "cpu"),
+                          "original_weight_kurtosis": statistics.fmean(
+                              geo.excess_kurtosis(p) for p in original.parameters() if p.dim() == 2)}, t0, s)
+
+
+def quantized(model, bits: int):
+    import copy
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in q.parameters():
+            if p.dim() == 2:
+                p.copy_(geo.rtn_quantize(p, bits))
+    return q
+
+
+EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,
+                                       grow_staging, quantization)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("--quick", action="store_true", help="CPU sizes (also QUICK=1)")
+    args = parser.parse_args()
+    quick = args.quick or os.environ.get("QUICK", "0") not in ("", "0")
+    torch.manual_seed(0)
+    EXPERIMENTS[args.experiment](Setting(quick))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Reproduce results/heads/: train → transform → finetune → eval. QUICK=1 (or --quick): CPU sizes.
+# See scripts/experiments.py (heads) for what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python scripts/experiments.py heads "$@"

@@ -1,0 +1,97 @@
+"""Offline import/export: a tiny random GPT-2 built inside the test, and a nanoGPT-format checkpoint."""
+import pytest
+import torch
+
+from checkpoint import load_model, save_checkpoint
+from model import GPT, GPTConfig
+
+transformers = pytest.importorskip("transformers")
+
+from convert import ConversionError, ConvertConfig, convert, export_hf, gpt2_from_pretrained  # noqa: E402
+from transform import transform_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=50, n_positions=32,
+                                  bos_token_id=49, eos_token_id=49)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # non-trivial gains and biases
+        for name, p in model.named_parameters():
+            if "ln_" in name or name.endswith("bias"):
+                p.add_(0.2 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp("hf")
+    model.save_pretrained(path)
+    return str(path)
+
+
+def hf_logits(path, idx):
+    model = transformers.GPT2LMHeadModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        return model(idx).logits
+
+
+def test_import_matches_hugging_face(hf_dir):
+    ours = gpt2_from_pretrained(hf_dir).eval()
+    assert ours.config.mlp == "gelu_tanh" and ours.config.head == "tied"
+    idx = torch.randint(0, 50, (2, 12))
+    assert torch.allclose(ours(idx, all_logits=True)[0], hf_logits(hf_dir, idx), atol=1e-5)
+    assert torch.allclose(GPT.from_pretrained(hf_dir)(idx, all_logits=True)[0], hf_logits(hf_dir, idx), atol=1e-5)
+
+
+def test_export_round_trip_and_transformed_model_stays_exact(hf_dir, tmp_path):
+    convert(ConvertConfig(from_hf=hf_dir, out_dir=str(tmp_path / "ours")))
+    model, ckpt = load_model(str(tmp_path / "ours"))
+    assert ckpt["meta"]["tokenizer"] == "gpt2"
+    idx = torch.randint(0, 50, (2, 12))
+    reference = hf_logits(hf_dir, idx)
+    convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_hf=str(tmp_path / "back")))
+    assert torch.allclose(hf_logits(str(tmp_path / "back"), idx), reference, atol=1e-5)
+    grown, record = transform_model(model, 24, "orthogonal", "head", "fold", seed=0)
+    assert record["exact"]
+    assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
+    same, _ = transform_model(model, 16, "orthogonal", "head", "fold", seed=1)
+    assert torch.allclose(same(idx, all_logits=True)[0], reference, atol=1e-4)
+
+
+def test_export_names_the_field_it_cannot_express(tmp_path):
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=8, block_size=8, vocab_size=11, norm_type="rmsnorm",
+                          pos="rope"))
+    with pytest.raises(ConversionError, match=r"norm_type='rmsnorm'.*pos='rope'"):
+        export_hf(model, str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_scalar_gain_and_biasless_models_export_exactly(tmp_path):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=50, norm_gain="scalar",
+                          bias=False, head="tied", mlp="gelu")).eval()
+    with torch.no_grad():
+        model.transformer.ln_f.weight.fill_(1.7)
+    export_hf(model, str(tmp_path / "hf"))
+    idx = torch.randint(0, 50, (2, 10))
+    assert torch.allclose(hf_logits(str(tmp_path / "hf"), idx), model(idx, all_logits=True)[0], atol=1e-5)
+
+
+def test_nanogpt_checkpoint_imports(tmp_path):
+    torch.manual_seed(0)
+    source = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=50, bias=False, head="tied"))
+    state = {f"_orig_mod.{k}": v for k, v in source.state_dict().items()}
+    state["_orig_mod.transformer.h.0.attn.bias"] = torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16)
+    nanogpt = {"model": state, "optimizer": {}, "iter_num": 5, "best_val_loss": 2.0, "config": {"dataset": "x"},
+               "model_args": dict(n_layer=2, n_head=2, n_embd=16, block_size=16, bias=False, vocab_size=50,
+                                  dropout=0.0)}
+    save_checkpoint(nanogpt, str(tmp_path / "ng"))
+    convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours")))
+    model, _ = load_model(str(tmp_path / "ours"))
+    idx = torch.randint(0, 50, (2, 12))
+    assert model.config.head == "tied"
+    assert torch.allclose(model(idx, all_logits=True)[0], source.eval()(idx, all_logits=True)[0], atol=1e-6)
+
+
+def test_offline_hub_name_gets_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ConversionError, match="HF_HUB_OFFLINE"):
+        gpt2_from_pretrained("gpt2")
