@@ -18,7 +18,8 @@ import torch
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_ENV = "TINYSHAKESPEARE_PATH"  # a local copy of tinyshakespeare's input.txt
-DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}  # datasets train.py can prepare itself
+DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # datasets train.py can prepare itself
 
 
 class DataError(RuntimeError):
@@ -91,6 +92,15 @@ def prepare_text(text: str, out_dir: str, tokenizer: str, val_fraction: float = 
         print(f"{name}: {len(ids):,} tokens")
     _atomic_write(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     return meta
+
+
+def checkpoint_data(ckpt: dict, data_dir: str = "") -> tuple[str, str]:
+    """(data_dir, dataset) for a checkpoint: an explicit ``data_dir`` wins, then the one recorded in the
+    checkpoint's config, then data/<dataset>. Imported GPT-2 checkpoints record no dataset: BPE Shakespeare."""
+    config = ckpt.get("config") or {}
+    tokenizer = (ckpt.get("meta") or {}).get("tokenizer")
+    dataset = config.get("dataset") or ("shakespeare" if tokenizer == "gpt2" else "shakespeare_char")
+    return data_dir or config.get("data_dir") or os.path.join(REPO_DIR, "data", dataset), dataset
 
 
 def ensure_prepared(data_dir: str, dataset: str) -> None:

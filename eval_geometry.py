@@ -26,7 +26,7 @@ import torch
 import geometry as geo
 from checkpoint import CheckpointError, load_model
 from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, evaluate_loss
+from dataset import BatchLoader, DataError, Tokenizer, checkpoint_data, ensure_prepared, evaluate_loss
 from logger import MetricsLogger
 from model import GPT
 
@@ -282,10 +282,8 @@ def evaluate(cfg: GeometryConfig) -> dict:
     if record is not None and record["d"] != ref.config.n_embd:
         raise ConfigError(f"in_dir's transform record maps width {record['d']}, but ref_dir has width "
                           f"{ref.config.n_embd}; pass the model it was transformed from as --ref_dir")
-    source_config = ref_ckpt.get("config", {})
-    data_dir = cfg.data_dir or source_config.get("data_dir") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "data", source_config.get("dataset", "shakespeare_char"))
-    ensure_prepared(data_dir, source_config.get("dataset", "shakespeare_char"))
+    data_dir, dataset = checkpoint_data(ref_ckpt, cfg.data_dir)
+    ensure_prepared(data_dir, dataset)
     block = min(ref.config.block_size, new.config.block_size if new is not None else ref.config.block_size)
     loader = BatchLoader(data_dir, block, cfg.batch_size, cfg.device)
     centre = bool(record and record["norms"] == "fold" and ref.config.norm_type == "layernorm")

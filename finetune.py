@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from checkpoint import CheckpointError, load_checkpoint, load_model
 from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, ensure_prepared, evaluate_loss
+from dataset import BatchLoader, DataError, checkpoint_data, ensure_prepared, evaluate_loss
 from train import TrainConfig, TrainingDiverged, train
 
 
@@ -89,11 +89,9 @@ class RecoveryTracker:
 def finetune(cfg: FinetuneConfig) -> dict:
     resume = cfg.init_from == "resume"
     ckpt = load_checkpoint(cfg.out_dir if resume else cfg.in_dir)
-    source_config = ckpt.get("config", {})
-    if not cfg.dataset:
-        cfg.dataset = source_config.get("dataset", "shakespeare_char")
-    if not cfg.data_dir:
-        cfg.data_dir = source_config.get("data_dir", "")
+    data_dir, dataset = checkpoint_data(ckpt, cfg.data_dir)
+    cfg.dataset = cfg.dataset or dataset
+    cfg.data_dir = cfg.data_dir or (data_dir if cfg.dataset == dataset else "")
     ensure_prepared(cfg.resolved_data_dir(), cfg.dataset)
     record = ckpt.get("finetune") if resume else None
     if record is None:

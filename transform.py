@@ -36,7 +36,7 @@ import torch
 
 from checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint, save_checkpoint
 from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, evaluate_loss
+from dataset import BatchLoader, DataError, checkpoint_data, evaluate_loss
 from model import GPT, GPTConfig
 
 KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
@@ -505,7 +505,7 @@ def run(cfg: TransformConfig) -> dict:
     if cfg.kind == "pca" and cfg.width > d:
         raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got width={cfg.width} > d={d}; "
                              "use kind='orthogonal' to grow")
-    data_dir = cfg.data_dir or _checkpoint_data_dir(ckpt)
+    data_dir, _ = checkpoint_data(ckpt, cfg.data_dir)
     loader = None
     if data_dir and os.path.exists(os.path.join(data_dir, "train.bin")):
         loader = BatchLoader(data_dir, model.config.block_size, cfg.calib_batch_size, cfg.device)
@@ -525,14 +525,6 @@ def run(cfg: TransformConfig) -> dict:
            "meta": ckpt.get("meta"), "transform": record}
     save_checkpoint(out, cfg.out_dir)
     return record
-
-
-def _checkpoint_data_dir(ckpt: dict) -> str:
-    config = ckpt.get("config", {})
-    if config.get("data_dir"):
-        return config["data_dir"]
-    dataset = config.get("dataset")
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset) if dataset else ""
 
 
 def main(argv: list[str]) -> None:

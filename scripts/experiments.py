@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import geometry as geo  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from configurator import load_config  # noqa: E402
-from dataset import BatchLoader, evaluate_loss  # noqa: E402
+from dataset import BatchLoader, checkpoint_data, evaluate_loss  # noqa: E402
 from eval_geometry import GeometryConfig, evaluate  # noqa: E402
 from finetune import FinetuneConfig, finetune  # noqa: E402
 from train import TrainConfig, train  # noqa: E402
@@ -98,8 +98,7 @@ def finetuned(s: Setting, src: str, iters: int, extra: list[str] = ()) -> dict:
 
 def full_val_loss(model_dir: str, device: str) -> float:
     model, ckpt = load_model(model_dir, device=device)
-    cfg = ckpt["config"]
-    data_dir = cfg.get("data_dir") or os.path.join(ROOT, "data", cfg.get("dataset", "shakespeare_char"))
+    data_dir, _ = checkpoint_data(ckpt)
     return evaluate_loss(model, BatchLoader(data_dir, model.config.block_size, 32, device), "val", None)
 
 
@@ -390,9 +389,7 @@ def range_energy(continued: str, stage1: str, grown: str) -> float:
     model, ckpt = load_model(continued)
     T = ckpt["transform"]["T"].double()
     P = T @ T.T
-    cfg = ckpt["config"]
-    data_dir = cfg.get("data_dir") or os.path.join(ROOT, "data", cfg.get("dataset", "shakespeare_char"))
-    x, _ = BatchLoader(data_dir, model.config.block_size, 16).get_batch("val", 0)
+    x, _ = BatchLoader(checkpoint_data(ckpt)[0], model.config.block_size, 16).get_batch("val", 0)
     with torch.no_grad():
         _, _, hidden = model(x, return_hidden=True)
     H = torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]).double()
@@ -414,8 +411,7 @@ def quantization(s: Setting) -> None:
                         ("SRHT rotation", "srht")):
         src, _ = transformed(s, base, d, kind, "head")
         model, ckpt = load_model(src)
-        data_dir = ckpt["config"].get("data_dir") or os.path.join(ROOT, "data", "shakespeare_char")
-        loader = BatchLoader(data_dir, model.config.block_size, 32)
+        loader = BatchLoader(checkpoint_data(ckpt)[0], model.config.block_size, 32)
         row = {"rotation": label, "fp32": evaluate_loss(model, loader, "val", None),
                "weight_kurtosis": statistics.fmean(geo.excess_kurtosis(p) for p in model.parameters() if p.dim() == 2)}
         for bits in (8, 4):
