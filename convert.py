@@ -107,6 +107,31 @@ def import_nanogpt(ckpt: dict) -> GPT:
 # ours → Hugging Face
 
 
+def pad_attention_heads(model: GPT) -> GPT:
+    """An equal GPT whose attention width n_head·head_dim equals n_embd, by adding zero heads (zero Q, K,
+    V and zero output columns: they attend uniformly to zero values and write nothing). A model grown with
+    head porting keeps its attention width; GPT-2 requires it to equal the residual width."""
+    cfg = model.config
+    inner, d = cfg.n_head * cfg.head_dim, cfg.n_embd
+    if inner == d:
+        return model
+    if inner > d or (d - inner) % cfg.head_dim:
+        raise ConversionError(f"n_head*head_dim={inner} != n_embd={d}: GPT-2's attention width equals its residual "
+                              f"width, and zero heads of size {cfg.head_dim} can only pad it up to a multiple of it")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for i in range(cfg.n_layer):
+        prefix = f"transformer.h.{i}.attn"
+        for leaf in ("weight", "bias"):
+            name = f"{prefix}.c_attn.{leaf}"
+            if name in state:
+                parts = state[name].split(inner, dim=0)
+                state[name] = torch.cat([torch.cat([p, p.new_zeros((d - inner, *p.shape[1:]))]) for p in parts])
+        W = state[f"{prefix}.c_proj.weight"]
+        state[f"{prefix}.c_proj.weight"] = torch.cat([W, W.new_zeros(d, d - inner)], dim=1)
+    new_cfg = GPTConfig(**dict(cfg.to_dict(), n_head=d // cfg.head_dim))
+    return GPT.from_state_dict(new_cfg, state).eval()
+
+
 def export_requirements(config: GPTConfig) -> list[str]:
     """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
     problems = []
@@ -123,19 +148,21 @@ def export_requirements(config: GPTConfig) -> list[str]:
         problems.append("head='knn': GPT-2's head is linear")
     if config.head_bias:
         problems.append("head_bias=True: GPT-2's head has no bias")
-    if config.n_head * config.head_dim != config.n_embd:
-        problems.append(f"n_head*head_dim={config.n_head * config.head_dim} != n_embd={config.n_embd}: GPT-2's "
-                        "attention width equals its residual width")
+    inner = config.n_head * config.head_dim
+    if inner > config.n_embd or (config.n_embd - inner) % config.head_dim:
+        problems.append(f"n_head*head_dim={inner} != n_embd={config.n_embd}: GPT-2's attention width equals its "
+                        f"residual width (zero heads pad it only up to multiples of head_dim={config.head_dim})")
     return problems
 
 
 def export_hf(model: GPT, out_dir: str) -> None:
     """Write a GPT2LMHeadModel directory (save_pretrained) with the same function as ``model``."""
     transformers = _transformers()
-    cfg = model.config
-    problems = export_requirements(cfg)
+    problems = export_requirements(model.config)
     if problems:
         raise ConversionError("this model cannot be exported to GPT-2: " + "; ".join(problems))
+    model = pad_attention_heads(model)
+    cfg = model.config
     hf_config = transformers.GPT2Config(
         n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, n_positions=cfg.block_size,
         vocab_size=cfg.vocab_size, n_inner=cfg.mlp_hidden, layer_norm_epsilon=cfg.norm_eps,

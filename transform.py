@@ -54,6 +54,7 @@ class TransformConfig:
     norms: str = "fold"  # 'fold' (exact) | 'scalar' (gain → its mean) | 'drop' (gain → 1)
     seed: int = 0
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
+    keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
     # calibration: token embeddings + hidden states of every layer on training text (pca, JL bound)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
     calib_batches: int = 8
@@ -397,6 +398,45 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     return out, cfg
 
 
+def mean_preserving(T: torch.Tensor) -> torch.Tensor:
+    """Householder-correct an orthonormal-column T (m×d, m ≥ d) so that T·1_d/√d = 1_m/√m. Then T maps
+    mean-free vectors to mean-free vectors, so after ``fold`` every norm input stays mean-free at width m,
+    where LayerNorm equals RMSNorm: the transformed model can remain a LayerNorm (GPT-2) model, exactly."""
+    m, d = T.shape
+    target = torch.full((m,), 1 / math.sqrt(m), dtype=T.dtype)
+    v = T @ torch.full((d,), 1 / math.sqrt(d), dtype=T.dtype) - target
+    if v.norm() < 1e-12:
+        return T
+    return T - 2 * torch.outer(v, v @ T) / (v @ v)  # (I − 2vvᵀ/‖v‖²)·T
+
+
+def restore_layernorm(sd: dict, cfg: GPTConfig, original: GPT, T: torch.Tensor) -> None:
+    """After a ``mean_preserving`` port every norm input is mean-free, so LayerNorm computes what RMSNorm
+    did: switch back. If the original final LayerNorm had a bias β (folded into a head bias W·β), move it
+    back into the final norm as β' = T·(β/γ): the new head W·diag(γ)·T⁺ gives W·diag(γ)·T⁺·β' = W·β as
+    T⁺T = I. Then all norms carry per-dimension gains (all equal) and biases, as in GPT-2."""
+    cfg.norm_type = "layernorm"
+    src = original.config
+    if not (src.norm_gain == "vector" and src.bias and src.norm_placement == "pre"):
+        return
+    gamma = original.transformer.ln_f.weight.detach().double()
+    beta = original.transformer.ln_f.bias.detach().double()
+    if gamma.abs().min() < 1e-6:
+        raise TransformError("keep_layernorm: the final LayerNorm gain has (near-)zero entries, so its bias "
+                             "cannot move back into the norm; use keep_layernorm=False")
+    m = T.shape[0]
+    for name in [n for n in sd if n.endswith(".weight") and (".ln_" in n or "ln_f" in n)]:
+        sd[name] = sd[name].expand(m).clone()
+        sd[name[: -len("weight")] + "bias"] = torch.zeros(m, dtype=sd[name].dtype)
+    sd["transformer.ln_f.bias"] = (T @ (beta / gamma)).to(sd["transformer.ln_f.weight"].dtype)
+    if src.head_bias:
+        sd["lm_head.bias"] = original.lm_head.bias.detach().clone()
+    else:
+        sd.pop("lm_head.bias", None)
+        cfg.head_bias = False
+    cfg.norm_gain = "vector"
+
+
 def symmetry_breaking_pinv(T: torch.Tensor, T_pinv: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
     """T⁺ + σ·R·(I − T·T⁺): readers then also see the new directions, yet on range(T), where the
     ported residual stream lives, they act as T⁺ did, so the function is unchanged (m > d)."""
@@ -455,8 +495,12 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
 def transform_model(model: GPT, width: int, kind: str = "orthogonal", porting: str = "head", norms: str = "fold",
                     seed: int = 0, calibration_loader: BatchLoader | None = None, calib_batches: int = 8,
                     grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
-                    pca_damping: float = 1e-6) -> tuple[GPT, dict]:
+                    pca_damping: float = 1e-6, keep_layernorm: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
+    if keep_layernorm and not (model.config.norm_type == "layernorm" and norms == "fold" and kind == "orthogonal"
+                               and width >= model.config.n_embd):
+        raise TransformError("keep_layernorm needs a LayerNorm model, norms='fold', kind='orthogonal' and "
+                             f"width ≥ d={model.config.n_embd} (a mean-preserving isometry exists only then)")
     d, m = model.config.n_embd, width
     if m <= 0:
         raise TransformError(f"width must be positive, got {m}")
@@ -476,12 +520,18 @@ def transform_model(model: GPT, width: int, kind: str = "orthogonal", porting: s
         raise TransformError("kind='pca' needs calibration data: pass calibration_loader (the CLI uses the "
                              "checkpoint's training data, or --data_dir)")
     T, T_pinv = make_projection(kind, d, m, seed, calibration, pca_damping)
+    if keep_layernorm:
+        T = mean_preserving(T)
+        T_pinv = T.T.clone()
     reader_pinv = None
     if grow_noise > 0:
         if m <= d:
             raise TransformError(f"grow_noise applies when growing (m > d), got m={m}, d={d}")
         reader_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed)
     new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_pinv)
+    if keep_layernorm:
+        restore_layernorm(new_sd, new_cfg, model, T)
+        notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
     new_model = build_model(new_sd, new_cfg)
     n_points = calibration.count if calibration is not None else model.config.vocab_size
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
@@ -514,7 +564,7 @@ def run(cfg: TransformConfig) -> dict:
                         "(a prepared dataset) or --eval_iters=0 with a data-free kind")
     new_model, record = transform_model(
         model, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.seed, loader, cfg.calib_batches, cfg.grow_noise,
-        cfg.jl_eps, cfg.jl_delta, cfg.pca_damping)
+        cfg.jl_eps, cfg.jl_delta, cfg.pca_damping, cfg.keep_layernorm)
     record["source"] = os.path.abspath(cfg.in_dir)
     if loader is not None and cfg.eval_iters != 0:
         record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)

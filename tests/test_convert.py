@@ -95,3 +95,14 @@ def test_offline_hub_name_gets_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(ConversionError, match="HF_HUB_OFFLINE"):
         gpt2_from_pretrained("gpt2")
+
+
+def test_grown_gpt2_keeps_layernorm_and_exports_exactly(hf_dir, tmp_path):
+    model = gpt2_from_pretrained(hf_dir).eval()
+    idx = torch.randint(0, 50, (2, 12))
+    reference = hf_logits(hf_dir, idx)
+    grown, record = transform_model(model, 24, "orthogonal", "head", "fold", seed=0, keep_layernorm=True)
+    assert grown.config.norm_type == "layernorm" and record["exact"]
+    assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
+    export_hf(grown, str(tmp_path / "hf24"))
+    assert torch.allclose(hf_logits(str(tmp_path / "hf24"), idx), reference, atol=1e-4)

@@ -250,3 +250,15 @@ def test_transformed_model_shares_no_storage_with_the_source():
         for p in new.parameters():
             p.add_(1.0)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_keep_layernorm_is_exact_and_checked():
+    for placement in ("pre", "peri"):
+        model = random_model(3, norm_gain="scalar" if placement == "peri" else "vector", norm_placement=placement)
+        idx = torch.randint(0, 11, (2, 8))
+        for width in (16, 21, 40):
+            new, _ = transform_model(model, width, "orthogonal", "head", "fold", seed=width, keep_layernorm=True)
+            assert new.config.norm_type == "layernorm"
+            assert torch.allclose(outputs(new, idx), outputs(model, idx), atol=5e-5)
+    with pytest.raises(TransformError, match="keep_layernorm needs"):
+        transform_model(random_model(0), 8, "orthogonal", "head", "fold", keep_layernorm=True)
