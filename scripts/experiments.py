@@ -313,10 +313,12 @@ def heads(s: Setting) -> None:
     rows = []
     out_dir = os.path.join(RESULTS, "heads")
     os.makedirs(out_dir, exist_ok=True)
+    overlay = {"linear": [], "tied": ["tied_head"], "knn": ["knn_head"]}
     for head in ("linear", "tied", "knn"):
         for reg in (0.0, 0.1):
             name = f"head_{head}_reg{reg}"
-            src = trained(s, name, [f"--head={head}", f"--norm_reg={reg}"])
+            variants = overlay[head] + (["norm_reg"] if reg else [])  # the ablation's models where they coincide
+            src = trained(s, "+".join(variants) or "base", [p for v in variants for p in variant_overlay(v)])
             metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={src}", f"--out_dir={src}-geom",
                                                             "--wandb_log=False", "--eval_iters=10"]))
             ref = metrics["models"]["ref"]
