@@ -63,6 +63,7 @@ class TransformConfig:
     jl_eps: float = 0.2  # distortion ε of the JL minimum width (Algorithm 1, line 1)
     jl_delta: float = 0.05  # failure probability δ
     eval_iters: int | None = None  # val batches for the before/after loss; None = the full val split; 0 = skip
+    eval_reference: bool = True  # also evaluate the untransformed model (the "before" loss)
     device: str = "cpu"
 
     def validate(self) -> None:
@@ -567,7 +568,8 @@ def run(cfg: TransformConfig) -> dict:
         cfg.jl_eps, cfg.jl_delta, cfg.pca_damping, cfg.keep_layernorm)
     record["source"] = os.path.abspath(cfg.in_dir)
     if loader is not None and cfg.eval_iters != 0:
-        record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
+        if cfg.eval_reference:
+            record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
         record["val_loss_after"] = evaluate_loss(new_model, loader, "val", cfg.eval_iters)
     out = {"model": new_model.state_dict(), "model_args": new_model.config.to_dict(),
            "config": dict(ckpt.get("config", {}), **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
@@ -585,7 +587,8 @@ def main(argv: list[str]) -> None:
     for note in record["notes"]:
         print(f"  note: {note}")
     if "val_loss_after" in record:
-        print(f"val loss {record['val_loss_before']:.4f} → {record['val_loss_after']:.4f}")
+        before = f"{record['val_loss_before']:.4f} → " if "val_loss_before" in record else ""
+        print(f"val loss {before}{record['val_loss_after']:.4f}")
     print(f"wrote {os.path.join(cfg.out_dir, 'ckpt.pt')}")
 
 

@@ -78,7 +78,8 @@ def transformed(s: Setting, src: str, width: int, kind: str, porting: str, seed:
     path = os.path.join(out, "record.json")
     if not os.path.exists(path):
         record = run(TransformConfig(in_dir=src, out_dir=out, width=width, kind=kind, porting=porting, norms=norms,
-                                     seed=seed, grow_noise=grow_noise, eval_iters=eval_iters, device=s.device))
+                                     seed=seed, grow_noise=grow_noise, eval_iters=eval_iters, device=s.device,
+                                     eval_reference=False))  # the reference is evaluated once per experiment
         with open(path, "w") as f:
             json.dump({k: v for k, v in record.items() if k not in ("T", "T_pinv")}, f)
     with open(path) as f:
