@@ -94,7 +94,7 @@ def geometry_vs_width(r: dict) -> str:
 
 
 def heatmaps(r: dict) -> str:
-    lines = ["| transform | val loss | AE model (rad) | HC model |", "|---|---|---|---|"]
+    lines = ["| transform | val loss (10 val batches) | AE model (rad) | HC model |", "|---|---|---|---|"]
     for label, row in r["runs"].items():
         lines.append(f"| {label} | {row['val_loss']:.4f} | {row['ae_model']:.4f} | {row['hc_model']:.4f} |")
     lines.append("")
