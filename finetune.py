@@ -44,8 +44,8 @@ class FinetuneConfig(TrainConfig):
     wandb_run_name: str = "finetune"
 
     def validate(self) -> None:
-        if not self.in_dir and self.init_from != "resume":
-            raise ConfigError("in_dir is required: --in_dir=DIR (the checkpoint to finetune)")
+        if not self.in_dir and self.init_from == "scratch":
+            raise ConfigError("in_dir is required: --in_dir=DIR (the checkpoint to finetune), or --init_from=gpt2")
         if not self.out_dir:
             raise ConfigError("out_dir is required: --out_dir=DIR")
         if self.recover_tol < 0:
@@ -88,7 +88,14 @@ class RecoveryTracker:
 
 def finetune(cfg: FinetuneConfig) -> dict:
     resume = cfg.init_from == "resume"
-    ckpt = load_checkpoint(cfg.out_dir if resume else cfg.in_dir)
+    if cfg.init_from.startswith("gpt2") and not cfg.in_dir:  # straight from Hugging Face
+        from convert import GPT2_META, gpt2_from_pretrained
+        model = gpt2_from_pretrained(cfg.init_from)
+        ckpt = {"model": model.state_dict(), "model_args": model.config.to_dict(), "meta": GPT2_META,
+                "config": {"init_from": cfg.init_from}}
+        cfg.init_from = "scratch"  # the weights come in as init_checkpoint below
+    else:
+        ckpt = load_checkpoint(cfg.out_dir if resume else cfg.in_dir)
     data_dir, dataset = checkpoint_data(ckpt, cfg.data_dir)
     cfg.dataset = cfg.dataset or dataset
     cfg.data_dir = cfg.data_dir or (data_dir if cfg.dataset == dataset else "")

@@ -199,11 +199,12 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
         raise ConfigError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must be divisible by "
                           f"the number of DDP processes ({rt.world_size})")
     grad_accum = cfg.gradient_accumulation_steps // rt.world_size
-    meta = (init_checkpoint or {}).get("meta") or load_meta(data_dir)
+    data_meta = load_meta(data_dir)
+    meta = (init_checkpoint or {}).get("meta") or data_meta  # the tokenizer recorded in our checkpoints
 
-    model, resume_ckpt, model_args = build_model(cfg, init_checkpoint, meta)
-    if meta and meta["vocab_size"] > model.config.vocab_size:
-        raise ConfigError(f"the data in {data_dir} has vocab_size {meta['vocab_size']} but the model only "
+    model, resume_ckpt, model_args = build_model(cfg, init_checkpoint, data_meta)
+    if data_meta and data_meta["vocab_size"] > model.config.vocab_size:
+        raise ConfigError(f"the data in {data_dir} has vocab_size {data_meta['vocab_size']} but the model only "
                           f"{model.config.vocab_size}; use a dataset with the model's tokenizer")
     block_size = model.config.block_size
     loader = BatchLoader(data_dir, block_size, cfg.batch_size, rt.device)

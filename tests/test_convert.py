@@ -106,3 +106,23 @@ def test_grown_gpt2_keeps_layernorm_and_exports_exactly(hf_dir, tmp_path):
     assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
     export_hf(grown, str(tmp_path / "hf24"))
     assert torch.allclose(hf_logits(str(tmp_path / "hf24"), idx), reference, atol=1e-4)
+
+
+def test_init_from_gpt2_in_train_and_finetune(hf_dir, char_data_dir, tmp_path, monkeypatch):
+    """The hub is offline here: a tiny local GPT-2 stands in for 'gpt2' to test the wiring."""
+    import convert
+    from configurator import load_config
+    from finetune import FinetuneConfig, finetune
+    from train import TrainConfig, train
+    monkeypatch.setattr(convert, "gpt2_from_pretrained",
+                        lambda name, **kw: convert.gpt2_from_hf_model(
+                            transformers.GPT2LMHeadModel.from_pretrained(hf_dir), **kw))
+    common = [f"--data_dir={char_data_dir}", "--max_iters=4", "--eval_interval=2", "--eval_iters=2",
+              "--batch_size=2", "--block_size=16", "--progress_bar=False"]
+    summary = train(load_config(TrainConfig, common + ["--init_from=gpt2", f"--out_dir={tmp_path / 't'}",
+                                                        "--dropout=0.1"]))
+    assert summary["iter_num"] == 4
+    model, _ = load_model(str(tmp_path / "t"))
+    assert model.config.n_embd == 16 and model.config.mlp == "gelu_tanh" and model.config.dropout == 0.1
+    summary = finetune(load_config(FinetuneConfig, common + ["--init_from=gpt2", f"--out_dir={tmp_path / 'f'}"]))
+    assert summary["iter_num"] == 4
