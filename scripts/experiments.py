@@ -27,7 +27,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import torch  # noqa: E402
 
 import geometry as geo  # noqa: E402
-from checkpoint import load_model  # noqa: E402
+from checkpoint import load_checkpoint, load_model  # noqa: E402
 from configurator import load_config  # noqa: E402
 from dataset import BatchLoader, checkpoint_data, evaluate_loss  # noqa: E402
 from eval_geometry import GeometryConfig, evaluate  # noqa: E402
@@ -164,31 +164,35 @@ def ppl_vs_width(s: Setting) -> None:
                     row["steps_to_recover"] = ft["steps_to_recover"]
                 rows.append(row)
                 print(row)
+    payload = {"d": d, "reference_val_loss": reference, "finetune_iters": s.finetune_iters, "rows": rows}
+    plot_ppl_vs_width(payload)
+    save("ppl_vs_width", payload, t0, s)
+
+
+def plot_ppl_vs_width(r: dict) -> None:
     fig, axes = plt().subplots(1, 2, figsize=(14, 5), sharey=True)
     for ax, porting in zip(axes, ("head", "sandwich")):
         for kind in KINDS:
-            pts = [r for r in rows if r["kind"] == kind and r["porting"] == porting]
+            pts = [row for row in r["rows"] if row["kind"] == kind and row["porting"] == porting]
             if not pts:
                 continue
-            line = ax.errorbar([r["ratio"] for r in pts], [r["zero_shot"]["mean"] for r in pts],
-                               yerr=[r["zero_shot"]["std"] for r in pts], marker="o", label=f"{kind} zero-shot",
+            line = ax.errorbar([p["ratio"] for p in pts], [p["zero_shot"]["mean"] for p in pts],
+                               yerr=[p["zero_shot"]["std"] for p in pts], marker="o", label=f"{kind} zero-shot",
                                capsize=3)
-            ft = [r for r in pts if "finetuned" in r]
+            ft = [p for p in pts if "finetuned" in p]
             if ft:
-                ax.plot([r["ratio"] for r in ft], [r["finetuned"] for r in ft], "--", marker="x",
-                        color=line[0].get_color(), label=f"{kind} +{s.finetune_iters} steps")
-        ax.axhline(reference, color="k", lw=1, label="original model")
+                ax.plot([p["ratio"] for p in ft], [p["finetuned"] for p in ft], "--", marker="x",
+                        color=line[0].get_color(), label=f"{kind} +{r['finetune_iters']} steps")
+        ax.axhline(r["reference_val_loss"], color="k", lw=1, label="original model")
         ax.set_yscale("log")
         ax.set_title(f"porting = {porting}")
         ax.set_xlabel("m / d")
         ax.set_ylabel("val loss (full val split, log scale)")
         ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Val loss vs width ratio (d = {d})")
+    fig.suptitle(f"Val loss vs width ratio (d = {r['d']})")
     fig.tight_layout()
     os.makedirs(os.path.join(RESULTS, "ppl_vs_width"), exist_ok=True)
     fig.savefig(os.path.join(RESULTS, "ppl_vs_width", "ppl_vs_width.png"), dpi=110)
-    save("ppl_vs_width", {"d": d, "reference_val_loss": reference, "finetune_iters": s.finetune_iters,
-                          "rows": rows}, t0, s)
 
 
 def geometry_vs_width(s: Setting) -> None:
@@ -217,32 +221,7 @@ def geometry_vs_width(s: Setting) -> None:
                    "fa_pcs": metrics["feature_alignment"]["principal_directions"]}
             rows.append(row)
             print(row)
-    fig, axes = plt().subplots(1, 3, figsize=(17, 4.6))
-    for kind in ("gaussian", "srht", "orthogonal", "pca"):
-        pts = [r for r in rows if r["kind"] == kind]
-        ms = [r["m"] for r in pts]
-        line = axes[0].plot(ms, [r["hc_map"] for r in pts], marker="o", label=f"{kind} map-level")[0]
-        axes[0].plot(ms, [r["hc_model"] for r in pts], "--", marker="x", color=line.get_color(),
-                     label=f"{kind} model-level")
-        axes[1].plot(ms, [r["ae_map"] for r in pts], marker="o", color=line.get_color(), label=f"{kind} map-level")
-        axes[1].plot(ms, [r["ae_model"] for r in pts], "--", marker="x", color=line.get_color(),
-                     label=f"{kind} model-level")
-        axes[2].plot(ms, [r["jl_eps_empirical_max"] for r in pts], marker="o", color=line.get_color(),
-                     label=f"{kind} empirical max ε")
-    bound = [(r["m"], r["jl_eps_bound"]) for r in rows if r["kind"] == "gaussian" and r["jl_eps_bound"]]
-    if bound:
-        axes[2].plot(*zip(*bound), "k:", label="JL bound ε (δ = 0.05)")
-    for ax, (title, ylabel) in zip(axes, [("hyperspherical concordance", "HC (Pearson)"),
-                                          ("angular error", "AE (radians)"),
-                                          ("pairwise distance distortion", "ε")]):
-        ax.axvline(d, color="grey", lw=0.8)
-        ax.set_title(title)
-        ax.set_xlabel("new width m (grey: d)")
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    os.makedirs(os.path.join(RESULTS, "geometry_vs_width"), exist_ok=True)
-    fig.savefig(os.path.join(RESULTS, "geometry_vs_width", "geometry_vs_width.png"), dpi=110)
+    plot_geometry_vs_width({"d": d, "rows": rows})
     save("geometry_vs_width", {"d": d, "rows": rows}, t0, s)
 
 
@@ -290,21 +269,9 @@ def arch_ablation(s: Setting) -> None:
                          "steps_to_recover": ft["steps_to_recover"], "curve": ft["curve"],
                          "notes": record["notes"]})
             print({k: v for k, v in rows[-1].items() if k != "curve"})
-    fig, axes = plt().subplots(1, len(transforms), figsize=(7 * len(transforms), 4.8), squeeze=False)
-    for ax, label in zip(axes[0], transforms):
-        for r in [r for r in rows if r["transform"] == label]:
-            steps, vals = zip(*r["curve"])
-            ax.plot(steps, [v / r["reference"] for v in vals], marker=".", label=r["variant"])
-        ax.axhline(1.01, color="k", ls=":", lw=1, label="recovered (1% of reference)")
-        ax.set_yscale("log")
-        ax.set_title(f"recovery — {label}")
-        ax.set_xlabel("finetune step")
-        ax.set_ylabel("val loss / reference val loss (log)")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    os.makedirs(os.path.join(RESULTS, "arch_ablation"), exist_ok=True)
-    fig.savefig(os.path.join(RESULTS, "arch_ablation", "recovery_curves.png"), dpi=110)
-    save("arch_ablation", {"rows": rows, "finetune_iters": 2 * s.finetune_iters}, t0, s)
+    payload = {"rows": rows, "finetune_iters": 2 * s.finetune_iters}
+    plot_arch_ablation(payload)
+    save("arch_ablation", payload, t0, s)
 
 
 def heads(s: Setting) -> None:
@@ -338,6 +305,10 @@ def grow_staging(s: Setting) -> None:
     # the grown model keeps heads and MLP: from scratch we train exactly that architecture at 2d
     big = ["--n_embd=128", "--n_head=4", "--head_dim=16", "--mlp_hidden=256"]
     stage1 = trained(s, "grow_stage1", small)
+    run_cfg = load_checkpoint(stage1)["config"]
+    batch = [f"--batch_size={run_cfg['batch_size']}",
+             f"--gradient_accumulation_steps={run_cfg['gradient_accumulation_steps']}"]
+    tokens = run_cfg["batch_size"] * run_cfg["block_size"] * run_cfg["gradient_accumulation_steps"]
     curves = {}
     for label, noise in (("grown, no symmetry breaking", 0.0), ("grown, symmetry breaking σ=0.1", 0.1)):
         out, _ = transformed(s, stage1, 128, "orthogonal", "head", grow_noise=noise)
@@ -346,7 +317,7 @@ def grow_staging(s: Setting) -> None:
             cfg = load_config(FinetuneConfig, s.common + [
                 f"--in_dir={out}", f"--out_dir={cont}", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
                 "--learning_rate=1e-3", "--min_lr=1e-4", "--warmup_iters=50", "--eval_interval=100",
-                "--eval_iters=100", "--weight_decay=0.1"])
+                "--eval_iters=100", "--weight_decay=0.1", *batch])
             summary = finetune(cfg)
             residual = range_energy(cont, stage1, out)
             with open(os.path.join(cont, "done.json"), "w") as f:
@@ -360,23 +331,11 @@ def grow_staging(s: Setting) -> None:
     scratch_curve = [(r["iter"], r["val/loss"]) for r in read_jsonl(os.path.join(scratch, "metrics.jsonl"))
                      if "val/loss" in r]
     flops_small, flops_big = (6 * load_model(p)[0].get_num_params() for p in (stage1, scratch))
-    tokens = 12 * 64
     result = {"iters_per_stage": iters, "flops_per_token": {"d": flops_small, "2d": flops_big},
               "stage1": stage1_curve, "scratch": scratch_curve, "grown": curves}
-    fig, ax = plt().subplots(figsize=(8, 5))
-    ax.plot([i * tokens * flops_big for i, _ in scratch_curve], [v for _, v in scratch_curve], label="2d from scratch")
-    ax.plot([i * tokens * flops_small for i, _ in stage1_curve], [v for _, v in stage1_curve], label="stage 1 (d)")
+    result["tokens_per_iter"] = tokens
     offset = iters * tokens * flops_small
-    for label, c in curves.items():
-        ax.plot([offset + i * tokens * flops_big for i, _ in c["curve"]], [v for _, v in c["curve"]], label=label)
-    ax.set_xlabel("training compute (FLOPs ≈ 6·N·tokens)")
-    ax.set_ylabel("val loss")
-    ax.set_yscale("log")
-    ax.set_title("Growing d → 2d (staging) vs training 2d from scratch")
-    ax.legend()
-    fig.tight_layout()
-    os.makedirs(os.path.join(RESULTS, "grow_staging"), exist_ok=True)
-    fig.savefig(os.path.join(RESULTS, "grow_staging", "grow_staging.png"), dpi=110)
+    plot_grow_staging(result)
     # compute to reach the scratch model's final loss
     target = scratch_curve[-1][1]
     result["target_val_loss"] = target
@@ -436,6 +395,82 @@ def quantized(model, bits: int):
             if p.dim() == 2:
                 p.copy_(geo.rtn_quantize(p, bits))
     return q
+
+
+def plot_geometry_vs_width(r: dict) -> None:
+    fig, axes = plt().subplots(1, 3, figsize=(17, 4.6))
+    d = r["d"]
+    for kind in ("gaussian", "srht", "orthogonal", "pca"):
+        pts = [row for row in r["rows"] if row["kind"] == kind]
+        ms = [p["m"] for p in pts]
+        line = axes[0].plot(ms, [p["hc_map"] for p in pts], marker="o", label=f"{kind} map-level")[0]
+        color = line.get_color()
+        axes[0].plot(ms, [p["hc_model"] for p in pts], "--", marker="x", color=color, label=f"{kind} model-level")
+        axes[1].plot(ms, [p["ae_map"] for p in pts], marker="o", color=color, label=f"{kind} map-level")
+        axes[1].plot(ms, [p["ae_model"] for p in pts], "--", marker="x", color=color, label=f"{kind} model-level")
+        axes[2].plot(ms, [p["jl_eps_empirical_max"] for p in pts], marker="o", color=color,
+                     label=f"{kind} empirical max ε")
+    bound = [(p["m"], p["jl_eps_bound"]) for p in r["rows"] if p["kind"] == "gaussian" and p["jl_eps_bound"]]
+    if bound:  # below the JL minimum width the lemma guarantees nothing: only the widths where it does
+        axes[2].plot(*zip(*bound), "k*", markersize=12, ls=":",
+                     label=f"JL bound ε (δ = 0.05, N = {r['rows'][0]['n_points']}); none < 1 below")
+    for ax, (title, ylabel) in zip(axes, [("hyperspherical concordance", "HC (Pearson)"),
+                                          ("angular error", "AE (radians)"),
+                                          ("pairwise distance distortion", "ε")]):
+        ax.axvline(d, color="grey", lw=0.8)
+        ax.set_title(title)
+        ax.set_xlabel("new width m (grey: d)")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "geometry_vs_width"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "geometry_vs_width", "geometry_vs_width.png"), dpi=110)
+
+
+def plot_arch_ablation(r: dict) -> None:
+    transforms = list(dict.fromkeys(row["transform"] for row in r["rows"]))
+    fig, axes = plt().subplots(1, len(transforms), figsize=(7 * len(transforms), 4.8), squeeze=False)
+    for ax, label in zip(axes[0], transforms):
+        for row in [row for row in r["rows"] if row["transform"] == label]:
+            steps, vals = zip(*row["curve"])
+            ax.plot(steps, [v / row["reference"] for v in vals], marker=".", label=row["variant"])
+        ax.axhline(1.01, color="k", ls=":", lw=1, label="recovered (1% of reference)")
+        ax.set_yscale("log")
+        ax.set_title(f"recovery — {label}")
+        ax.set_xlabel("finetune step")
+        ax.set_ylabel("val loss / reference val loss (log)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "arch_ablation"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "arch_ablation", "recovery_curves.png"), dpi=110)
+
+
+def plot_grow_staging(r: dict) -> None:
+    tokens, flops = r["tokens_per_iter"], r["flops_per_token"]
+    fig, ax = plt().subplots(figsize=(8, 5))
+    ax.plot([i * tokens * flops["2d"] for i, _ in r["scratch"]], [v for _, v in r["scratch"]], label="2d from scratch")
+    ax.plot([i * tokens * flops["d"] for i, _ in r["stage1"]], [v for _, v in r["stage1"]], label="stage 1 (d)")
+    offset = r["iters_per_stage"] * tokens * flops["d"]
+    for label, c in r["grown"].items():
+        ax.plot([offset + i * tokens * flops["2d"] for i, _ in c["curve"]], [v for _, v in c["curve"]], label=label)
+    ax.set_xlabel("training compute (FLOPs ≈ 6·N·tokens)")
+    ax.set_ylabel("val loss")
+    ax.set_yscale("log")
+    ax.set_title("Growing d → 2d (staging) vs training 2d from scratch")
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.join(RESULTS, "grow_staging"), exist_ok=True)
+    fig.savefig(os.path.join(RESULTS, "grow_staging", "grow_staging.png"), dpi=110)
+
+
+PLOTS = {"ppl_vs_width": plot_ppl_vs_width, "geometry_vs_width": plot_geometry_vs_width,
+         "arch_ablation": plot_arch_ablation, "grow_staging": plot_grow_staging}
+
+
+def replot(experiment: str, payload: dict) -> None:
+    """Redraw an experiment's figure from its results.json (scripts/report.py calls this)."""
+    if experiment in PLOTS:
+        PLOTS[experiment](payload)
 
 
 EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,

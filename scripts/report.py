@@ -2,6 +2,7 @@
 Regenerate the README's results tables from results/*/ (the JSON the scripts wrote).
 
     python scripts/report.py            # rewrites the blocks between <!-- BEGIN name --> and <!-- END name -->
+                                        # and redraws the figures of results/*/ from their results.json
     python scripts/report.py --check    # exit 1 if the README is out of date
 
 Only what a script measured goes into a table; an experiment without results says how to produce them.
@@ -260,6 +261,12 @@ def main() -> None:
         new = pattern.sub(lambda m, n=name: m.group(1) + render(n) + "\n" + m.group(2), new)
     if args.check:
         sys.exit(0 if new == text else 1)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from experiments import PLOTS, replot  # figures too, from the same JSON
+    for name in PLOTS:
+        payload = load(name)
+        if payload is not None:
+            replot(name, payload)
     with open(path, "w") as f:
         f.write(new)
     print("README.md results regenerated")
