@@ -86,8 +86,9 @@ def transformed(s: Setting, src: str, width: int, kind: str, porting: str, seed:
         return out, json.load(f)
 
 
-def finetuned(s: Setting, src: str, iters: int, extra: list[str] = ()) -> dict:
-    out = src + f"-ft{iters}"
+def finetuned(s: Setting, src: str, iters: int, extra: list[str] = (), seed: int = 0) -> dict:
+    out = src + f"-ft{iters}" + (f"-seed{seed}" if seed else "")
+    extra = [*extra, f"--seed={1337 + seed}"]
     path = os.path.join(out, "finetune.json")
     if not os.path.exists(path):
         finetune(load_config(FinetuneConfig, s.common + [f"--in_dir={src}", f"--out_dir={out}", f"--max_iters={iters}",
@@ -249,6 +250,11 @@ def heatmaps(s: Setting) -> None:
     save("heatmaps", {"runs": summary}, t0, s)
 
 
+def ablation_seeds(s: Setting) -> tuple[int, ...]:
+    """Finetuning seeds per (variant, transform): one in QUICK (the CPU budget), all of s.seeds otherwise."""
+    return (0,) if s.quick else s.seeds
+
+
 ABLATION_VARIANTS = ("base", "peri_ln", "scalar_gain", "rmsnorm", "tied_head", "knn_head", "norm_reg")
 
 
@@ -263,10 +269,12 @@ def arch_ablation(s: Setting) -> None:
         d = load_model(src)[0].config.n_embd
         for label, (kind, porting, ratio) in transforms.items():
             out, record = transformed(s, src, int(ratio * d), kind, porting)
-            ft = finetuned(s, out, 2 * s.finetune_iters)
+            runs = [finetuned(s, out, 2 * s.finetune_iters, seed=seed) for seed in ablation_seeds(s)]
+            ft = runs[0]
             rows.append({"variant": variant, "transform": label, "reference": ft["reference_val_loss"],
                          "zero_shot": record["val_loss_after"], "finetuned": ft["val_loss"],
                          "steps_to_recover": ft["steps_to_recover"], "curve": ft["curve"],
+                         "steps_per_seed": [r["steps_to_recover"] for r in runs],
                          "notes": record["notes"]})
             print({k: v for k, v in rows[-1].items() if k != "curve"})
     payload = {"rows": rows, "finetune_iters": 2 * s.finetune_iters}

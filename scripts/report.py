@@ -110,15 +110,18 @@ def heatmaps(r: dict) -> str:
 
 def arch_ablation(r: dict) -> str:
     transforms = list(dict.fromkeys(row["transform"] for row in r["rows"]))
+    seeds = len(r["rows"][0].get("steps_per_seed") or [0])
     lines = [f"Steps to recover (first eval, every 20 steps, within 1% of the variant's own original val loss; "
-             f"— = not within {r['finetune_iters']} steps), zero-shot → finetuned val loss.", "",
+             f"— = not within {r['finetune_iters']} steps; {seeds} finetuning seed{'s' if seeds > 1 else ''}, "
+             "'/'-separated), zero-shot → finetuned val loss (first seed).", "",
              "| variant | original | " + " | ".join(transforms) + " |", "|---|---|" + "---|" * len(transforms)]
     for variant in dict.fromkeys(row["variant"] for row in r["rows"]):
         cells, reference = [], None
         for t in transforms:
             row = next(row for row in r["rows"] if row["variant"] == variant and row["transform"] == t)
             reference = row["reference"]
-            steps = "—" if row["steps_to_recover"] is None else row["steps_to_recover"]
+            per_seed = row.get("steps_per_seed") or [row["steps_to_recover"]]
+            steps = "/".join("—" if x is None else str(x) for x in per_seed)  # one entry per finetuning seed
             cells.append(f"**{steps}** ({row['zero_shot']:.3f} → {row['finetuned']:.3f})")
         lines.append(f"| {variant} | {reference:.3f} | " + " | ".join(cells) + " |")
     lines += ["", "![recovery curves](results/arch_ablation/recovery_curves.png)", "", provenance(r)]
