@@ -128,6 +128,14 @@ def plt():
     return pyplot
 
 
+def plain_log_axis(ax) -> None:
+    """A log-scale y axis labelled with plain numbers (2, 3, 4) instead of 2×10⁰."""
+    from matplotlib.ticker import FormatStrFormatter
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+
+
 def mean_spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "values": values}
@@ -185,7 +193,7 @@ def plot_ppl_vs_width(r: dict) -> None:
                 ax.plot([p["ratio"] for p in ft], [p["finetuned"] for p in ft], "--", marker="x",
                         color=line[0].get_color(), label=f"{kind} +{r['finetune_iters']} steps")
         ax.axhline(r["reference_val_loss"], color="k", lw=1, label="original model")
-        ax.set_yscale("log")
+        plain_log_axis(ax)
         ax.set_title(f"porting = {porting}")
         ax.set_xlabel("m / d")
         ax.set_ylabel("val loss (full val split, log scale)")
@@ -443,10 +451,9 @@ def plot_arch_ablation(r: dict) -> None:
             steps, vals = zip(*row["curve"])
             ax.plot(steps, [v / row["reference"] for v in vals], marker=".", label=row["variant"])
         ax.axhline(1.01, color="k", ls=":", lw=1, label="recovered (1% of reference)")
-        ax.set_yscale("log")
         ax.set_title(f"recovery — {label}")
         ax.set_xlabel("finetune step")
-        ax.set_ylabel("val loss / reference val loss (log)")
+        ax.set_ylabel("val loss / reference val loss")
         ax.legend(fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.join(RESULTS, "arch_ablation"), exist_ok=True)
@@ -463,7 +470,7 @@ def plot_grow_staging(r: dict) -> None:
         ax.plot([offset + i * tokens * flops["2d"] for i, _ in c["curve"]], [v for _, v in c["curve"]], label=label)
     ax.set_xlabel("training compute (FLOPs ≈ 6·N·tokens)")
     ax.set_ylabel("val loss")
-    ax.set_yscale("log")
+    plain_log_axis(ax)
     ax.set_title("Growing d → 2d (staging) vs training 2d from scratch")
     ax.legend()
     fig.tight_layout()
