@@ -153,7 +153,9 @@ def model_report(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor, cfg: G
     norms_e = model.transformer.wte.weight.detach().double().norm(dim=1)
     layer_states = [h.reshape(-1, h.shape[-1]) for h in hidden]
     return {
-        "embedding_norms": {"mean": norms_e.mean().item(), "std": norms_e.std().item()},
+        "embedding_norms": {"mean": norms_e.mean().item(), "std": norms_e.std().item(),
+                            "threshold": (norms_e.mean() + 1.5 * norms_e.std()).item()},
+        "hidden_norm_mean": [h.double().norm(dim=-1).mean().item() for h in layer_states],
         "weight_kurtosis": {n: geo.excess_kurtosis(w) for n, w in weights.items()},
         "activation_kurtosis": [geo.excess_kurtosis(h) for h in layer_states],
         "int8_rtn_error": sum(geo.rtn_error(w, 8) for w in weights.values()) / len(weights),

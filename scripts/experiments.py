@@ -307,7 +307,8 @@ def heads(s: Setting) -> None:
                                                             "--wandb_log=False", "--eval_iters=10"]))
             ref = metrics["models"]["ref"]
             rows.append({"head": head, "norm_reg": reg, "val_loss": full_val_loss(src, s.device),
-                         "ndcg": ref["ndcg"], "embedding_norms": ref["embedding_norms"]})
+                         "ndcg": ref["ndcg"], "embedding_norms": ref["embedding_norms"],
+                         "hidden_norm_mean": ref["hidden_norm_mean"]})
             shutil.copy(os.path.join(src + "-geom", "norm_heatmap.png"), os.path.join(out_dir, f"{name}_norms.png"))
             print(rows[-1])
     save("heads", {"rows": rows, "ndcg_k": 10}, t0, s)

@@ -132,12 +132,14 @@ def heads(r: dict) -> str:
     sims = list(r["rows"][0]["ndcg"])
     lines = [f"Val loss (full val split) and NDCG@{r['ndcg_k']} of each similarity between the final normed hidden "
              "state and the token embeddings, against the model's own next-token distribution.", "",
-             "| head | norm_reg λ | val loss | μ_E | σ_E | " + " | ".join(f"NDCG {s}" for s in sims) + " |",
-             "|---|---|---|---|---|" + "---|" * len(sims)]
+             "| head | norm_reg λ | val loss | μ_E | σ_E | mean ‖h‖ layers 1..L | "
+             + " | ".join(f"NDCG {s}" for s in sims) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(sims)]
     for row in r["rows"]:
         e = row["embedding_norms"]
+        norms = ", ".join(f"{x:.2f}" for x in row.get("hidden_norm_mean", [])[1:]) or "—"
         lines.append(f"| {row['head']} | {row['norm_reg']:g} | {row['val_loss']:.4f} | {e['mean']:.2f} | "
-                     f"{e['std']:.2f} | " + " | ".join(f"{row['ndcg'][s]:.3f}" for s in sims) + " |")
+                     f"{e['std']:.2f} | {norms} | " + " | ".join(f"{row['ndcg'][s]:.3f}" for s in sims) + " |")
     lines += ["", "Hidden-state norms, linear head without and with the regularizer:", "",
               "![norms](results/heads/head_linear_reg0.0_norms.png)",
               "![norms](results/heads/head_linear_reg0.1_norms.png)",
