@@ -28,11 +28,11 @@ import torch  # noqa: E402
 
 import geometry as geo  # noqa: E402
 from checkpoint import load_checkpoint, load_model  # noqa: E402
-from configurator import load_config  # noqa: E402
+from configurator import config_from_dict, load_config  # noqa: E402
 from dataset import BatchLoader, checkpoint_data, evaluate_loss  # noqa: E402
 from eval_geometry import GeometryConfig, evaluate  # noqa: E402
 from finetune import FinetuneConfig, finetune  # noqa: E402
-from train import TrainConfig, train  # noqa: E402
+from train import TrainConfig, get_lr, train  # noqa: E402
 from transform import KINDS, TransformConfig, run  # noqa: E402
 
 RUNS = os.path.join(ROOT, "runs")
@@ -318,7 +318,8 @@ def grow_staging(s: Setting) -> None:
     """Train at width d, grow to 2d (with / without symmetry breaking), continue; vs 2d from scratch."""
     t0 = time.time()
     iters = 1000 if s.quick else 2500
-    small = ["--n_embd=64", "--n_head=4", "--mlp_hidden=256", f"--max_iters={iters}", f"--lr_decay_iters={iters}"]
+    # one cosine schedule over both stages: stage 1 stops halfway, the grown model continues from there
+    small = ["--n_embd=64", "--n_head=4", "--mlp_hidden=256", f"--max_iters={iters}", f"--lr_decay_iters={2 * iters}"]
     # the grown model keeps heads and MLP: from scratch we train exactly that architecture at 2d
     big = ["--n_embd=128", "--n_head=4", "--head_dim=16", "--mlp_hidden=256"]
     stage1 = trained(s, "grow_stage1", small)
@@ -326,15 +327,18 @@ def grow_staging(s: Setting) -> None:
     batch = [f"--batch_size={run_cfg['batch_size']}",
              f"--gradient_accumulation_steps={run_cfg['gradient_accumulation_steps']}"]
     tokens = run_cfg["batch_size"] * run_cfg["block_size"] * run_cfg["gradient_accumulation_steps"]
+    lr_at_switch = get_lr(iters, config_from_dict(TrainConfig, run_cfg, "stage 1 config"))
+    schedule = [f"--learning_rate={lr_at_switch}", "--warmup_iters=0", f"--lr_decay_iters={iters}",
+                f"--min_lr={run_cfg['min_lr']}", f"--weight_decay={run_cfg['weight_decay']}"]
     curves = {}
-    for label, noise in (("grown, no symmetry breaking", 0.0), ("grown, symmetry breaking σ=0.1", 0.1)):
+    for label, noise in (("grown, no symmetry breaking", 0.0), ("grown, symmetry breaking σ=0.1", 0.1),
+                         ("grown, symmetry breaking σ=1", 1.0)):
         out, _ = transformed(s, stage1, 128, "orthogonal", "head", grow_noise=noise)
         cont = out + "-continued"
         if not os.path.exists(os.path.join(cont, "done.json")):
             cfg = load_config(FinetuneConfig, s.common + [
-                f"--in_dir={out}", f"--out_dir={cont}", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
-                "--learning_rate=1e-3", "--min_lr=1e-4", "--warmup_iters=50", "--eval_interval=100",
-                "--eval_iters=100", "--weight_decay=0.1", *batch])
+                f"--in_dir={out}", f"--out_dir={cont}", f"--max_iters={iters}", "--eval_interval=100",
+                "--eval_iters=100", *schedule, *batch])
             summary = finetune(cfg)
             residual = range_energy(cont, stage1, out)
             with open(os.path.join(cont, "done.json"), "w") as f:
@@ -351,7 +355,12 @@ def grow_staging(s: Setting) -> None:
     result = {"iters_per_stage": iters, "flops_per_token": {"d": flops_small, "2d": flops_big},
               "stage1": stage1_curve, "scratch": scratch_curve, "grown": curves}
     result["tokens_per_iter"] = tokens
+    result["lr_at_switch"] = lr_at_switch
     offset = iters * tokens * flops_small
+    staged_total = offset + iters * tokens * flops_big  # compute of stage 1 + continuation
+    result["staged_total_flops"] = staged_total
+    result["scratch_loss_at_staged_compute"] = interpolate(
+        [(i * tokens * flops_big, v) for i, v in scratch_curve], staged_total)
     plot_grow_staging(result)
     # compute to reach the scratch model's final loss
     target = scratch_curve[-1][1]
@@ -361,6 +370,14 @@ def grow_staging(s: Setting) -> None:
         hit = next((i for i, v in c["curve"] if v <= target), None)
         c["flops_to_target"] = None if hit is None else offset + hit * tokens * flops_big
     save("grow_staging", result, t0, s)
+
+
+def interpolate(points: list[tuple[float, float]], x: float) -> float:
+    """Linear interpolation of y at x on a sorted (x, y) curve (clamped at the ends)."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1] if x > points[-1][0] else points[0][1]
 
 
 def range_energy(continued: str, stage1: str, grown: str) -> float:

@@ -149,17 +149,24 @@ def heads(r: dict) -> str:
 
 def grow_staging(r: dict) -> str:
     fl = r["flops_per_token"]
+    schedule = (f" One cosine schedule spans both stages: stage 1 stops halfway and the grown model continues "
+                f"from lr {r['lr_at_switch']:.2e} without re-warmup." if "lr_at_switch" in r else "")
     lines = [f"Stage 1 trains width d = 64 for {r['iters_per_stage']} iterations; it is grown to 2d = 128 "
-             f"(orthogonal, head porting: exact) and trained {r['iters_per_stage']} more. Baseline: the same 2d "
-             f"architecture from scratch for {2 * r['iters_per_stage']} iterations. FLOPs/token: d {fl['d']:.3g}, "
-             f"2d {fl['2d']:.3g}.", "",
-             "| run | final val loss | FLOPs to reach the scratch model's final loss | residual energy in range(T) |",
-             "|---|---|---|---|",
-             f"| 2d from scratch | {r['scratch'][-1][1]:.4f} | {r['scratch_flops_to_target']:.3g} | — |"]
+             f"(orthogonal, head porting: exact) and trained {r['iters_per_stage']} more.{schedule} Baseline: the "
+             f"same 2d architecture from scratch for {2 * r['iters_per_stage']} iterations. FLOPs/token: "
+             f"d {fl['d']:.3g}, 2d {fl['2d']:.3g}.", "",
+             "| run | final val loss | training FLOPs | FLOPs to reach the scratch model's final loss "
+             "| residual energy in range(T) |", "|---|---|---|---|---|",
+             f"| 2d from scratch | {r['scratch'][-1][1]:.4f} | {r['scratch_flops_to_target']:.3g} | "
+             f"{r['scratch_flops_to_target']:.3g} | — |"]
+    if "scratch_loss_at_staged_compute" in r:
+        lines.append(f"| 2d from scratch, at the staged runs' compute | {r['scratch_loss_at_staged_compute']:.4f} | "
+                     f"{r['staged_total_flops']:.3g} | — | — |")
     for label, c in r["grown"].items():
         hit = c["flops_to_target"]
-        lines.append(f"| {label} | {c['curve'][-1][1]:.4f} | {'not reached' if hit is None else f'{hit:.3g}'} | "
-                     f"{c['energy_in_range_T']:.4f} |")
+        total = f"{r['staged_total_flops']:.3g}" if "staged_total_flops" in r else "—"
+        lines.append(f"| {label} | {c['curve'][-1][1]:.4f} | {total} | {'not reached' if hit is None else f'{hit:.3g}'}"
+                     f" | {c['energy_in_range_T']:.4f} |")
     lines += ["", "![grow staging](results/grow_staging/grow_staging.png)", "", provenance(r)]
     return "\n".join(lines)
 
