@@ -204,8 +204,7 @@ def worked_example(_: dict | None) -> str:
         f"Transform: d = {rec['d']} → m = {rec['m']} ({rec['kind']}, {rec['porting']} porting, norms={rec['norms']}); "
         f"val loss (full val split) {rec['val_loss_before']:.4f} → {rec['val_loss_after']:.4f} zero-shot. "
         f"Finetune: reference {ft['reference_val_loss']:.4f} (50 fixed val batches), final {ft['val_loss']:.4f}, "
-        f"**steps to recover (1%): {'not within 200' if steps is None else steps}**. Whole example: "
-        f"{t['seconds'] / 60:.1f} min on CPU.", "",
+        f"**steps to recover (1%): {'not within 200' if steps is None else steps}**.", "",
         "| model | val loss | KL(ref‖new) | top-1 agree | AE map | AE model | HC map | HC model | FA tokens |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| reference | {zs['loss']['ref']['val_loss']:.4f} | 0 | 1 | 0 | 0 | 1 | 1 | 1 |",
