@@ -452,6 +452,17 @@ def build_model(sd: dict, cfg: GPTConfig) -> GPT:
     return GPT.from_state_dict(GPTConfig(**asdict(cfg)), sd).eval()
 
 
+def port_model(model: GPT, T: torch.Tensor, T_pinv: torch.Tensor, porting: str = "head", norms: str = "fold",
+               reader_pinv: torch.Tensor | None = None) -> GPT:
+    """A new GPT of width m = T.shape[0] from ``model`` and a given (T, T⁺): canonicalize, then port.
+    (``transform_model`` also builds T, calibrates PCA and writes the record.)"""
+    d = model.config.n_embd
+    if T.shape[1] != d or tuple(T_pinv.shape) != (d, T.shape[0]):
+        raise TransformError(f"T must be m×d and T⁺ d×m for d={d}, got {tuple(T.shape)} and {tuple(T_pinv.shape)}")
+    sd, cfg, _ = canonicalize(model.state_dict(), model.config, norms)
+    return build_model(*port_weights(sd, cfg, T.double(), T_pinv.double(), porting, reader_pinv))
+
+
 def canonical_model(model: GPT, norms: str = "fold") -> tuple[GPT, list[str]]:
     """The same-width model after ``canonicalize`` (equal function with ``fold``)."""
     sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)

@@ -20,6 +20,7 @@ from transform import (
     hadamard_transform,
     jl_min_width,
     make_projection,
+    port_model,
     pseudo_inverse,
     transform_model,
 )
@@ -262,3 +263,14 @@ def test_keep_layernorm_is_exact_and_checked():
             assert torch.allclose(outputs(new, idx), outputs(model, idx), atol=5e-5)
     with pytest.raises(TransformError, match="keep_layernorm needs"):
         transform_model(random_model(0), 8, "orthogonal", "head", "fold", keep_layernorm=True)
+
+
+def test_port_model_with_a_given_map_matches_transform_model():
+    model = random_model(5, norm_type="rmsnorm")
+    idx = torch.randint(0, 11, (2, 8))
+    T, P = make_projection("gaussian", 16, 12, seed=4)
+    ported = port_model(model, T, P)
+    reference, _ = transform_model(model, 12, "gaussian", "head", "fold", seed=4)
+    assert torch.allclose(outputs(ported, idx), outputs(reference, idx), atol=1e-6)
+    with pytest.raises(TransformError, match="T must be m×d"):
+        port_model(model, T.T, P)
