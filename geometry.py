@@ -30,7 +30,7 @@ def _pair_chunks(X: torch.Tensor, Y: torch.Tensor, chunk: int):
         yield cx[mask].clamp(-1, 1), cy[mask].clamp(-1, 1)
 
 
-def angular_error(X: torch.Tensor, Y: torch.Tensor, chunk: int = 512) -> float:
+def angular_error(X: torch.Tensor, Y: torch.Tensor, chunk: int = 256) -> float:
     """AE = mean over pairs i<j of |∠(x_i, x_j) − ∠(y_i, y_j)|, in radians (∠ = arccos of the cosine)."""
     total, count = 0.0, 0
     for cx, cy in _pair_chunks(X, Y, chunk):
@@ -52,13 +52,18 @@ def _ranks(x: torch.Tensor) -> torch.Tensor:
     return ranks
 
 
+def pair_cosines(U: torch.Tensor, i: torch.Tensor, j: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
+    """cos(u_i, u_j) for index pairs, in chunks (U has unit rows), so memory stays O(chunk·d)."""
+    return torch.cat([(U[i[k:k + chunk]] * U[j[k:k + chunk]]).sum(1) for k in range(0, len(i), chunk)])
+
+
 def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
     denom = (a.norm() * b.norm()).item()
     return (a @ b).item() / denom if denom > 0 else float("nan")
 
 
-def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = 512, spearman_pairs: int = 200_000,
+def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = 256, spearman_pairs: int = 200_000,
                                seed: int = 0) -> dict:
     """HC: Pearson correlation, over all pairs i<j, of cos(x_i, x_j) against cos(y_i, y_j) (from streamed
     sums), and Spearman's rank correlation on a seeded sample of ``spearman_pairs`` pairs."""
@@ -72,8 +77,7 @@ def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = 51
     var_a, var_b = saa / n - (sa / n) ** 2, sbb / n - (sb / n) ** 2
     hc = cov / math.sqrt(var_a * var_b) if var_a > 0 and var_b > 0 else float("nan")
     i, j = sample_pairs(len(X), spearman_pairs, seed)
-    Xu, Yu = _unit(X), _unit(Y)
-    ca, cb = (Xu[i] * Xu[j]).sum(1), (Yu[i] * Yu[j]).sum(1)
+    ca, cb = pair_cosines(_unit(X), i, j), pair_cosines(_unit(Y), i, j)
     return {"pearson": hc, "spearman": pearson(_ranks(ca), _ranks(cb)), "pairs": n}
 
 
@@ -121,13 +125,15 @@ def rtn_error(W: torch.Tensor, bits: int = 8) -> float:
 
 def jl_distortion(X: torch.Tensor, T: torch.Tensor, pairs: int = 200_000, seed: int = 0) -> dict:
     """Empirical ε of the map T on the probes: |‖Tu − Tv‖² / ‖u − v‖² − 1| over sampled pairs."""
-    X = X.double()
+    X, T = X.double(), T.double()
     i, j = sample_pairs(len(X), pairs, seed)
-    diff = X[i] - X[j]
-    keep = diff.norm(dim=1) > 1e-12
-    diff = diff[keep]
-    ratio = (diff @ T.double().T).pow(2).sum(1) / diff.pow(2).sum(1)
-    eps = (ratio - 1).abs()
+    parts = []
+    for k in range(0, len(i), 16384):  # chunks keep memory O(chunk·d)
+        diff = X[i[k:k + 16384]] - X[j[k:k + 16384]]
+        squared = diff.pow(2).sum(1)
+        keep = squared > 1e-24
+        parts.append(((diff[keep] @ T.T).pow(2).sum(1) / squared[keep] - 1).abs())
+    eps = torch.cat(parts)
     q = torch.quantile(eps, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)).tolist()
     return {"max": eps.max().item(), "median": q[0], "q90": q[1], "q99": q[2], "pairs": len(eps)}
 

@@ -242,6 +242,14 @@ def benchmarks(_: dict | None) -> str:
         for c in t["cases"]:
             lines.append(f"| {c['kind']} | {c['m']} | {c['porting']} | {c['seconds']:.1f} | "
                          f"{c['extra_peak_over_model']:.2f}× | {c['model_mb']} |")
+    path = os.path.join(ROOT, "bench", "results", "geometry_speed.json")
+    if os.path.exists(path):
+        g = json.load(open(path))
+        sec = g["seconds"]
+        lines += ["", f"Geometry metrics at N = {g['n_probes']} probes (`python bench/geometry_speed.py`): AE over all "
+                      f"pairs {sec['angular_error']:.2f} s, HC (Pearson over all pairs + Spearman on 200k) "
+                      f"{sec['hyperspherical_concordance']:.2f} s, JL distortion {sec['jl_distortion']:.2f} s; "
+                      f"extra peak memory {g['extra_peak_rss_mb']} MB (chunked: O(chunk·N))."]
     if not lines:
         return "*Not run yet: python bench/train_throughput.py; python bench/transform_speed.py*"
     return "\n".join(lines)
