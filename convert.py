@@ -173,19 +173,16 @@ def export_hf(model: GPT, out_dir: str) -> None:
     ours = model.state_dict()
     state = {}
     for name, target in hf_model.state_dict().items():
-        if name in ours:
+        if name.endswith((".ln_1.weight", ".ln_2.weight", "ln_f.weight")):  # scalar or no gain → a vector
+            value = ours.get(name, torch.ones(1)).expand(cfg.n_embd)
+        elif name in ours:
             value = ours[name]
-        elif name.endswith((".ln_1.weight", ".ln_2.weight", "ln_f.weight")):  # scalar or no gain → a vector
-            prefix = name[: -len(".weight")]
-            value = ours.get(f"{prefix}.weight", torch.ones(1)).expand(cfg.n_embd)
         elif name.endswith(".bias"):  # bias=False (or scalar gains): GPT-2 has zero biases there
             value = torch.zeros_like(target)
         else:
             raise ConversionError(f"internal: no value for GPT-2 parameter {name}")
         if name.endswith(CONV1D):
             value = value.t()
-        elif name.endswith((".ln_1.weight", ".ln_2.weight", "ln_f.weight")) and value.numel() == 1:
-            value = value.expand(cfg.n_embd)
         state[name] = value.detach().clone().contiguous()
     hf_model.load_state_dict(state, strict=True)
     hf_model.save_pretrained(out_dir)

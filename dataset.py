@@ -210,6 +210,11 @@ def batch_seed(seed: int, iter_num: int, micro_step: int, rank: int = 0) -> int:
 EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed seeds, the same at every evaluation
 
 
+def eval_batches(loader: BatchLoader, split: str, eval_iters: int, seed: int = 0):
+    """The fixed evaluation batches: the same ``eval_iters`` batches at every evaluation and in every script."""
+    return (loader.get_batch(split, seed + EVAL_SEED_OFFSET + k) for k in range(eval_iters))
+
+
 @torch.no_grad()
 def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None, seed: int = 0,
                   ctx=None) -> float:
@@ -220,7 +225,7 @@ def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None
     ctx = ctx or nullcontext()
     total, count = 0.0, 0
     batches = (loader.full_split(split) if eval_iters is None
-               else (loader.get_batch(split, seed + EVAL_SEED_OFFSET + k) for k in range(eval_iters)))
+               else eval_batches(loader, split, eval_iters, seed))
     for x, y in batches:
         with ctx:
             logits, _ = model(x, all_logits=True)

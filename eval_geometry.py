@@ -26,7 +26,7 @@ import torch
 import geometry as geo
 from checkpoint import CheckpointError, load_model
 from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, Tokenizer, checkpoint_data, ensure_prepared, evaluate_loss
+from dataset import BatchLoader, DataError, Tokenizer, checkpoint_data, ensure_prepared, eval_batches, evaluate_loss
 from logger import MetricsLogger
 from model import GPT
 
@@ -305,8 +305,7 @@ def evaluate(cfg: GeometryConfig) -> dict:
     if new is not None:
         losses["new"] = evaluate_loss(new, loader, "val", cfg.eval_iters, cfg.seed)
         kl = {"kl": 0.0, "top1_agreement": 0.0}
-        for k in range(cfg.eval_iters):
-            x, _ = loader.get_batch("val", cfg.seed + 1_000_003 + k)
+        for x, _ in eval_batches(loader, "val", cfg.eval_iters, cfg.seed):
             with torch.no_grad():
                 part = geo.kl_and_agreement(ref(x, all_logits=True)[0], new(x, all_logits=True)[0])
             kl = {key: kl[key] + part[key] / cfg.eval_iters for key in kl}

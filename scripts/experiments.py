@@ -340,7 +340,7 @@ def grow_staging(s: Setting) -> None:
                 f"--in_dir={out}", f"--out_dir={cont}", f"--max_iters={iters}", "--eval_interval=100",
                 "--eval_iters=100", *schedule, *batch])
             summary = finetune(cfg)
-            residual = range_energy(cont, stage1, out)
+            residual = range_energy(cont)
             with open(os.path.join(cont, "done.json"), "w") as f:
                 json.dump(dict(summary, energy_in_range=residual), f)
         with open(os.path.join(cont, "done.json")) as f:
@@ -380,7 +380,7 @@ def interpolate(points: list[tuple[float, float]], x: float) -> float:
     return points[-1][1] if x > points[-1][0] else points[0][1]
 
 
-def range_energy(continued: str, stage1: str, grown: str) -> float:
+def range_energy(continued: str) -> float:
     """Fraction of the continued model's residual energy that stays in range(T) (the old directions)."""
     model, ckpt = load_model(continued)
     T = ckpt["transform"]["T"].double()

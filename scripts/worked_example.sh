@@ -8,18 +8,17 @@ export WANDB_MODE=${WANDB_MODE:-offline}
 runs=runs/worked_example
 out=results/worked_example
 mkdir -p "$runs" "$out"
-start=$(date +%s)
 [ -f "$runs/base/ckpt.pt" ] || python train.py configs/shakespeare_char.py --out_dir="$runs/base" --progress_bar=False
 python transform.py --in_dir="$runs/base" --out_dir="$runs/m64" --width=64 --kind=pca --porting=head --norms=fold
 python finetune.py --in_dir="$runs/m64" --out_dir="$runs/m64-ft" --max_iters=200 --progress_bar=False
 python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64" --out_dir="$out/zero_shot" --wandb_log=False
 python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64-ft" --out_dir="$out/finetuned" --wandb_log=False
 cp "$runs/m64-ft/finetune.json" "$out/finetune.json"
-python - "$runs" "$out" "$start" <<'PY'
-import json, sys, time, torch
-runs, out, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+python - "$runs" "$out" <<'PY'
+import json, sys, torch
+runs, out = sys.argv[1], sys.argv[2]
 record = torch.load(f"{runs}/m64/ckpt.pt", weights_only=False)["transform"]
 summary = {k: v for k, v in record.items() if k not in ("T", "T_pinv")}
-json.dump({"transform": summary, "seconds": round(time.time() - start)}, open(f"{out}/transform.json", "w"), indent=2)
+json.dump({"transform": summary}, open(f"{out}/transform.json", "w"), indent=2)
 PY
 echo "results in $out"

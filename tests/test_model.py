@@ -105,7 +105,7 @@ def test_rope_scores_depend_only_on_relative_position():
     assert not math.isclose(score(3, 1), score(3, 2), rel_tol=1e-2)
 
 
-def test_rope_model_has_no_position_embedding_and_is_shift_equivariant_in_scores():
+def test_rope_model_has_no_position_embedding():
     model = GPT(tiny(pos="rope"))
     assert "wpe" not in model.transformer
 

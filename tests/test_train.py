@@ -1,5 +1,4 @@
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -144,4 +143,3 @@ def test_cli_reports_config_errors_cleanly():
                             text=True, env=_env(), timeout=60)
     assert result.returncode != 0
     assert "unknown config key 'n_layr'" in result.stderr and "Traceback" not in result.stderr
-    json.dumps(result.stderr)
