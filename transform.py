@@ -2,46 +2,66 @@
 Change the residual width of a trained GPT from d to m with one linear map T (m×d) and its
 pseudo-inverse T⁺ (d×m).
 
-    python transform.py --in_dir=out-shakespeare-char --out_dir=out-m96 --width=96 --kind=pca --porting=head
+    python transform.py --in_dir=out-shakespeare-char --out_dir=out-m96 --width=96 --kind=pca --porting=residual
 
-Two steps, both on float64 copies of the weights:
+Two steps, both on float64 copies of the weights, each a short loop over a role table
+(``residual_roles``: which tensors read the residual stream, which write it, which are embeddings,
+which are norm gains and which norm feeds which reader) calling one small named function per rule:
 
 1. ``canonicalize`` (``--norms``) rewrites the model at width d. With ``fold`` it keeps the function
-   exactly: per-dimension norm gains (and LayerNorm biases) are folded into the readers that follow,
-   LayerNorm becomes RMSNorm by centring every residual writer (then every norm sees mean-free
-   inputs, where the two agree), and every norm is left with one scalar gain. ``drop`` and ``scalar``
-   replace per-dimension gains by 1 or by their mean (approximations, as in the paper).
+   exactly (SliceGPT's / QuaRot's computational invariance): ``untie_head`` / ``knn_to_linear`` where a
+   per-dimension final gain must move into the head, ``fold_gain_into_readers`` (W·diag γ, b + W·β),
+   then LayerNorm becomes RMSNorm by ``center_embeddings`` and ``center_writers`` (C·W, C = I − 11ᵀ/d:
+   every norm then sees mean-free inputs, where the two agree); every norm keeps one scalar gain.
+   ``drop`` and ``scalar`` replace per-dimension gains by 1 or by their mean (approximations, as in the paper).
 2. ``port_weights`` (``--porting``) applies T:
-   - ``head`` (ours): only the residual axis changes. Readers W → W·T⁺, writers W → T·W,
-     embeddings E → E·Tᵀ; heads, head size, attention scale, RoPE and MLP width stay as they are.
-   - ``sandwich`` (the paper): additionally Q, K, V, O → T·W·T⁺, with the heads re-split to
-     m / n_head dimensions (which mixes heads: the function changes even for orthogonal T at m = d).
+   - ``residual`` (ours; ``head`` is accepted as its old name): only the residual axis changes —
+     ``port_reader`` W·T⁺, ``port_writer`` T·W and T·b, ``port_embedding`` E·Tᵀ; heads, head size,
+     attention scale, RoPE and MLP width stay as they are.
+   - ``sandwich`` (the paper's equations): additionally ``sandwich_attention`` T·W·T⁺ on Q, K, V and O,
+     with the heads re-split to m / n_head dimensions (which mixes heads: the function changes even for
+     orthogonal T at m = d).
    An RMSNorm over m coordinates of T·h equals √(m/d)·T·norm_d(h) when T has orthonormal columns
-   (and ε is scaled by d/m), so every scalar gain is multiplied by √(d/m).
+   (and ε is scaled by d/m), so ``scale_gain`` multiplies every scalar gain by √(d/m).
 
-With orthonormal columns (TᵀT = I, m ≥ d), ``head`` porting after ``fold`` reproduces the original
+With orthonormal columns (TᵀT = I, m ≥ d), ``residual`` porting after ``fold`` reproduces the original
 logits to float32 rounding. For m < d (shrink) nothing is exact; ``pca`` keeps the top-m principal
 directions of the residual stream and loses far less than a random map.
+
+Adding a porting rule: write one function of (tensor, maps) with its equation in the docstring, and
+give it the roles it applies to in ``porting_plan``.
 """
 from __future__ import annotations
 
 import copy
 import math
 import os
-import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
-from checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint, save_checkpoint
-from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, checkpoint_data, evaluate_loss
+from checkpoint import check_output_dir, load_checkpoint, model_from_checkpoint, save_checkpoint
+from cli import run_cli
+from configurator import load_config
+from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
+from errors import ConfigError, TransformError
 from model import GPT, GPTConfig
 
 KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
-PORTINGS = ("head", "sandwich")
+PORTINGS = ("residual", "sandwich")
+PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
+DATA_FREE_KINDS = tuple(k for k in KINDS if k != "pca")
+
+
+def resolve_porting(porting: str) -> str:
+    """The canonical name of a porting rule (``head`` → ``residual``); raises for an unknown one."""
+    porting = PORTING_ALIASES.get(porting, porting)
+    if porting not in PORTINGS:
+        raise TransformError(f"porting={porting!r} is not one of {PORTINGS} (or the alias 'head')")
+    return porting
 
 
 @dataclass
@@ -49,40 +69,92 @@ class TransformConfig:
     in_dir: str = "out-shakespeare-char"  # the checkpoint to transform
     out_dir: str = ""  # where the transformed ckpt.pt goes (required)
     width: int = 0  # the new residual width m (required)
-    kind: str = "orthogonal"  # one of KINDS
-    porting: str = "head"  # 'head' (ours, exact for orthogonal T with m >= d) | 'sandwich' (the paper)
+    kind: str = "orthogonal"  # the map T: gaussian | rademacher | sparse | srht | orthogonal | pca | truncate
+    porting: str = "residual"  # 'residual' (ours, exact for orthogonal T with m >= d; alias 'head') | 'sandwich'
     norms: str = "fold"  # 'fold' (exact) | 'scalar' (gain → its mean) | 'drop' (gain → 1)
-    seed: int = 0
+    seed: int = 0  # seed of the random map (and of the growth symmetry breaking)
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
     # calibration: token embeddings + hidden states of every layer on training text (pca, JL bound)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
-    calib_batches: int = 8
-    calib_batch_size: int = 16
+    calib_batches: int = 8  # training batches whose hidden states calibrate PCA and the JL bound
+    calib_batch_size: int = 16  # sequences per calibration batch
     pca_damping: float = 1e-6  # relative ridge added to the second-moment matrix before eigh
     jl_eps: float = 0.2  # distortion ε of the JL minimum width (Algorithm 1, line 1)
     jl_delta: float = 0.05  # failure probability δ
+    # evaluation and system
     eval_iters: int | None = None  # val batches for the before/after loss; None = the full val split; 0 = skip
     eval_reference: bool = True  # also evaluate the untransformed model (the "before" loss)
-    device: str = "cpu"
+    device: str = "cpu"  # where the transform and its evaluation run
+    overwrite: bool = False  # replace a checkpoint already in out_dir (never the input checkpoint itself)
 
     def validate(self) -> None:
         if not self.out_dir:
             raise ConfigError("out_dir is required: --out_dir=DIR (where the transformed ckpt.pt goes)")
         if self.width <= 0:
             raise ConfigError(f"width must be a positive integer (the new residual width m), got {self.width}")
-        for name, allowed in (("kind", KINDS), ("porting", PORTINGS), ("norms", NORM_MODES)):
+        for name, allowed in (("kind", KINDS), ("norms", NORM_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
+        if PORTING_ALIASES.get(self.porting, self.porting) not in PORTINGS:
+            raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1)")
         if self.grow_noise < 0:
             raise ConfigError(f"grow_noise must be >= 0, got {self.grow_noise}")
+        for name in ("calib_batches", "calib_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.eval_iters is not None and self.eval_iters < 0:
+            raise ConfigError(f"eval_iters must be >= 0 (0 skips evaluation) or None (full val split), "
+                              f"got {self.eval_iters}")
 
 
-class TransformError(ValueError):
-    """A transform that cannot be done as asked; the message names the fix."""
+def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
+                    keep_layernorm: bool = False, grow_noise: float = 0.0) -> str:
+    """Every check of a transform request against the model it applies to, in one place (every path calls
+    it before any work). Returns the canonical porting name."""
+    d, m = cfg.n_embd, width
+    if m <= 0:
+        raise TransformError(f"width must be positive, got {m}")
+    if kind not in KINDS:
+        raise TransformError(f"kind={kind!r} is not one of {KINDS}")
+    if norms not in NORM_MODES:
+        raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
+    porting = resolve_porting(porting)
+    if kind == "pca" and m > d:
+        raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got width={m} > d={d}; "
+                             "use kind='orthogonal' to grow")
+    if grow_noise > 0 and m <= d:
+        raise TransformError(f"grow_noise applies when growing (m > d), got width={m}, d={d}")
+    if keep_layernorm:
+        needs = {"a LayerNorm model": cfg.norm_type == "layernorm", "norms='fold'": norms == "fold",
+                 "kind='orthogonal'": kind == "orthogonal", f"width ≥ d={d}": m >= d}
+        failed = [what for what, ok in needs.items() if not ok]
+        if failed:
+            raise TransformError(f"keep_layernorm needs {' and '.join(failed)} (a mean-preserving isometry exists "
+                                 "only then); drop --keep_layernorm or change those settings")
+    check_porting(cfg, m, porting)
+    if m > 64 * d:
+        warnings.warn(f"width m={m} is more than 64× d={d}: the transformed model is {m // d}× as wide "
+                      "(was that meant?)", stacklevel=2)
+    return porting
 
+
+def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
+    """Raise TransformError when the (canonical) ``porting`` rule cannot map a model of config ``cfg`` to width m."""
+    d = cfg.n_embd
+    if porting == "sandwich":
+        inner = cfg.n_head * cfg.head_dim
+        if inner != d:
+            raise TransformError(f"porting='sandwich' needs n_head*head_dim == n_embd (got {inner} vs {d}); "
+                                 "use porting='residual'")
+        if m % cfg.n_head:
+            raise TransformError(f"porting='sandwich' re-splits the heads: width m={m} must be divisible by "
+                                 f"n_head={cfg.n_head}; choose such a width or use porting='residual'")
+        if cfg.pos == "rope" and (m // cfg.n_head) % 2:
+            raise TransformError("porting='sandwich' with RoPE needs an even head size m/n_head, "
+                                 f"got {m // cfg.n_head}")
 
 # ----------------------------------------------------------------------------------------------
 # Projections
@@ -208,189 +280,260 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
 
 
 # ----------------------------------------------------------------------------------------------
-# Where each parameter sits relative to the residual stream
+# The role table: where each tensor sits relative to the residual stream
 
 
-def input_norms(cfg: GPTConfig) -> list[tuple[str, list[str]]]:
-    """(norm, the readers that consume its output) for every norm on the residual stream."""
-    pairs = []
-    for i in range(cfg.n_layer):
-        block = f"transformer.h.{i}"
-        pairs += [(f"{block}.ln_1", [f"{block}.attn.c_attn"]), (f"{block}.ln_2", [f"{block}.mlp.c_fc"])]
-    return pairs + [("transformer.ln_f", ["lm_head"])]
+@dataclass(frozen=True)
+class ResidualRoles:
+    """Built once from a config: which modules read the residual (through which norm), which write it, which
+    tensors are embeddings and which norms carry gains. Names are module names (``transformer.h.0.attn.c_attn``)."""
+    embeddings: tuple[str, ...]  # parameters whose rows live in the residual: E → E·Tᵀ
+    norm_readers: tuple[tuple[str, tuple[str, ...]], ...]  # (input norm, the readers that consume its output)
+    output_norms: tuple[str, ...]  # peri-LN's norms on each sublayer's output, added to the residual
+    writers: tuple[str, ...]  # modules whose output is added to the residual: W → T·W, b → T·b
+    attention: tuple[str, ...]  # attention modules (the sandwich rule's T·W·T⁺)
+
+    @property
+    def readers(self) -> tuple[str, ...]:
+        return tuple(r for _, readers in self.norm_readers for r in readers)
+
+    @property
+    def norms(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.norm_readers) + self.output_norms
 
 
-def output_norms(cfg: GPTConfig) -> list[str]:
-    """peri-LN's norms on each sublayer's output, whose result is added to the residual."""
-    if cfg.norm_placement != "peri":
-        return []
-    return [f"transformer.h.{i}.{n}" for i in range(cfg.n_layer) for n in ("ln_1_out", "ln_2_out")]
-
-
-def writers(cfg: GPTConfig) -> list[str]:
-    return [f"transformer.h.{i}.{s}.c_proj" for i in range(cfg.n_layer) for s in ("attn", "mlp")]
+def residual_roles(cfg: GPTConfig) -> ResidualRoles:
+    """The role table of a GPT of config ``cfg`` (see ``ResidualRoles``)."""
+    blocks = [f"transformer.h.{i}" for i in range(cfg.n_layer)]
+    norm_readers = [pair for b in blocks for pair in ((f"{b}.ln_1", (f"{b}.attn.c_attn",)),
+                                                      (f"{b}.ln_2", (f"{b}.mlp.c_fc",)))]
+    norm_readers.append(("transformer.ln_f", ("lm_head",)))
+    peri = cfg.norm_placement == "peri"
+    return ResidualRoles(
+        embeddings=("transformer.wte.weight",) + (("transformer.wpe.weight",) if cfg.pos == "learned" else ()),
+        norm_readers=tuple(norm_readers),
+        output_norms=tuple(f"{b}.{n}" for b in blocks for n in ("ln_1_out", "ln_2_out")) if peri else (),
+        writers=tuple(f"{b}.{s}.c_proj" for b in blocks for s in ("attn", "mlp")),
+        attention=tuple(f"{b}.attn" for b in blocks),
+    )
 
 
 # ----------------------------------------------------------------------------------------------
-# Step 1: canonical form at width d
+# Step 1: canonical form at width d, one rule per function
+
+
+def untie_head(sd: dict, cfg: GPTConfig) -> str:
+    """A tied head W = E gets its own copy, so the final norm's per-dimension gain can fold into it."""
+    sd["lm_head.weight"] = sd["transformer.wte.weight"].clone()
+    cfg.head = "linear"
+    return "tied head untied: the final norm's per-dimension gain is folded into it"
+
+
+def knn_to_linear(sd: dict, cfg: GPTConfig) -> str:
+    """−‖h − e_j‖² + b_j = 2·e_j·h − ‖e_j‖² + b_j − ‖h‖²: the KNN head as the linear head W = 2E with bias
+    b − ‖e_j‖² (logits shift by the per-position constant −‖h‖², so log-probabilities are exact)."""
+    E = sd["transformer.wte.weight"]
+    sd["lm_head.bias"] = sd["lm_head.bias"] - E.pow(2).sum(1)
+    sd["lm_head.weight"] = 2 * E
+    cfg.head, cfg.head_bias = "linear", True
+    return ("knn head rewritten as the equivalent linear head 2·e_j·h − ‖e_j‖² + b_j (logits shift by the "
+            "per-position constant −‖h‖²; log-probabilities are exact)")
+
+
+def fold_gain_into_readers(sd: dict, cfg: GPTConfig, norm: str, readers: tuple[str, ...]) -> None:
+    """W(γ⊙n(x) + β) + b = (W·diag γ)·n(x) + (W·β + b): the norm's gain γ and bias β move into each reader;
+    the norm keeps the scalar gain 1. A tied or KNN head has nothing to fold into (its norm's gain is scalar)."""
+    gamma, beta = sd.pop(f"{norm}.weight"), sd.pop(f"{norm}.bias", None)
+    for reader in readers:
+        if reader == "lm_head" and cfg.head != "linear":
+            continue
+        W = sd[f"{reader}.weight"]
+        if beta is not None:
+            bias = sd.get(f"{reader}.bias", torch.zeros(W.shape[0], dtype=W.dtype, device=W.device))
+            sd[f"{reader}.bias"] = bias + W @ beta
+            if reader == "lm_head":
+                cfg.head_bias = True
+        sd[f"{reader}.weight"] = W * gamma
+    sd[f"{norm}.weight"] = _one(gamma)
+
+
+def average_gain(sd: dict, norm: str) -> None:
+    """γ → mean(γ) (one scalar), bias dropped: the paper's approximation, and the only option for peri-LN's
+    output norms, which write to the residual directly."""
+    gamma = sd.pop(f"{norm}.weight")
+    sd.pop(f"{norm}.bias", None)
+    sd[f"{norm}.weight"] = gamma.mean().reshape(1)
+
+
+def drop_gain(sd: dict, norm: str) -> None:
+    """γ → 1 (one scalar), bias dropped; a scalar gain is kept as it is."""
+    gain = sd.pop(f"{norm}.weight", None)
+    sd.pop(f"{norm}.bias", None)
+    sd[f"{norm}.weight"] = gain if gain is not None and gain.numel() == 1 else _one(sd["transformer.wte.weight"])
+
+
+def center_embeddings(sd: dict, cfg: GPTConfig, roles: ResidualRoles) -> None:
+    """E → E·C (each row made mean-free, C = I − 11ᵀ/d), so the residual stream starts mean-free. A KNN head's
+    bias absorbs what centring its embeddings changes: ‖h − e_j‖² = ‖h − C·e_j‖² + (1ᵀe_j)²/d for mean-free h."""
+    d = cfg.n_embd
+    if cfg.head == "knn":
+        sd["lm_head.bias"] = sd["lm_head.bias"] - sd["transformer.wte.weight"].sum(1).pow(2) / d
+    for name in roles.embeddings:
+        sd[name] = sd[name] - sd[name].mean(1, keepdim=True)
+    if cfg.head == "tied":
+        sd["lm_head.weight"] = sd["transformer.wte.weight"]
+
+
+def center_writers(sd: dict, roles: ResidualRoles) -> None:
+    """W → C·W, b → C·b for every residual writer: whatever they add to the residual stream is mean-free."""
+    for writer in roles.writers:
+        sd[f"{writer}.weight"] = sd[f"{writer}.weight"] - sd[f"{writer}.weight"].mean(0, keepdim=True)
+        if f"{writer}.bias" in sd:
+            sd[f"{writer}.bias"] = sd[f"{writer}.bias"] - sd[f"{writer}.bias"].mean()
+
+
+def _one(like: torch.Tensor) -> torch.Tensor:
+    return torch.ones(1, dtype=like.dtype, device=like.device)
 
 
 def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig, list[str]]:
-    """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain.
-
-    ``fold`` preserves the function: a reader after a norm with gain γ and bias β computes
-    W(γ⊙n(x) + β) + b = (W·diag γ)·n(x) + (W·β + b), so γ and β move into W and b. A LayerNorm whose
-    input is mean-free equals an RMSNorm; centring (C = I − 11ᵀ/d) the token and position embeddings
-    and every writer W → C·W makes the whole residual stream mean-free. Exceptions, recorded in the
-    returned notes: peri-LN output norms with per-dimension gains (they write to the residual
-    directly: their gain is replaced by its mean), a tied head under a per-dimension final gain
-    (untied), a KNN head under one (rewritten as the equal linear head 2·e_j·h − ‖e_j‖² + b_j; logits
-    then differ by the per-position constant −‖h‖², log-probabilities are exact).
-    """
-    sd = {k: v.detach() for k, v in sd.items()}  # every change below makes a new tensor: no copies needed
+    """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain; returns the notes
+    of what changed. ``fold`` preserves the function except for peri-LN output norms with per-dimension gains
+    (averaged: recorded as APPROXIMATE); ``scalar`` and ``drop`` average or drop every per-dimension gain."""
+    if norms not in NORM_MODES:
+        raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
+    sd = {k: v.detach() for k, v in sd.items()}  # every rule makes new tensors: no copies needed
     cfg = copy.deepcopy(cfg)
-    notes: list[str] = []
-    d = cfg.n_embd
+    roles = residual_roles(cfg)
     vector = cfg.norm_gain == "vector"
-    E = sd["transformer.wte.weight"]
-
-    def one() -> torch.Tensor:
-        return torch.ones(1, dtype=E.dtype, device=E.device)
-
-    if norms == "fold":
-        if vector and cfg.head == "tied":
-            sd["lm_head.weight"] = E.clone()
-            cfg.head = "linear"
-            notes.append("tied head untied: the final norm's per-dimension gain is folded into it")
-        elif vector and cfg.head == "knn":
-            sd["lm_head.bias"] = sd["lm_head.bias"] - E.pow(2).sum(1)
-            sd["lm_head.weight"] = 2 * E
-            cfg.head, cfg.head_bias = "linear", True
-            notes.append("knn head rewritten as the equivalent linear head 2·e_j·h − ‖e_j‖² + b_j (logits shift "
-                         "by the per-position constant −‖h‖²; log-probabilities are exact)")
-        for norm, readers in input_norms(cfg):
-            if vector:
-                gamma, beta = sd.pop(f"{norm}.weight"), sd.pop(f"{norm}.bias", None)
-                for reader in readers:
-                    if reader == "lm_head" and cfg.head != "linear":
-                        continue  # scalar final gain: nothing to fold
-                    W = sd[f"{reader}.weight"]
-                    if beta is not None:
-                        bias = sd.get(f"{reader}.bias", torch.zeros(W.shape[0], dtype=W.dtype, device=W.device))
-                        sd[f"{reader}.bias"] = bias + W @ beta
-                        if reader == "lm_head":
-                            cfg.head_bias = True
-                    sd[f"{reader}.weight"] = W * gamma
-                sd[f"{norm}.weight"] = one()
-            elif cfg.norm_gain == "none":
-                sd[f"{norm}.weight"] = one()
-        for norm in output_norms(cfg):
-            if vector:
-                gamma = sd.pop(f"{norm}.weight")
-                sd.pop(f"{norm}.bias", None)
-                sd[f"{norm}.weight"] = gamma.mean().reshape(1)
-            elif cfg.norm_gain == "none":
-                sd[f"{norm}.weight"] = one()
-        if vector and output_norms(cfg):
-            notes.append("APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to "
-                         "the residual directly); their gains were replaced by their means and biases dropped")
-        if cfg.norm_type == "layernorm":
-            if cfg.head == "knn":  # ‖h − e_j‖² = ‖h − C·e_j‖² + (1ᵀe_j)²/d when h is mean-free
-                sd["lm_head.bias"] = sd["lm_head.bias"] - E.sum(1).pow(2) / d
-            for name in ("transformer.wte.weight", "transformer.wpe.weight"):
-                if name in sd:
-                    sd[name] = sd[name] - sd[name].mean(1, keepdim=True)
-            if cfg.head == "tied":
-                sd["lm_head.weight"] = sd["transformer.wte.weight"]
-            for writer in writers(cfg):
-                sd[f"{writer}.weight"] = sd[f"{writer}.weight"] - sd[f"{writer}.weight"].mean(0, keepdim=True)
-                if f"{writer}.bias" in sd:
-                    sd[f"{writer}.bias"] = sd[f"{writer}.bias"] - sd[f"{writer}.bias"].mean()
-            cfg.norm_type = "rmsnorm"
-            notes.append("LayerNorm → RMSNorm: residual writers and embeddings centred")
-    else:
-        for norm in [n for n, _ in input_norms(cfg)] + output_norms(cfg):
-            gain = sd.pop(f"{norm}.weight", None)
-            sd.pop(f"{norm}.bias", None)
-            if vector and norms == "scalar":
-                sd[f"{norm}.weight"] = gain.mean().reshape(1)
-            elif gain is not None and gain.numel() == 1:
-                sd[f"{norm}.weight"] = gain
-            else:
-                sd[f"{norm}.weight"] = one()
+    notes: list[str] = []
+    if norms != "fold":
+        for norm in roles.norms:
+            (average_gain if vector and norms == "scalar" else drop_gain)(sd, norm)
         if vector:
             replacement = "their means" if norms == "scalar" else "1"
             notes.append(f"APPROXIMATE: per-dimension norm gains replaced by {replacement}, LayerNorm biases dropped")
+        cfg.norm_gain = "scalar"
+        return sd, cfg, notes
+    if vector and cfg.head == "tied":
+        notes.append(untie_head(sd, cfg))
+    elif vector and cfg.head == "knn":
+        notes.append(knn_to_linear(sd, cfg))
+    for norm, readers in roles.norm_readers:
+        if vector:
+            fold_gain_into_readers(sd, cfg, norm, readers)
+        elif cfg.norm_gain == "none":
+            drop_gain(sd, norm)
+    for norm in roles.output_norms:
+        (average_gain if vector else drop_gain)(sd, norm)
+    if vector and roles.output_norms:
+        notes.append("APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to "
+                     "the residual directly); their gains were replaced by their means and biases dropped")
+    if cfg.norm_type == "layernorm":
+        center_embeddings(sd, cfg, roles)
+        center_writers(sd, roles)
+        cfg.norm_type = "rmsnorm"
+        notes.append("LayerNorm → RMSNorm: residual writers and embeddings centred")
     cfg.norm_gain = "scalar"
     return sd, cfg, notes
 
 
 # ----------------------------------------------------------------------------------------------
-# Step 2: apply T
+# Step 2: apply T, one rule per function
 
 
-def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
-    """Raise TransformError when ``porting`` cannot map a model of config ``cfg`` to width m."""
-    d, inner = cfg.n_embd, cfg.n_head * cfg.head_dim
+@dataclass
+class PortMaps:
+    """The maps a porting rule may use: T (m×d), T⁺ (d×m), the readers' T⁺ (T⁺ itself, or with growth
+    symmetry breaking), and the width d of the source."""
+    T: torch.Tensor
+    T_pinv: torch.Tensor
+    reader_T_pinv: torch.Tensor
+
+    @property
+    def d(self) -> int:
+        return self.T.shape[1]
+
+    @property
+    def m(self) -> int:
+        return self.T.shape[0]
+
+
+def port_embedding(E: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """E → E·Tᵀ: each embedding row e becomes T·e."""
+    return E @ maps.T.T
+
+
+def port_reader(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """W → W·T⁺: a reader of the residual sees T·h and recovers W·h (exactly where T⁺T = I)."""
+    return W @ maps.reader_T_pinv
+
+
+def port_writer(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """W → T·W and b → T·b: what a writer adds to the residual lands in range(T)."""
+    return maps.T @ W
+
+
+def scale_gain(g: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """g → g·√(d/m): RMSNorm over m coordinates of T·h is √(m/d)·T·norm_d(h) for orthonormal-column T."""
+    return g * math.sqrt(maps.d / maps.m)
+
+
+def sandwich_attention(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """The paper's Q, K, V → T·W·T⁺ (each d×d block of c_attn; biases T·b), heads re-split to m / n_head."""
+    if W.dim() == 1:
+        return torch.cat([maps.T @ p for p in W.split(maps.d)])
+    return torch.cat([maps.T @ p @ maps.T_pinv for p in W.split(maps.d, dim=0)])
+
+
+def sandwich_output(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """The paper's O → T·W·T⁺ (the attention output projection, d×d)."""
+    return maps.T @ W @ maps.T_pinv
+
+
+def keep(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """Outside the residual space (reader biases, head bias): unchanged (cloned, so nothing aliases)."""
+    return W.clone()
+
+
+PortRule = Callable[[torch.Tensor, PortMaps], torch.Tensor]
+
+
+def porting_plan(names: list[str], cfg: GPTConfig, porting: str) -> dict[str, PortRule]:
+    """The rule that ports each parameter, from the role table: the only place that says which rule applies where."""
+    roles = residual_roles(cfg)
+    plan: dict[str, PortRule] = {name: port_embedding for name in roles.embeddings}
+    plan.update({f"{r}.weight": port_reader for r in roles.readers})
+    for writer in roles.writers:
+        plan.update({f"{writer}.weight": port_writer, f"{writer}.bias": port_writer})
+    plan.update({f"{norm}.weight": scale_gain for norm in roles.norms})
     if porting == "sandwich":
-        if inner != d:
-            raise TransformError(f"porting='sandwich' needs n_head*head_dim == n_embd (got {inner} vs {d}); "
-                                 "use porting='head'")
-        if m % cfg.n_head:
-            raise TransformError(f"porting='sandwich' re-splits the heads: width m={m} must be divisible by "
-                                 f"n_head={cfg.n_head}; choose such a width or use porting='head'")
-        if cfg.pos == "rope" and (m // cfg.n_head) % 2:
-            raise TransformError("porting='sandwich' with RoPE needs an even head size m/n_head, "
-                                 f"got {m // cfg.n_head}")
-    elif porting != "head":
-        raise TransformError(f"porting={porting!r} is not one of {PORTINGS}")
+        for attn in roles.attention:
+            plan.update({f"{attn}.c_attn.weight": sandwich_attention, f"{attn}.c_attn.bias": sandwich_attention,
+                         f"{attn}.c_proj.weight": sandwich_output})
+    return {name: plan.get(name, keep) for name in names}
 
 
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
-                 reader_pinv: torch.Tensor | None = None) -> tuple[dict, GPTConfig]:
-    """Map a canonical (state_dict, config) of width d to width m = T.shape[0]. ``sd`` is consumed: its
-    entries are removed as they are ported, so peak memory stays near two copies of the model.
-
-    ``head``: readers W·T⁺, writers T·W (and T·b), embeddings E·Tᵀ, untied head W·T⁺, tied and KNN
-    heads follow the embeddings. ``sandwich``: as ``head`` plus T·W·T⁺ on each of Q, K, V and O, with
-    head_dim = m / n_head. Scalar gains × √(d/m), norm ε × d/m. ``reader_pinv`` replaces T⁺ in the
-    readers (grow symmetry breaking).
-    """
-    m, d = T.shape
+                 reader_T_pinv: torch.Tensor | None = None) -> tuple[dict, GPTConfig]:
+    """Map a canonical (state_dict, config) of width d to width m = T.shape[0] by ``porting_plan``. ``sd`` is
+    consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
+    KNN heads follow the embeddings; norm ε × d/m; ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv``
+    replaces T⁺ in the readers (grow symmetry breaking)."""
     if cfg.norm_gain == "vector":
         raise TransformError("port_weights needs scalar norm gains; run canonicalize first")
+    m, d = T.shape
+    porting = resolve_porting(porting)
     check_porting(cfg, m, porting)
     dtype = sd["transformer.wte.weight"].dtype if sd else torch.float32
-    T, P = T.to(dtype), T_pinv.to(dtype)  # T⁺ was computed in float64; applying it in float32 is exact enough
-    P_read = P if reader_pinv is None else reader_pinv.to(dtype)
-    gain_scale = math.sqrt(d / m)
-    reader_names = {f"{r}.weight" for _, readers in input_norms(cfg) for r in readers}
-    writer_names = set(writers(cfg))
-    out = {}
-    for name in list(sd):
-        W = sd.pop(name)
-        module, _, leaf = name.rpartition(".")
-        if name in ("transformer.wte.weight", "transformer.wpe.weight"):
-            out[name] = W @ T.T
-        elif name == "lm_head.weight":
-            out[name] = W @ P_read if cfg.head == "linear" else None  # tied/knn: filled in below
-        elif porting == "sandwich" and module.endswith("attn.c_attn"):
-            parts = W.split(d, dim=0)  # Q, K, V (each d×d, or d for the bias)
-            out[name] = torch.cat([T @ p @ P if leaf == "weight" else T @ p for p in parts])
-        elif porting == "sandwich" and module.endswith("attn.c_proj") and leaf == "weight":
-            out[name] = T @ W @ P
-        elif name in reader_names:
-            out[name] = W @ P_read
-        elif module in writer_names:
-            out[name] = T @ W
-        elif ".ln_" in name or name.startswith("transformer.ln_f"):
-            out[name] = W * gain_scale
-        else:
-            out[name] = W.clone()  # reader biases, head bias: outside the residual space (cloned: no aliasing)
+    # T⁺ was computed in float64; applying it in the weights' dtype is exact enough
+    maps = PortMaps(T.to(dtype), T_pinv.to(dtype), (T_pinv if reader_T_pinv is None else reader_T_pinv).to(dtype))
+    if cfg.head != "linear":
+        sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
+    plan = porting_plan(list(sd), cfg, porting)
+    out = {name: plan[name](sd.pop(name), maps) for name in list(sd)}
     if cfg.head == "tied":
         out["lm_head.weight"] = out["transformer.wte.weight"]
-    elif cfg.head == "knn":
-        out.pop("lm_head.weight", None)
     cfg = copy.deepcopy(cfg)
     cfg.n_embd = m
     cfg.norm_eps = cfg.norm_eps * d / m
@@ -426,9 +569,9 @@ def restore_layernorm(sd: dict, cfg: GPTConfig, original: GPT, T: torch.Tensor) 
         raise TransformError("keep_layernorm: the final LayerNorm gain has (near-)zero entries, so its bias "
                              "cannot move back into the norm; use keep_layernorm=False")
     m = T.shape[0]
-    for name in [n for n in sd if n.endswith(".weight") and (".ln_" in n or "ln_f" in n)]:
-        sd[name] = sd[name].expand(m).clone()
-        sd[name[: -len("weight")] + "bias"] = torch.zeros(m, dtype=sd[name].dtype)
+    for norm in residual_roles(cfg).norms:
+        sd[f"{norm}.weight"] = sd[f"{norm}.weight"].expand(m).clone()
+        sd[f"{norm}.bias"] = torch.zeros(m, dtype=sd[f"{norm}.weight"].dtype)
     sd["transformer.ln_f.bias"] = (T @ (beta / gamma)).to(sd["transformer.ln_f.weight"].dtype)
     if src.head_bias:
         sd["lm_head.bias"] = original.lm_head.bias.detach().clone()
@@ -447,30 +590,38 @@ def symmetry_breaking_pinv(T: torch.Tensor, T_pinv: torch.Tensor, sigma: float, 
     return T_pinv + sigma * R @ (torch.eye(m, dtype=torch.float64) - T @ T_pinv)
 
 
-def build_model(sd: dict, cfg: GPTConfig) -> GPT:
-    """A GPT using the tensors of ``sd`` as its parameters (no copy)."""
+def model_from_state(sd: dict, cfg: GPTConfig) -> GPT:
+    """A GPT in eval mode using the tensors of ``sd`` as its parameters (no copy)."""
     return GPT.from_state_dict(GPTConfig(**asdict(cfg)), sd).eval()
 
 
-def port_model(model: GPT, T: torch.Tensor, T_pinv: torch.Tensor, porting: str = "head", norms: str = "fold",
-               reader_pinv: torch.Tensor | None = None) -> GPT:
+def port_model(model: GPT, T: torch.Tensor, T_pinv: torch.Tensor, porting: str = "residual", norms: str = "fold",
+               reader_T_pinv: torch.Tensor | None = None) -> GPT:
     """A new GPT of width m = T.shape[0] from ``model`` and a given (T, T⁺): canonicalize, then port.
     (``transform_model`` also builds T, calibrates PCA and writes the record.)"""
     d = model.config.n_embd
     if T.shape[1] != d or tuple(T_pinv.shape) != (d, T.shape[0]):
         raise TransformError(f"T must be m×d and T⁺ d×m for d={d}, got {tuple(T.shape)} and {tuple(T_pinv.shape)}")
     sd, cfg, _ = canonicalize(model.state_dict(), model.config, norms)
-    return build_model(*port_weights(sd, cfg, T.double(), T_pinv.double(), porting, reader_pinv))
+    reader = None if reader_T_pinv is None else reader_T_pinv.double()
+    return model_from_state(*port_weights(sd, cfg, T.double(), T_pinv.double(), porting, reader))
 
 
 def canonical_model(model: GPT, norms: str = "fold") -> tuple[GPT, list[str]]:
     """The same-width model after ``canonicalize`` (equal function with ``fold``)."""
     sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
-    return build_model({k: v.clone() for k, v in sd.items()}, cfg), notes
+    return model_from_state({k: v.clone() for k, v in sd.items()}, cfg), notes
 
 
 # ----------------------------------------------------------------------------------------------
 # Calibration
+
+
+def unit_second_moment(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(Σ u uᵀ, N) over the rows u of ``x`` scaled to unit length, in float64."""
+    u = x.reshape(-1, x.shape[-1]).double()
+    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return u.T @ u, len(u)
 
 
 @torch.no_grad()
@@ -479,79 +630,53 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
     states of every layer (after the embedding and after each block) on ``batches`` training batches.
     Each vector is scaled to unit length first: norms are scale-invariant, so what the readers need
     is the direction of h, and unscaled late layers would otherwise dominate."""
-    d = model.config.n_embd
-    M = torch.zeros(d, d, dtype=torch.float64)
-    count = 0
-
-    def add(x: torch.Tensor) -> None:
-        nonlocal M, count
-        x = x.reshape(-1, d).double()
-        x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
-        M += x.T @ x
-        count += len(x)
-
-    add(model.transformer.wte.weight)
     model.eval()
+    total, count = unit_second_moment(model.transformer.wte.weight)
     for k in range(batches):
         x, _ = loader.get_batch("train", seed=seed + k)
-        _, _, hidden = model(x, return_hidden=True)
-        for h in hidden:
-            add(h)
-    return Calibration(M / count, count)
+        for h in model(x, return_hidden=True)[2]:
+            moment, n = unit_second_moment(h)
+            total += moment
+            count += n
+    return Calibration(total / count, count)
 
 
 # ----------------------------------------------------------------------------------------------
 # The whole transform
 
 
-def transform_model(model: GPT, width: int, kind: str = "orthogonal", porting: str = "head", norms: str = "fold",
-                    seed: int = 0, calibration_loader: BatchLoader | None = None, calib_batches: int = 8,
-                    grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
+def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting: str = "residual",
+                    norms: str = "fold", seed: int = 0, calibration_loader: BatchLoader | None = None,
+                    calib_batches: int = 8, grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
                     pca_damping: float = 1e-6, keep_layernorm: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
-    if keep_layernorm and not (model.config.norm_type == "layernorm" and norms == "fold" and kind == "orthogonal"
-                               and width >= model.config.n_embd):
-        raise TransformError("keep_layernorm needs a LayerNorm model, norms='fold', kind='orthogonal' and "
-                             f"width ≥ d={model.config.n_embd} (a mean-preserving isometry exists only then)")
+    porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise)
     d, m = model.config.n_embd, width
-    if m <= 0:
-        raise TransformError(f"width must be positive, got {m}")
-    if kind not in KINDS:
-        raise TransformError(f"kind={kind!r} is not one of {KINDS}")
-    if kind == "pca" and m > d:
-        raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
-                             "use kind='orthogonal' to grow")
-    if norms not in NORM_MODES:
-        raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
-    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
-    check_porting(cfg, m, porting)  # before any work
-    calibration = None
-    if calibration_loader is not None:
-        calibration = collect_calibration(build_model(dict(sd), cfg), calibration_loader, calib_batches, seed)
-    elif kind == "pca":
+    if kind == "pca" and calibration_loader is None:
         raise TransformError("kind='pca' needs calibration data: pass calibration_loader (the CLI uses the "
                              "checkpoint's training data, or --data_dir)")
+    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
+    calibration = None
+    if calibration_loader is not None:
+        calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed)
     T, T_pinv = make_projection(kind, d, m, seed, calibration, pca_damping)
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()
-    reader_pinv = None
-    if grow_noise > 0:
-        if m <= d:
-            raise TransformError(f"grow_noise applies when growing (m > d), got m={m}, d={d}")
-        reader_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed)
-    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_pinv)
+    reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed) if grow_noise > 0 else None
+    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv)
     if keep_layernorm:
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
-    new_model = build_model(new_sd, new_cfg)
+    new_model = model_from_state(new_sd, new_cfg)
     n_points = calibration.count if calibration is not None else model.config.vocab_size
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
     if m < min_width and kind in ("gaussian", "rademacher", "sparse", "srht"):
         warnings.warn(f"width m={m} is below the JL minimum width {min_width} for N={n_points} points at "
                       f"ε={jl_eps}, δ={jl_delta}: pairwise distances are not guaranteed", stacklevel=2)
     orthonormal = bool(torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-9)) if m >= d else False
-    exact = (porting == "head" and orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes))
+    exact = (porting == "residual" and orthonormal and norms == "fold"
+             and not any(n.startswith("APPROX") for n in notes))
     record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting, "norms": norms,
               "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes,
@@ -559,24 +684,22 @@ def transform_model(model: GPT, width: int, kind: str = "orthogonal", porting: s
     return new_model, record
 
 
-def run(cfg: TransformConfig) -> dict:
-    """The CLI: read in_dir/ckpt.pt, transform, evaluate before/after, write out_dir/ckpt.pt."""
+def transform_checkpoint(cfg: TransformConfig) -> dict:
+    """The CLI's work: read in_dir/ckpt.pt, transform, evaluate before/after, write out_dir/ckpt.pt.
+    Every check runs before any work, and nothing is written unless all of it succeeds."""
+    check_output_dir(cfg.out_dir, cfg.in_dir, cfg.overwrite)
     ckpt = load_checkpoint(cfg.in_dir)
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
-    d = model.config.n_embd
-    if cfg.kind == "pca" and cfg.width > d:
-        raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got width={cfg.width} > d={d}; "
-                             "use kind='orthogonal' to grow")
-    data_dir, _ = checkpoint_data(ckpt, cfg.data_dir)
+    check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise)
     loader = None
-    if data_dir and os.path.exists(os.path.join(data_dir, "train.bin")):
+    if cfg.kind == "pca" or cfg.eval_iters != 0:
+        data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
+        check_tokenizer(ckpt, data_dir, "--data_dir")
         loader = BatchLoader(data_dir, model.config.block_size, cfg.calib_batch_size, cfg.device)
-    elif cfg.kind == "pca" or cfg.eval_iters != 0:
-        raise DataError(f"no prepared data at '{data_dir}' for calibration/evaluation; pass --data_dir=DIR "
-                        "(a prepared dataset) or --eval_iters=0 with a data-free kind")
     new_model, record = transform_model(
-        model, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.seed, loader, cfg.calib_batches, cfg.grow_noise,
-        cfg.jl_eps, cfg.jl_delta, cfg.pca_damping, cfg.keep_layernorm)
+        model, cfg.width, kind=cfg.kind, porting=cfg.porting, norms=cfg.norms, seed=cfg.seed,
+        calibration_loader=loader, calib_batches=cfg.calib_batches, grow_noise=cfg.grow_noise, jl_eps=cfg.jl_eps,
+        jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm)
     record["source"] = os.path.abspath(cfg.in_dir)
     if loader is not None and cfg.eval_iters != 0:
         if cfg.eval_reference:
@@ -591,8 +714,8 @@ def run(cfg: TransformConfig) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    cfg = load_config(TransformConfig, argv)
-    record = run(cfg)
+    cfg = load_config(TransformConfig, argv, prog="transform.py")
+    record = transform_checkpoint(cfg)
     print(f"{record['kind']} {record['porting']} d={record['d']} → m={record['m']} (norms={record['norms']}); "
           f"JL minimum width {record['jl_min_width']} for N={record['jl_points']}; exact: {record['exact']}")
     for note in record["notes"]:
@@ -604,7 +727,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ConfigError, TransformError, CheckpointError, DataError) as e:
-        sys.exit(f"error: {e}")
+    raise SystemExit(run_cli(main))

@@ -32,7 +32,7 @@ def one_case(kind: str, width: int, porting: str) -> dict:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     with torch.no_grad():
-        new, record = transform_model(model, width, kind, porting, "fold", seed=0)
+        new, record = transform_model(model, width, kind=kind, porting=porting, norms="fold", seed=0)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"kind": kind, "m": width, "porting": porting, "seconds": round(seconds, 2),

@@ -17,6 +17,7 @@ from transform import (
     Calibration,
     TransformError,
     canonical_model,
+    canonicalize,
     hadamard_transform,
     jl_min_width,
     make_projection,
@@ -59,6 +60,7 @@ variant = st.fixed_dictionaries({
 })
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(variant=variant, extra=st.integers(0, 24), grow_noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 99))
 def test_head_porting_with_orthogonal_T_is_exact_for_m_at_least_d(variant, extra, grow_noise, seed):
@@ -66,7 +68,7 @@ def test_head_porting_with_orthogonal_T_is_exact_for_m_at_least_d(variant, extra
     idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(seed))
     ref = outputs(model, idx)
     width = 16 + extra
-    new, record = transform_model(model, width, "orthogonal", "head", "fold", seed=seed,
+    new, record = transform_model(model, width, kind="orthogonal", porting="residual", norms="fold", seed=seed,
                                   grow_noise=grow_noise if width > 16 else 0.0)
     assert new.config.n_embd == width
     assert new.config.head_dim == model.config.head_dim and new.config.mlp_hidden == model.config.mlp_hidden
@@ -82,6 +84,7 @@ def test_head_porting_with_orthogonal_T_is_exact_for_m_at_least_d(variant, extra
         assert torch.allclose(out, ref, atol=5e-5)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(variant=variant, seed=st.integers(0, 99))
 def test_fold_alone_preserves_the_function(variant, seed):
@@ -101,13 +104,13 @@ def test_sandwich_mixes_heads_even_at_the_same_width(trained_dir, char_data_dir)
     d = model.config.n_embd
     idx, _ = loader.get_batch("val", seed=0)
     ref = outputs(model, idx).log_softmax(-1)
-    head, _ = transform_model(model, d, "orthogonal", "head", "fold", seed=3)
-    sandwich, _ = transform_model(model, d, "orthogonal", "sandwich", "fold", seed=3)
+    head, _ = transform_model(model, d, kind="orthogonal", porting="residual", norms="fold", seed=3)
+    sandwich, _ = transform_model(model, d, kind="orthogonal", porting="sandwich", norms="fold", seed=3)
     assert torch.allclose(outputs(head, idx).log_softmax(-1), ref, atol=5e-5)
     assert (outputs(sandwich, idx).log_softmax(-1) - ref).abs().max() > 0.1
     before = evaluate_loss(model, loader, "val", eval_iters=5)
     assert evaluate_loss(sandwich, loader, "val", eval_iters=5) > before + 2e-3  # (a tiny model: small effect)
-    identity, _ = transform_model(model, d, "truncate", "sandwich", "fold")  # T = I: nothing to mix
+    identity, _ = transform_model(model, d, kind="truncate", porting="sandwich", norms="fold")  # T = I: nothing to mix
     assert torch.allclose(outputs(identity, idx).log_softmax(-1), ref, atol=5e-5)
 
 
@@ -182,8 +185,8 @@ def test_pseudo_inverse_rejects_rank_deficient_maps():
 
 def test_grow_symmetry_breaking_lets_readers_see_new_directions():
     model = random_model(0)
-    plain, rec = transform_model(model, 32, "orthogonal", "head", "fold", seed=0)
-    broken, _ = transform_model(model, 32, "orthogonal", "head", "fold", seed=0, grow_noise=0.5)
+    plain, rec = transform_model(model, 32, kind="orthogonal", porting="residual", norms="fold", seed=0)
+    broken, _ = transform_model(model, 32, kind="orthogonal", porting="residual", norms="fold", seed=0, grow_noise=0.5)
     T = rec["T"].double()
     outside = torch.eye(32, dtype=torch.float64) - T @ T.T  # projector on the new, empty directions
     W_plain = plain.transformer.h[0].attn.c_attn.weight.double()
@@ -197,7 +200,8 @@ def test_pca_shrink_beats_random_shrink(trained_dir, char_data_dir):
     loader = BatchLoader(char_data_dir, model.config.block_size, 8)
     losses = {}
     for kind in ("pca", "gaussian", "orthogonal"):
-        new, _ = transform_model(model, 16, kind, "head", "fold", seed=0, calibration_loader=loader)
+        new, _ = transform_model(model, 16, kind=kind, porting="residual", norms="fold", seed=0,
+                                 calibration_loader=loader)
         losses[kind] = evaluate_loss(new, loader, "val", eval_iters=10)
     assert losses["pca"] < losses["orthogonal"] and losses["pca"] < losses["gaussian"]
 
@@ -246,7 +250,7 @@ def test_cli_missing_or_foreign_checkpoint(tmp_path):
 def test_transformed_model_shares_no_storage_with_the_source():
     model = random_model(0, bias=True)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    new, _ = transform_model(model, 16, "orthogonal", "head", "fold")
+    new, _ = transform_model(model, 16, kind="orthogonal", porting="residual", norms="fold")
     with torch.no_grad():
         for p in new.parameters():
             p.add_(1.0)
@@ -258,19 +262,46 @@ def test_keep_layernorm_is_exact_and_checked():
         model = random_model(3, norm_gain="scalar" if placement == "peri" else "vector", norm_placement=placement)
         idx = torch.randint(0, 11, (2, 8))
         for width in (16, 21, 40):
-            new, _ = transform_model(model, width, "orthogonal", "head", "fold", seed=width, keep_layernorm=True)
+            new, _ = transform_model(model, width, kind="orthogonal", porting="residual", norms="fold", seed=width,
+                                     keep_layernorm=True)
             assert new.config.norm_type == "layernorm"
             assert torch.allclose(outputs(new, idx), outputs(model, idx), atol=5e-5)
     with pytest.raises(TransformError, match="keep_layernorm needs"):
-        transform_model(random_model(0), 8, "orthogonal", "head", "fold", keep_layernorm=True)
+        transform_model(random_model(0), 8, kind="orthogonal", porting="residual", norms="fold", keep_layernorm=True)
 
 
-def test_port_model_with_a_given_map_matches_transform_model():
+def test_port_model_applies_a_given_map_by_the_formulas():
+    """port_model with a user's (T, T⁺): every parameter is the canonical one mapped by its rule, and an orthogonal
+    T at m ≥ d keeps the function."""
     model = random_model(5, norm_type="rmsnorm")
-    idx = torch.randint(0, 11, (2, 8))
+    canon, _ = canonical_model(model, "fold")
     T, P = make_projection("gaussian", 16, 12, seed=4)
-    ported = port_model(model, T, P)
-    reference, _ = transform_model(model, 12, "gaussian", "head", "fold", seed=4)
-    assert torch.allclose(outputs(ported, idx), outputs(reference, idx), atol=1e-6)
+    ported = port_model(model, T, P).state_dict()
+    c = {k: v.double() for k, v in canon.state_dict().items()}
+    T, P = T.double(), P.double()
+    expected = {"transformer.wte.weight": c["transformer.wte.weight"] @ T.T,
+                "transformer.h.0.attn.c_attn.weight": c["transformer.h.0.attn.c_attn.weight"] @ P,
+                "transformer.h.0.mlp.c_proj.weight": T @ c["transformer.h.0.mlp.c_proj.weight"],
+                "transformer.h.0.mlp.c_proj.bias": T @ c["transformer.h.0.mlp.c_proj.bias"],
+                "transformer.h.1.ln_2.weight": c["transformer.h.1.ln_2.weight"] * math.sqrt(16 / 12),
+                "transformer.h.0.mlp.c_fc.bias": c["transformer.h.0.mlp.c_fc.bias"]}
+    for name, value in expected.items():
+        assert torch.allclose(ported[name].double(), value, atol=1e-5), name
+    idx = torch.randint(0, 11, (2, 8))
+    T, P = make_projection("orthogonal", 16, 20, seed=1)
+    assert torch.allclose(outputs(port_model(model, T, P), idx), outputs(model, idx), atol=5e-5)
     with pytest.raises(TransformError, match="T must be m×d"):
         port_model(model, T.T, P)
+
+
+def test_porting_head_is_an_alias_of_residual():
+    model = random_model(2)
+    idx = torch.randint(0, 11, (2, 8))
+    new, record = transform_model(model, 20, kind="orthogonal", porting="head", norms="fold", seed=1)
+    same, _ = transform_model(model, 20, kind="orthogonal", porting="residual", norms="fold", seed=1)
+    assert record["porting"] == "residual" and record["exact"]
+    assert torch.equal(outputs(new, idx), outputs(same, idx))
+    with pytest.raises(TransformError, match="porting='heads' is not one of"):
+        transform_model(model, 20, porting="heads")
+    with pytest.raises(TransformError, match="norms='fodl' is not one of"):
+        canonicalize(model.state_dict(), model.config, "fodl")
