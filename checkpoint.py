@@ -17,23 +17,45 @@ import random
 import numpy as np
 import torch
 
-from model import GPT, ConfigError, GPTConfig
+from errors import CheckpointError
+from model import GPT, GPTConfig
 
 CHECKPOINT_NAME = "ckpt.pt"
 REQUIRED_KEYS = ("model", "model_args")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable or not in nanoLGPT's format; the message names the fix."""
 
 
 def checkpoint_path(path_or_dir: str) -> str:
     return os.path.join(path_or_dir, CHECKPOINT_NAME) if os.path.isdir(path_or_dir) else path_or_dir
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temp_files(out_dir: str) -> list[str]:
+    """Delete ``ckpt.pt.tmp<pid>`` files left by writers that died mid-write (kill -9); a live writer's
+    temp file is kept. Returns the removed paths."""
+    removed = []
+    prefix = CHECKPOINT_NAME + ".tmp"
+    for name in os.listdir(out_dir) if os.path.isdir(out_dir) else []:
+        pid = name[len(prefix):]
+        if name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            os.remove(os.path.join(out_dir, name))
+            removed.append(name)
+    return removed
+
+
 def save_checkpoint(ckpt: dict, out_dir: str) -> str:
-    """Write ``out_dir/ckpt.pt`` atomically, so a crash mid-write never leaves a half-written file."""
+    """Write ``out_dir/ckpt.pt`` atomically, so a crash mid-write never leaves a half-written file (and
+    remove the temp files of earlier writers that were killed mid-write)."""
     os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temp_files(out_dir)
     path = os.path.join(out_dir, CHECKPOINT_NAME)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -43,6 +65,31 @@ def save_checkpoint(ckpt: dict, out_dir: str) -> str:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False) -> None:
+    """Before any work: refuse to write where the input checkpoint is read from, where another run's checkpoint
+    already is (unless ``overwrite``), or where nothing can be written. Nothing is created here."""
+    out_ckpt = os.path.realpath(os.path.join(out_dir, CHECKPOINT_NAME))
+    if in_dir and os.path.realpath(checkpoint_path(in_dir)) == out_ckpt:
+        raise CheckpointError(f"out_dir '{out_dir}' is where the input checkpoint '{in_dir}' lives: writing there "
+                              "would overwrite the model being read; choose another --out_dir")
+    if os.path.exists(out_ckpt) and not overwrite:
+        raise CheckpointError(f"'{out_ckpt}' already exists (another run's checkpoint); choose another --out_dir, "
+                              "or pass --overwrite=True to replace it")
+    check_writable_dir(out_dir)
+
+
+def check_writable_dir(out_dir: str) -> None:
+    """Before any work: ``out_dir`` is a directory that exists or can be created, and is writable."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise CheckpointError(f"out_dir '{out_dir}' is a file, not a directory; choose another --out_dir")
+    parent = os.path.abspath(out_dir)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CheckpointError(f"cannot write to out_dir '{out_dir}' ('{parent}' is not writable); "
+                              "choose another --out_dir")
 
 
 def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
@@ -64,12 +111,15 @@ def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
 
 
 def clean_state_dict(state_dict: dict) -> dict:
-    """Strip the prefixes torch.compile (``_orig_mod.``) and DDP (``module.``) add to parameter names."""
+    """Strip the prefixes torch.compile (``_orig_mod.``) and DDP (``module.``) add to parameter names, and
+    nanoGPT's causal-mask buffers, so nanoGPT checkpoints load directly."""
     out = {}
     for k, v in state_dict.items():
         for prefix in ("_orig_mod.", "module."):
             if k.startswith(prefix):
                 k = k[len(prefix):]
+        if k.endswith(".attn.bias") and v.dim() == 4:
+            continue  # the causal-mask buffer of nanoGPT's non-flash attention: not a parameter
         out[k] = v
     return out
 
@@ -81,7 +131,7 @@ def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
     state = {k: v.clone() for k, v in clean_state_dict(ckpt["model"]).items()}  # the model owns its weights
     try:
         return GPT.from_state_dict(GPTConfig(**args), state)
-    except ConfigError as e:
+    except ValueError as e:
         raise CheckpointError(f"checkpoint weights do not match its model_args: {e}") from e
 
 

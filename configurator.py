@@ -5,21 +5,31 @@ A config file is plain Python assignments (``n_layer = 4``); later files and the
 overrides win. Unlike nanoGPT's exec-based configurator, every key must be a field of the
 script's config dataclass and every value must have the field's type (an int is accepted for a
 float); anything else raises one ``ConfigError`` naming the key, the value and what it accepts.
+
+``-h`` / ``--help`` anywhere on the command line prints every key of the script's dataclass with its
+type, its value (after the config files given before it) and the comment written beside the field,
+grouped by the section comments of the dataclass: the dataclass is the one source of truth.
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import difflib
+import inspect
+import io
 import os
 import runpy
+import sys
+import textwrap
+import tokenize
 import types
 import typing
 from typing import Any, TypeVar
 
-from model import ConfigError
+from errors import ConfigError
 
 C = TypeVar("C")
+HELP_FLAGS = ("-h", "--help")
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -58,7 +68,7 @@ def coerce(key: str, value: Any, tp: Any, source: str) -> Any:
 def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
-    return ConfigError(f"{source}: unknown config key '{key}'.{hint} Known keys: {', '.join(sorted(known))}")
+    return ConfigError(f"{source}: unknown config key '{key}'.{hint} See --help for every key.")
 
 
 def _parse_cli_value(text: str) -> Any:
@@ -70,10 +80,18 @@ def _parse_cli_value(text: str) -> Any:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """The plain assignments of a Python config file (modules, functions and _private names skipped)."""
+    if os.path.isdir(path):
+        raise ConfigError(f"config file '{path}' is a directory; give a .py file such as configs/shakespeare_char.py")
     if not os.path.isfile(path):
         raise ConfigError(f"config file '{path}' does not exist "
                           "(configs live in configs/, e.g. configs/shakespeare_char.py)")
-    namespace = runpy.run_path(path)
+    try:
+        namespace = runpy.run_path(path)
+    except SyntaxError as e:
+        raise ConfigError(f"config file '{path}' has a syntax error at line {e.lineno}: {e.msg}") from e
+    except Exception as e:
+        raise ConfigError(f"config file '{path}' raised {e.__class__.__name__}: {e}; "
+                          "a config file holds plain assignments such as n_layer = 4") from e
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
 
@@ -84,7 +102,7 @@ def parse_args(argv: list[str]) -> list[tuple[str, dict[str, Any]]]:
     for arg in argv:
         if arg.startswith("--"):
             if "=" not in arg:
-                raise ConfigError(f"argument '{arg}' must have the form --key=value")
+                raise ConfigError(f"argument '{arg}' must have the form --key=value (see --help)")
             key, text = arg[2:].split("=", 1)
             updates.append((f"argument '{arg}'", {key: _parse_cli_value(text)}))
         else:
@@ -92,19 +110,42 @@ def parse_args(argv: list[str]) -> list[tuple[str, dict[str, Any]]]:
     return updates
 
 
-def load_config(cls: type[C], argv: list[str], base: C | None = None) -> C:
-    """Build a ``cls`` dataclass from its defaults (or ``base``), config files and --key=value overrides."""
+class HelpRequested(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """-h/--help was given: ``text`` is the help to print; the script does nothing else."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+def load_config(cls: type[C], argv: list[str], base: C | None = None, prog: str | None = None) -> C:
+    """Build a ``cls`` dataclass from its defaults (or ``base``), config files and --key=value overrides.
+
+    The keys given explicitly (in files or on the command line) are kept in ``config.explicit_keys``.
+    Raises ``HelpRequested`` for -h/--help, with the help of ``cls`` filled in with the values so far.
+    """
+    help_at = next((i for i, a in enumerate(argv) if a in HELP_FLAGS), None)
     types_by_key = _field_types(cls)
     values = dataclasses.asdict(base) if base is not None else {}
-    for source, update in parse_args(argv):
+    explicit: set[str] = set()
+    for source, update in parse_args(argv if help_at is None else argv[:help_at]):
         for key, value in update.items():
             if key not in types_by_key:
                 raise _unknown_key(key, list(types_by_key), source)
             values[key] = coerce(key, value, types_by_key[key], source)
-    config = cls(**values)
-    validate = getattr(config, "validate", None)
-    if validate is not None:
-        validate()
+            explicit.add(key)
+    if help_at is not None:
+        raise HelpRequested(help_text(cls, values, prog))
+    try:
+        config = cls(**values)
+        validate = getattr(config, "validate", None)
+        if validate is not None:
+            validate()
+    except ConfigError:
+        raise
+    except ValueError as e:  # model.GPTConfig raises plain ValueError (model.py imports nothing of ours)
+        raise ConfigError(str(e)) from e
+    config.explicit_keys = frozenset(explicit)
     return config
 
 
@@ -113,3 +154,74 @@ def config_from_dict(cls: type[C], values: dict[str, Any], source: str) -> C:
     types_by_key = _field_types(cls)
     kept = {k: coerce(k, v, types_by_key[k], source) for k, v in values.items() if k in types_by_key}
     return cls(**kept)
+
+
+# ----------------------------------------------------------------------------------------------
+# --help, generated from the dataclass source
+
+
+@dataclasses.dataclass
+class FieldDoc:
+    name: str
+    group: str
+    comment: str
+
+
+def field_docs(cls: type) -> dict[str, FieldDoc]:
+    """The comment beside each field and the section comment above it, read from the source of ``cls`` and
+    its dataclass bases (a subclass's comment wins; a field keeps the group of the class that introduced it)."""
+    docs: dict[str, FieldDoc] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        source = textwrap.dedent(inspect.getsource(klass))
+        comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                    for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+        lines = source.splitlines()
+        body = ast.parse(source).body[0].body
+        group = getattr(klass, "HELP_GROUP", "settings")
+        previous_end = body[0].lineno - 1 if body else 0
+        for node in body:
+            for line in range(previous_end + 1, node.lineno):  # standalone comments between fields: a section
+                if line in comments and lines[line - 1].strip().startswith("#"):
+                    group = comments[line]
+            previous_end = node.end_lineno
+            if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+                continue
+            name = node.target.id
+            comment = comments.get(node.lineno, "") if not lines[node.lineno - 1].strip().startswith("#") else ""
+            if name in docs:
+                docs[name].comment = comment or docs[name].comment
+            else:
+                docs[name] = FieldDoc(name, group, comment)
+    return docs
+
+
+def help_text(cls: type, values: dict[str, Any] | None = None, prog: str | None = None) -> str:
+    """The --help of a config dataclass: usage, the convention, then every field grouped by section."""
+    values = values or {}
+    prog = prog or os.path.basename(sys.argv[0] or "script.py")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    types_by_key = _field_types(cls)
+    docs = field_docs(cls)
+    module = sys.modules.get(cls.__module__)
+    doc = ((module.__doc__ if module else "") or "").strip().split("\n\n")[0]
+    out = [f"usage: python {prog} [config_file.py ...] [--key=value ...]", ""]
+    if doc:
+        out += [doc, ""]
+    out += ["Config files are plain Python assignments (n_layer = 4); later files, then --key=value, win.",
+            "Every key must be one of those below, with a value of its type.", ""]
+    by_group: dict[str, list[FieldDoc]] = {}
+    for f in dataclasses.fields(cls):
+        entry = docs.get(f.name, FieldDoc(f.name, "settings", ""))
+        by_group.setdefault(entry.group, []).append(entry)
+    for group, entries in by_group.items():
+        out.append(f"{group}:")
+        for entry in entries:
+            value = values.get(entry.name, defaults[entry.name])
+            shown = f"  --{entry.name}={value!r}"
+            kind = _describe(types_by_key[entry.name])
+            note = f"  [{kind}; default {defaults[entry.name]!r}]"
+            out.append(f"{shown:<40}{note}" + (f"  {entry.comment}" if entry.comment else ""))
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -12,21 +12,18 @@ GPT-2 is pre-LN LayerNorm with per-dimension gains and biases, learned positions
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 
 import torch
 
-from checkpoint import CheckpointError, clean_state_dict, load_checkpoint, model_from_checkpoint, save_checkpoint
-from configurator import ConfigError, load_config
+from checkpoint import check_output_dir, clean_state_dict, load_checkpoint, load_model, save_checkpoint
+from cli import run_cli
+from configurator import load_config
+from dataset import GPT2_META, dataset_dir, load_meta
+from errors import CheckpointError, ConfigError, ConversionError
 from model import GPT, GPTConfig
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-GPT2_META = {"tokenizer": "gpt2", "vocab_size": 50257}
-
-
-class ConversionError(ConfigError):
-    """A model that cannot be converted as asked; the message names the field and the fix."""
 
 
 def _transformers():
@@ -76,6 +73,9 @@ def gpt2_from_hf_model(hf_model, **overrides) -> GPT:
 def gpt2_from_pretrained(name_or_dir: str, **overrides) -> GPT:
     """GPT-2 from a Hugging Face model name (local cache or hub) or a save_pretrained directory."""
     transformers = _transformers()
+    if os.path.isdir(name_or_dir) and not os.path.exists(os.path.join(name_or_dir, "config.json")):
+        raise ConversionError(f"'{name_or_dir}' is a directory without config.json, so not a save_pretrained "
+                              "directory; point --from_hf at the directory that model.save_pretrained wrote")
     try:
         hf_model = transformers.GPT2LMHeadModel.from_pretrained(name_or_dir)
     except OSError as e:
@@ -196,9 +196,11 @@ def export_hf(model: GPT, out_dir: str) -> None:
 class ConvertConfig:
     from_hf: str = ""  # a Hugging Face GPT-2 name or save_pretrained directory
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
+    data_dir: str = ""  # with from_nanogpt: the dataset whose meta.pkl is the model's tokenizer ('' → data/<dataset>)
     in_dir: str = ""  # with to_hf: our checkpoint to export
     to_hf: str = ""  # directory for the exported GPT2LMHeadModel
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
+    overwrite: bool = False  # replace a checkpoint already in out_dir
 
     def validate(self) -> None:
         modes = [bool(self.from_hf), bool(self.from_nanogpt), bool(self.to_hf)]
@@ -212,37 +214,39 @@ class ConvertConfig:
 
 def convert(cfg: ConvertConfig) -> str:
     if cfg.to_hf:
-        model, _ = model_from_dir(cfg.in_dir)
+        model, _ = load_model(cfg.in_dir)
         export_hf(model, cfg.to_hf)
         return cfg.to_hf
+    check_output_dir(cfg.out_dir, cfg.from_nanogpt, cfg.overwrite)
     if cfg.from_hf:
         model, meta, source = gpt2_from_pretrained(cfg.from_hf), GPT2_META, {"init_from": cfg.from_hf}
     else:
         ckpt = load_checkpoint(cfg.from_nanogpt)
         model = import_nanogpt(ckpt)
-        meta, source = nanogpt_meta(ckpt), dict(ckpt.get("config", {}), imported_from=cfg.from_nanogpt)
+        meta, source = nanogpt_meta(ckpt, cfg.data_dir), dict(ckpt.get("config", {}), imported_from=cfg.from_nanogpt)
+        if cfg.data_dir:
+            source["data_dir"] = cfg.data_dir
     save_checkpoint({"model": model.state_dict(), "model_args": model.config.to_dict(), "config": source,
                      "iter_num": 0, "best_val_loss": float("inf"), "optimizer": None, "meta": meta}, cfg.out_dir)
     return cfg.out_dir
 
 
-def model_from_dir(path: str):
-    ckpt = load_checkpoint(path)
-    return model_from_checkpoint(ckpt), ckpt
-
-
-def nanogpt_meta(ckpt: dict) -> dict:
+def nanogpt_meta(ckpt: dict, data_dir: str = "") -> dict:
     """nanoGPT keeps the tokenizer in data/<dataset>/meta.pkl; fall back to GPT-2 BPE as its sample.py does."""
-    from dataset import load_meta
-    dataset = ckpt.get("config", {}).get("dataset")
-    meta = load_meta(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", dataset)) if dataset else None
+    dataset = (ckpt.get("config") or {}).get("dataset")
+    meta = load_meta(dataset_dir(dataset or "", data_dir)) if (dataset or data_dir) else None
     if meta is not None and meta["vocab_size"] <= ckpt["model_args"]["vocab_size"]:
         return meta
+    if GPT2_META["vocab_size"] > ckpt["model_args"]["vocab_size"]:
+        raise CheckpointError(f"the nanoGPT checkpoint has a {ckpt['model_args']['vocab_size']}-token vocabulary and "
+                              "no dataset meta.pkl was found for it; pass --data_dir=DIR, the dataset it was "
+                              "trained on (its meta.pkl is the tokenizer)")
     return GPT2_META
 
 
+def main(argv: list[str]) -> None:
+    print(f"wrote {convert(load_config(ConvertConfig, argv, prog='convert.py'))}")
+
+
 if __name__ == "__main__":
-    try:
-        print(f"wrote {convert(load_config(ConvertConfig, sys.argv[1:]))}")
-    except (ConfigError, CheckpointError, ConversionError) as e:
-        sys.exit(f"error: {e}")
+    raise SystemExit(run_cli(main))

@@ -8,22 +8,29 @@ the same layout as nanoGPT's.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
 import urllib.request
+import warnings
 from contextlib import nullcontext
 
 import numpy as np
 import torch
 
+from errors import DataError
+
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_ENV = "TINYSHAKESPEARE_PATH"  # a local copy of tinyshakespeare's input.txt
 DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # datasets train.py can prepare itself
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+GPT2_META = {"tokenizer": "gpt2", "vocab_size": 50257}  # what nanoGPT assumes when a checkpoint names no tokenizer
 
 
-class DataError(RuntimeError):
-    """Data is missing or malformed; the message says which command or variable fixes it."""
+def dataset_dir(dataset: str, data_dir: str = "") -> str:
+    """The one rule for where a dataset lives: an explicit ``data_dir`` wins, else data/<dataset> in the repo."""
+    return data_dir or os.path.join(REPO_DIR, "data", dataset)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,10 +78,14 @@ def write_split(ids: np.ndarray, path: str) -> None:
     _atomic_write(path, lambda f: f.write(ids.astype(np.uint16).tobytes()))
 
 
+MIN_TEXT_CHARS = 1000
+
+
 def prepare_text(text: str, out_dir: str, tokenizer: str, val_fraction: float = 0.1) -> dict:
     """Tokenize ``text`` (first 90% train, last 10% val, as nanoGPT) and write the dataset to ``out_dir``."""
-    if not text:
-        raise DataError("the input text is empty")
+    if len(text) < MIN_TEXT_CHARS:
+        raise DataError(f"the input text has {len(text)} characters; a dataset needs at least {MIN_TEXT_CHARS} "
+                        "(its val split is the last 10%) — give a larger text file")
     os.makedirs(out_dir, exist_ok=True)
     split = int(len(text) * (1 - val_fraction))
     if tokenizer == "char":
@@ -85,6 +96,7 @@ def prepare_text(text: str, out_dir: str, tokenizer: str, val_fraction: float = 
         meta = {"tokenizer": "gpt2", "vocab_size": gpt2_encoding().n_vocab}
     else:
         raise DataError(f"tokenizer={tokenizer!r} is not one of ('char', 'gpt2')")
+    meta["fingerprint"] = tokenizer_fingerprint(meta)
     tok = Tokenizer(meta)
     for name, part in (("train", text[:split]), ("val", text[split:])):
         ids = np.array(tok.encode(part), dtype=np.int64)
@@ -94,13 +106,69 @@ def prepare_text(text: str, out_dir: str, tokenizer: str, val_fraction: float = 
     return meta
 
 
-def checkpoint_data(ckpt: dict, data_dir: str = "") -> tuple[str, str]:
-    """(data_dir, dataset) for a checkpoint: an explicit ``data_dir`` wins, then the one recorded in the
-    checkpoint's config, then data/<dataset>. Imported GPT-2 checkpoints record no dataset: BPE Shakespeare."""
+def data_dir_for_checkpoint(ckpt: dict, data_dir: str = "", flag: str = "--data_dir") -> str:
+    """The data a checkpoint's model reads: an explicit ``data_dir`` wins, then the one its config records
+    (data_dir, else data/<dataset>). A checkpoint that records no dataset (imported, hand-made) needs ``flag``:
+    there is no silent default. A recorded directory that is gone is an error too (never re-created there),
+    except the repo's own data/<dataset> of a dataset the project can prepare itself."""
+    if data_dir:
+        return data_dir
     config = ckpt.get("config") or {}
-    tokenizer = (ckpt.get("meta") or {}).get("tokenizer")
-    dataset = config.get("dataset") or ("shakespeare" if tokenizer == "gpt2" else "shakespeare_char")
-    return data_dir or config.get("data_dir") or os.path.join(REPO_DIR, "data", dataset), dataset
+    dataset = config.get("dataset") or ""
+    recorded = config.get("data_dir") or (dataset_dir(dataset) if dataset else "")
+    if not recorded:
+        raise DataError(f"the checkpoint records no dataset (imported or hand-made); pass {flag}=DIR, a dataset "
+                        "prepared with the model's tokenizer")
+    if not os.path.exists(os.path.join(recorded, "train.bin")):
+        if recorded == dataset_dir(dataset) and dataset in DATASETS:
+            ensure_prepared(recorded, dataset)
+        else:
+            raise DataError(f"the data directory '{recorded}' recorded in the checkpoint holds no train.bin (moved "
+                            f"or deleted?); pass {flag}=DIR, a dataset prepared with the model's tokenizer")
+    return recorded
+
+
+def tokenizer_fingerprint(meta: dict | None) -> str | None:
+    """A short identity of a tokenizer: its kind, vocabulary size and (char) a hash of its symbol table."""
+    if not meta:
+        return None
+    kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
+    if kind == "char":
+        table = json.dumps(sorted(meta["stoi"].items()), ensure_ascii=False).encode()
+        return f"char-{meta['vocab_size']}-{hashlib.sha1(table).hexdigest()[:12]}"
+    return f"{kind}-{meta['vocab_size']}"
+
+
+def describe_tokenizer(meta: dict | None) -> str:
+    if not meta:
+        return "no recorded tokenizer"
+    kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
+    return f"{kind} tokenizer, {meta['vocab_size']} symbols" + (f" ({tokenizer_fingerprint(meta)})"
+                                                               if kind == "char" else "")
+
+
+def check_tokenizer(model_meta: dict | None, data_dir: str, flag: str = "--data_dir",
+                    vocab_size: int | None = None) -> dict | None:
+    """Stop with one line when the data in ``data_dir`` was tokenized differently from the model's tokenizer
+    (``model_meta``, or a checkpoint dict holding it): the model would silently read other token ids.
+    Also checks the data's vocabulary fits the model's ``vocab_size``. Returns the data's meta."""
+    if model_meta is not None and "model_args" in model_meta:  # a checkpoint
+        vocab_size = vocab_size or model_meta["model_args"].get("vocab_size")
+        model_meta = model_meta.get("meta")
+    data_meta = load_meta(data_dir)
+    if data_meta is None:
+        warnings.warn(f"no meta.pkl in '{data_dir}': its tokenizer cannot be checked against the model's",
+                      stacklevel=2)
+        return None
+    ours, theirs = tokenizer_fingerprint(model_meta), tokenizer_fingerprint(data_meta)
+    if ours is not None and ours != theirs:
+        raise DataError(f"the model's tokenizer ({describe_tokenizer(model_meta)}) differs from the data's in "
+                        f"'{data_dir}' ({describe_tokenizer(data_meta)}): the model would read other token ids. "
+                        f"Pass {flag}=DIR, a dataset prepared with the model's tokenizer")
+    if vocab_size is not None and data_meta["vocab_size"] > vocab_size:
+        raise DataError(f"the data in '{data_dir}' has vocab_size {data_meta['vocab_size']} but the model only "
+                        f"{vocab_size}; pass {flag}=DIR, a dataset prepared with the model's tokenizer")
+    return data_meta
 
 
 def ensure_prepared(data_dir: str, dataset: str) -> None:
@@ -147,8 +215,15 @@ def load_meta(data_dir: str) -> dict | None:
     path = os.path.join(data_dir, "meta.pkl")
     if not os.path.exists(path):
         return None
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    try:
+        with open(path, "rb") as f:
+            meta = pickle.load(f)
+    except Exception as e:  # a truncated or foreign file: UnpicklingError, EOFError, ...
+        raise DataError(f"'{path}' is not a readable meta.pkl ({e.__class__.__name__}: {e}); prepare the dataset "
+                        "again (data/<name>/prepare.py)") from e
+    if not isinstance(meta, dict) or "vocab_size" not in meta:
+        raise DataError(f"'{path}' holds no tokenizer description (a dict with vocab_size); prepare the dataset again")
+    return meta
 
 
 # ----------------------------------------------------------------------------------------------

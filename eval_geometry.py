@@ -17,18 +17,28 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
 import geometry as geo
-from checkpoint import CheckpointError, load_model
-from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, Tokenizer, checkpoint_data, ensure_prepared, eval_batches, evaluate_loss
+from checkpoint import check_writable_dir, load_model
+from cli import run_cli
+from configurator import load_config
+from dataset import (
+    BatchLoader,
+    Tokenizer,
+    check_tokenizer,
+    data_dir_for_checkpoint,
+    describe_tokenizer,
+    eval_batches,
+    evaluate_loss,
+    tokenizer_fingerprint,
+)
+from errors import CheckpointError, ConfigError
 from logger import MetricsLogger
-from model import GPT
+from model import GPT, embedding_norm_stats
 
 SIMILARITIES = ("neg_euclidean", "inv_euclidean", "cosine", "dot")
 
@@ -37,21 +47,22 @@ SIMILARITIES = ("neg_euclidean", "inv_euclidean", "cosine", "dot")
 class GeometryConfig:
     ref_dir: str = ""  # the reference (untransformed) checkpoint (required)
     in_dir: str = ""  # the transformed or finetuned checkpoint ('' → analyse ref_dir alone)
-    out_dir: str = "geom"
+    out_dir: str = "geom"  # where metrics.json and the figures go
+    allow_unrelated: bool = False  # compare in_dir with a ref_dir that is not the transform's recorded source
     data_dir: str = ""  # '' → the data directory recorded in ref_dir's checkpoint
     n_probes: int = 4096  # probe vectors: token embeddings + hidden states spread over every layer
     probe_batches: int = 4  # val batches the hidden-state probes are sampled from
-    batch_size: int = 16
+    batch_size: int = 16  # sequences per val batch
     eval_iters: int = 50  # val batches for loss, KL and top-1 agreement
     n_features: int = 64  # FA: this many frequent-token embeddings and this many principal directions
-    ndcg_k: int = 10
-    heatmap_probes: int = 48
+    ndcg_k: int = 10  # NDCG@k of the similarity ranking of tokens against the head's ranking
+    heatmap_probes: int = 48  # probe vectors in each cosine-similarity heatmap
     prompt: str = ""  # the norm heatmap's text ('' → the start of the val split)
-    seed: int = 0
-    wandb_log: bool = True
-    wandb_project: str = "nanolgpt"
-    wandb_run_name: str = "geometry"
-    device: str = "cpu"
+    seed: int = 0  # seed of the probe sampling
+    wandb_log: bool = True  # also log to wandb (offline unless WANDB_MODE says otherwise)
+    wandb_project: str = "nanolgpt"  # wandb project name
+    wandb_run_name: str = "geometry"  # wandb run name
+    device: str = "cpu"  # where the models run
 
     def validate(self) -> None:
         if not self.ref_dir:
@@ -150,11 +161,10 @@ def throughput(model: GPT, x: torch.Tensor, repeats: int = 3) -> dict:
 
 def model_report(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor, cfg: GeometryConfig) -> dict:
     weights = weight_matrices(model)
-    norms_e = model.transformer.wte.weight.detach().double().norm(dim=1)
+    mean_e, std_e, threshold = embedding_norm_stats(model.transformer.wte.weight.detach().double())
     layer_states = [h.reshape(-1, h.shape[-1]) for h in hidden]
     return {
-        "embedding_norms": {"mean": norms_e.mean().item(), "std": norms_e.std().item(),
-                            "threshold": (norms_e.mean() + 1.5 * norms_e.std()).item()},
+        "embedding_norms": {"mean": mean_e.item(), "std": std_e.item(), "threshold": threshold.item()},
         "hidden_norm_mean": [h.double().norm(dim=-1).mean().item() for h in layer_states],
         "weight_kurtosis": {n: geo.excess_kurtosis(w) for n, w in weights.items()},
         "activation_kurtosis": [geo.excess_kurtosis(h) for h in layer_states],
@@ -272,9 +282,26 @@ def layer_plots(reports: dict[str, dict], path: str) -> str:
 # The report
 
 
-def evaluate(cfg: GeometryConfig) -> dict:
+def check_related(cfg: GeometryConfig, ref_ckpt: dict, new_ckpt: dict | None) -> None:
+    """ref_dir and in_dir must share a tokenizer, and in_dir's recorded transform source must be ref_dir."""
+    if new_ckpt is None:
+        return
+    ours, theirs = tokenizer_fingerprint(ref_ckpt.get("meta")), tokenizer_fingerprint(new_ckpt.get("meta"))
+    if ours is not None and theirs is not None and ours != theirs:
+        raise CheckpointError(f"ref_dir and in_dir use different tokenizers ({describe_tokenizer(ref_ckpt['meta'])} "
+                              f"vs {describe_tokenizer(new_ckpt['meta'])}); compare models of one tokenizer")
+    source = (new_ckpt.get("transform") or {}).get("source")
+    if source and os.path.realpath(source) != os.path.realpath(cfg.ref_dir) and not cfg.allow_unrelated:
+        raise CheckpointError(f"in_dir was transformed from '{source}', not from ref_dir '{cfg.ref_dir}'; pass that "
+                              "model as --ref_dir, or --allow_unrelated=True to compare them anyway")
+
+
+def evaluate_geometry(cfg: GeometryConfig) -> dict:
+    """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb."""
+    check_writable_dir(cfg.out_dir)
     ref, ref_ckpt = load_model(cfg.ref_dir, device=cfg.device)
     new, new_ckpt = load_model(cfg.in_dir, device=cfg.device) if cfg.in_dir else (None, None)
+    check_related(cfg, ref_ckpt, new_ckpt)
     record = (new_ckpt or {}).get("transform")
     if new is not None and new.config.vocab_size != ref.config.vocab_size:
         raise ConfigError(f"ref_dir and in_dir have different vocabularies ({ref.config.vocab_size} vs "
@@ -284,8 +311,8 @@ def evaluate(cfg: GeometryConfig) -> dict:
     if record is not None and record["d"] != ref.config.n_embd:
         raise ConfigError(f"in_dir's transform record maps width {record['d']}, but ref_dir has width "
                           f"{ref.config.n_embd}; pass the model it was transformed from as --ref_dir")
-    data_dir, dataset = checkpoint_data(ref_ckpt, cfg.data_dir)
-    ensure_prepared(data_dir, dataset)
+    data_dir = data_dir_for_checkpoint(ref_ckpt, cfg.data_dir)
+    check_tokenizer(ref_ckpt, data_dir)
     block = min(ref.config.block_size, new.config.block_size if new is not None else ref.config.block_size)
     loader = BatchLoader(data_dir, block, cfg.batch_size, cfg.device)
     centre = bool(record and record["norms"] == "fold" and ref.config.norm_type == "layernorm")
@@ -399,8 +426,8 @@ def flat_scalars(metrics: dict, prefix: str = "") -> dict:
 
 
 def main(argv: list[str]) -> None:
-    cfg = load_config(GeometryConfig, argv)
-    m = evaluate(cfg)
+    cfg = load_config(GeometryConfig, argv, prog="eval_geometry.py")
+    m = evaluate_geometry(cfg)
     loss = m["loss"]
     print(f"val loss: reference {loss['ref']['val_loss']:.4f}" +
           (f", transformed {loss['new']['val_loss']:.4f}, KL {m['kl']:.4f}, top-1 agreement "
@@ -417,7 +444,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ConfigError, CheckpointError, DataError) as e:
-        sys.exit(f"error: {e}")
+    raise SystemExit(run_cli(main))

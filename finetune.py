@@ -14,20 +14,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from dataclasses import dataclass
 
-from checkpoint import CheckpointError, load_checkpoint, load_model
-from configurator import ConfigError, load_config
-from dataset import BatchLoader, DataError, checkpoint_data, ensure_prepared, evaluate_loss
-from train import TrainConfig, TrainingDiverged, train
+from checkpoint import check_output_dir, load_checkpoint, load_model
+from cli import run_cli
+from configurator import load_config
+from dataset import GPT2_META, BatchLoader, check_tokenizer, data_dir_for_checkpoint, dataset_dir, evaluate_loss
+from errors import ConfigError
+from train import TrainConfig, train
 
 
 @dataclass
 class FinetuneConfig(TrainConfig):
     """TrainConfig with finetuning defaults (tuned on the small CPU configs; see README)."""
-    in_dir: str = ""  # the checkpoint to finetune (required)
-    out_dir: str = ""  # required
+    # finetuning
+    in_dir: str = ""  # the checkpoint to finetune (required, unless init_from is a GPT-2 name)
+    out_dir: str = ""  # where the finetuned ckpt.pt, metrics.jsonl and finetune.json go (required)
     recover_tol: float = 0.01  # recovered when val ≤ (1 + tol) × reference val loss
     reference_val_loss: float | None = None  # None: evaluate the reference named in the transform record
     dataset: str = ""  # '' → the dataset recorded in in_dir's checkpoint
@@ -73,7 +75,10 @@ class RecoveryTracker:
         self.record = record
 
     def __call__(self, iter_num: int, losses: dict) -> dict:
-        self.record.setdefault("curve", []).append([iter_num, losses["val"]])
+        curve = self.record.setdefault("curve", [])
+        if curve and curve[-1][0] == iter_num:  # a resumed run re-evaluates the step it was saved at
+            curve.pop()
+        curve.append([iter_num, losses["val"]])
         reference = self.record.get("reference_val_loss")
         if reference is None:
             return {}
@@ -88,18 +93,19 @@ class RecoveryTracker:
 
 def finetune(cfg: FinetuneConfig) -> dict:
     resume = cfg.init_from == "resume"
+    if not resume:
+        check_output_dir(cfg.out_dir, cfg.in_dir, cfg.overwrite)
     if cfg.init_from.startswith("gpt2") and not cfg.in_dir:  # straight from Hugging Face
-        from convert import GPT2_META, gpt2_from_pretrained
+        from convert import gpt2_from_pretrained
         model = gpt2_from_pretrained(cfg.init_from)
         ckpt = {"model": model.state_dict(), "model_args": model.config.to_dict(), "meta": GPT2_META,
                 "config": {"init_from": cfg.init_from}}
         cfg.init_from = "scratch"  # the weights come in as init_checkpoint below
     else:
         ckpt = load_checkpoint(cfg.out_dir if resume else cfg.in_dir)
-    data_dir, dataset = checkpoint_data(ckpt, cfg.data_dir)
-    cfg.dataset = cfg.dataset or dataset
-    cfg.data_dir = cfg.data_dir or (data_dir if cfg.dataset == dataset else "")
-    ensure_prepared(cfg.resolved_data_dir(), cfg.dataset)
+    cfg.data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir or (dataset_dir(cfg.dataset) if cfg.dataset else ""))
+    cfg.dataset = cfg.dataset or (ckpt.get("config") or {}).get("dataset") or os.path.basename(cfg.data_dir)
+    check_tokenizer(ckpt, cfg.data_dir)
     record = ckpt.get("finetune") if resume else None
     if record is None:
         loader = BatchLoader(cfg.resolved_data_dir(), ckpt["model_args"]["block_size"], cfg.batch_size)
@@ -119,7 +125,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    summary = finetune(load_config(FinetuneConfig, argv))
+    summary = finetune(load_config(FinetuneConfig, argv, prog="finetune.py"))
     ref = summary["reference_val_loss"]
     print(f"val loss {summary['val_loss']:.4f}" + (f" (reference {ref:.4f})" if ref is not None else ""))
     steps = summary["steps_to_recover"]
@@ -127,7 +133,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ConfigError, CheckpointError, DataError, TrainingDiverged) as e:
-        sys.exit(f"error: {e}")
+    raise SystemExit(run_cli(main))

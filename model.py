@@ -26,10 +26,6 @@ POSITIONS = ("learned", "rope")
 MLPS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's "gelu_new" approximation
 
 
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown or of the wrong type; the message names the fix."""
-
-
 @dataclass
 class GPTConfig:
     block_size: int = 1024
@@ -60,13 +56,13 @@ class GPTConfig:
         for name, allowed in choices.items():
             value = getattr(self, name)
             if value not in allowed:
-                raise ConfigError(f"{name}={value!r} is not one of {allowed}")
+                raise ValueError(f"{name}={value!r} is not one of {allowed}")
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.head_dim is None:
             if self.n_embd % self.n_head:
-                raise ConfigError(
+                raise ValueError(
                     f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                     "change one of them or set head_dim explicitly")
             self.head_dim = self.n_embd // self.n_head
@@ -75,12 +71,19 @@ class GPTConfig:
                 self.mlp_hidden = 4 * self.n_embd
             else:  # LLaMA: 2/3 of 4d, rounded up to a multiple of 64, keeps the parameter count of a GELU MLP
                 self.mlp_hidden = 64 * math.ceil(8 * self.n_embd / 3 / 64)
+        for name in ("head_dim", "mlp_hidden"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer (or None: the default), got {getattr(self, name)}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0 (it keeps the norm's division finite), got {self.norm_eps}")
+        if self.pos == "rope" and not self.rope_base > 0:
+            raise ValueError(f"rope_base must be > 0 (θ_i = rope_base^(−2i/head_dim)), got {self.rope_base}")
         if self.pos == "rope" and self.head_dim % 2:
-            raise ConfigError(f"pos='rope' needs an even head_dim, got {self.head_dim}")
+            raise ValueError(f"pos='rope' needs an even head_dim, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm_reg < 0:
-            raise ConfigError(f"norm_reg must be >= 0, got {self.norm_reg}")
+            raise ValueError(f"norm_reg must be >= 0, got {self.norm_reg}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -251,6 +254,14 @@ class KnnHead(nn.Module):
 # GPT
 
 
+def embedding_norm_stats(embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(μ_E, σ_E, μ_E + 1.5·σ_E) of the row norms of an embedding matrix: the norm regularizer's threshold.
+    σ_E is torch's default (Bessel-corrected) std."""
+    norms = embeddings.norm(dim=-1)
+    mean, std = norms.mean(), norms.std()
+    return mean, std, mean + 1.5 * std
+
+
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -270,19 +281,13 @@ class GPT(nn.Module):
             self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.head_bias)
             if config.head == "tied":
                 self.lm_head.weight = self.transformer.wte.weight  # weight tying
-        self.last_loss_terms: dict[str, float] = {}
+        # the detached terms of the last training loss ('lm', and 'norm_reg' when λ > 0), for logging only
+        self.last_loss_terms: dict[str, torch.Tensor] = {}
 
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual writers
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-
-    @classmethod
-    def from_pretrained(cls, name_or_dir: str, **overrides) -> GPT:
-        """GPT-2 weights from Hugging Face: a model name ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl',
-        from the local cache or the hub) or a local save_pretrained directory. Needs ``transformers``."""
-        from convert import gpt2_from_pretrained
-        return gpt2_from_pretrained(name_or_dir, **overrides)
 
     @classmethod
     def from_state_dict(cls, config: GPTConfig, state_dict: dict) -> GPT:
@@ -295,7 +300,7 @@ class GPT(nn.Module):
             model.lm_head.weight = model.transformer.wte.weight  # re-tie: assign made two parameters
             missing = [k for k in missing if k != "lm_head.weight"]
         if missing or unexpected:
-            raise ConfigError(f"state_dict does not match the config: missing {missing[:5]}, "
+            raise ValueError(f"state_dict does not match the config: missing {missing[:5]}, "
                               f"unexpected {unexpected[:5]}")
         device = model.transformer.wte.weight.device
         for block in model.transformer.h:
@@ -319,8 +324,7 @@ class GPT(nn.Module):
 
     def embedding_norm_threshold(self) -> torch.Tensor:
         """μ_E + 1.5·σ_E of the token-embedding row norms (a statistic, so no gradient flows through it)."""
-        norms = self.transformer.wte.weight.detach().norm(dim=-1)
-        return norms.mean() + 1.5 * norms.std()
+        return embedding_norm_stats(self.transformer.wte.weight.detach())[2]
 
     def forward(
         self,
@@ -398,7 +402,7 @@ class GPT(nn.Module):
         if optimizer == "adafactor":
             return torch.optim.Adafactor(groups, lr=learning_rate)
         if optimizer != "adamw":
-            raise ConfigError(f"optimizer={optimizer!r} is not one of ('adamw', 'adafactor')")
+            raise ValueError(f"optimizer={optimizer!r} is not one of ('adamw', 'adafactor')")
         # the fused kernel exists for CUDA and (since torch 2.4) CPU; on small CPU models it is 4x faster
         fused = device_type in ("cuda", "cpu") and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))

@@ -6,53 +6,84 @@ Sample text from a trained checkpoint.
 """
 from __future__ import annotations
 
-import sys
+import os
 from dataclasses import dataclass
 
 import torch
 
-from checkpoint import CheckpointError, load_model
-from configurator import ConfigError, load_config
-from dataset import DataError, Tokenizer
+from checkpoint import load_checkpoint, model_from_checkpoint
+from cli import run_cli
+from configurator import load_config
+from dataset import GPT2_META, Tokenizer
+from errors import ConfigError, DataError
 
 
 @dataclass
 class SampleConfig:
     out_dir: str = "out"  # the directory holding ckpt.pt
     start: str = "\n"  # the prompt, or FILE:path
-    num_samples: int = 3
-    max_new_tokens: int = 300
+    num_samples: int = 3  # how many independent samples
+    max_new_tokens: int = 300  # tokens generated after the prompt
     temperature: float = 0.8  # < 1 sharper, > 1 more random
     top_k: int | None = 200  # keep only the top_k most likely tokens (None: all)
-    seed: int = 1337
-    device: str = "auto"
+    seed: int = 1337  # sampling seed
+    device: str = "auto"  # 'auto' (cuda if available, else cpu) | 'cpu' | 'cuda' | 'cuda:N' | 'mps'
 
     def validate(self) -> None:
         if self.num_samples <= 0 or self.max_new_tokens < 0:
             raise ConfigError("num_samples must be > 0 and max_new_tokens >= 0")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k <= 0:
+            raise ConfigError(f"top_k must be a positive integer or None (all tokens), got {self.top_k}")
 
 
 def tokenizer_for(ckpt: dict) -> Tokenizer:
-    meta = ckpt.get("meta")
-    if meta is None:  # nanoGPT checkpoints without meta: GPT-2 BPE, as nanoGPT's sample.py assumes
-        meta = {"tokenizer": "gpt2", "vocab_size": 50257}
+    """The checkpoint's tokenizer; nanoGPT checkpoints without one get GPT-2 BPE, as nanoGPT's sample.py assumes,
+    which must cover the model's vocabulary."""
+    meta = ckpt.get("meta") or GPT2_META
+    vocab = ckpt["model_args"]["vocab_size"]
+    if meta["vocab_size"] > vocab:
+        raise DataError(f"the checkpoint records no tokenizer that fits its {vocab}-token vocabulary (GPT-2 BPE has "
+                        f"{meta['vocab_size']}); import a nanoGPT char checkpoint with its dataset's meta.pkl: "
+                        "python convert.py --from_nanogpt=CKPT --out_dir=DIR --data_dir=data/<dataset>")
     return Tokenizer(meta)
 
 
+def read_prompt(start: str) -> str:
+    """The prompt: the text itself, or the contents of a UTF-8 text file given as FILE:path."""
+    if not start.startswith("FILE:"):
+        return start
+    path = start[5:]
+    if not os.path.isfile(path):
+        raise ConfigError(f"--start=FILE:{path}: no such file; give the path of a UTF-8 text file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--start=FILE:{path} is not UTF-8 text ({e.reason}); give a text file") from e
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but CUDA is not available here; use --device=cpu (or auto)")
+    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device={device!r} is not a torch device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    return device
+
+
 def sample(cfg: SampleConfig) -> list[str]:
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    torch.manual_seed(cfg.seed)
-    model, ckpt = load_model(cfg.out_dir, device=device)
+    device = resolve_device(cfg.device)
+    prompt = read_prompt(cfg.start)
+    ckpt = load_checkpoint(cfg.out_dir)
     tokenizer = tokenizer_for(ckpt)
-    prompt = cfg.start
-    if prompt.startswith("FILE:"):
-        with open(prompt[5:], encoding="utf-8") as f:
-            prompt = f.read()
+    model = model_from_checkpoint(ckpt).to(device).eval()
     ids = tokenizer.encode(prompt)
     if not ids:
         raise DataError("the prompt encodes to no tokens; pass a non-empty --start")
+    torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
     texts = []
     for _ in range(cfg.num_samples):
@@ -61,10 +92,11 @@ def sample(cfg: SampleConfig) -> list[str]:
     return texts
 
 
+def main(argv: list[str]) -> None:
+    for text in sample(load_config(SampleConfig, argv, prog="sample.py")):
+        print(text)
+        print("---------------")
+
+
 if __name__ == "__main__":
-    try:
-        for text in sample(load_config(SampleConfig, sys.argv[1:])):
-            print(text)
-            print("---------------")
-    except (ConfigError, CheckpointError, DataError) as e:
-        sys.exit(f"error: {e}")
+    raise SystemExit(run_cli(main))

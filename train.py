@@ -12,79 +12,116 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 
 import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from checkpoint import load_checkpoint, model_from_checkpoint, rng_state, save_checkpoint, set_rng_state
-from configurator import ConfigError, load_config
-from dataset import BatchLoader, batch_seed, ensure_prepared, evaluate_loss, load_meta
+from checkpoint import (
+    check_output_dir,
+    load_checkpoint,
+    model_from_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from cli import Interrupted, run_cli
+from configurator import load_config
+from dataset import (
+    GPT2_META,
+    BatchLoader,
+    batch_seed,
+    check_tokenizer,
+    dataset_dir,
+    ensure_prepared,
+    evaluate_loss,
+    load_meta,
+)
+from errors import ConfigError, TrainingDiverged
 from logger import MetricsLogger
 from model import GPT, GPTConfig
+
+# model fields a run may set on a model that comes from a checkpoint: the rest is the checkpoint's architecture
+CHECKPOINT_OVERRIDABLE = ("dropout", "norm_reg", "block_size")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
 class TrainConfig(GPTConfig):
-    """Every run setting. The GPTConfig fields above are the model's; they are validated when it is built."""
+    """Every run setting. The GPTConfig fields above are the model's: validated in ``validate`` for a model built
+    from scratch; for a model from a checkpoint (resume, finetune, gpt2) only dropout, norm_reg and a smaller
+    block_size may be set, and an explicitly given architecture field that differs is an error."""
     vocab_size: int | None = None  # None: from the dataset's meta.pkl (else GPT-2's padded 50304)
     # I/O
-    out_dir: str = "out"
-    eval_interval: int = 250
-    log_interval: int = 10
-    eval_iters: int = 200
-    eval_only: bool = False
-    always_save_checkpoint: bool = True
+    out_dir: str = "out"  # where ckpt.pt and metrics.jsonl go
+    eval_interval: int = 250  # evaluate (and maybe save) every this many iterations
+    log_interval: int = 10  # a console/metrics line every this many iterations
+    eval_iters: int = 200  # fixed random batches per split at each evaluation
+    eval_only: bool = False  # evaluate once and exit
+    always_save_checkpoint: bool = True  # save at every evaluation (False: only when val loss improves, and at the end)
     init_from: str = "scratch"  # 'scratch' | 'resume' | 'gpt2' | 'gpt2-medium' | 'gpt2-large' | 'gpt2-xl'
+    overwrite: bool = False  # with init_from='scratch' (or gpt2): replace a checkpoint already in out_dir
     progress_bar: bool = True  # a tqdm bar on interactive terminals
     # logging
-    wandb_log: bool = False
-    wandb_project: str = "nanolgpt"
-    wandb_run_name: str = "run"
+    wandb_log: bool = False  # also log to wandb (offline unless WANDB_MODE says otherwise)
+    wandb_project: str = "nanolgpt"  # wandb project name
+    wandb_run_name: str = "run"  # wandb run name
     # data
-    dataset: str = "shakespeare_char"
+    dataset: str = "shakespeare_char"  # data/<dataset>; shakespeare_char and shakespeare prepare themselves
     data_dir: str = ""  # '' → data/<dataset>
-    gradient_accumulation_steps: int = 1
-    batch_size: int = 12
+    gradient_accumulation_steps: int = 1  # micro-batches per step, over all DDP processes (rounded up to a multiple)
+    batch_size: int = 12  # sequences per micro-batch and process
     # optimizer
     optimizer: str = "adamw"  # 'adamw' | 'adafactor'
-    learning_rate: float = 1e-3
-    max_iters: int = 2000
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # 0 disables clipping
+    learning_rate: float = 1e-3  # peak learning rate
+    max_iters: int = 2000  # total optimisation steps
+    weight_decay: float = 0.1  # on matrices and embeddings only
+    beta1: float = 0.9  # AdamW β1, in [0, 1)
+    beta2: float = 0.99  # AdamW β2, in [0, 1)
+    grad_clip: float = 1.0  # clip the gradient norm at this value; 0 disables clipping
     # learning-rate schedule: linear warmup, then cosine decay to min_lr
-    decay_lr: bool = True
-    warmup_iters: int = 100
-    lr_decay_iters: int = 2000
-    min_lr: float = 1e-4
+    decay_lr: bool = True  # False: constant learning_rate
+    warmup_iters: int = 100  # linear warmup steps
+    lr_decay_iters: int = 2000  # the cosine reaches min_lr here
+    min_lr: float = 1e-4  # the floor of the cosine, ≤ learning_rate
     # system
     device: str = "auto"  # 'auto' (cuda if available, else cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
     dtype: str = "auto"  # 'auto' (bfloat16 on a GPU that has it, float32 on CPU) | 'float32' | 'bfloat16' | 'float16'
     compile: bool = True  # torch.compile; used on CUDA only
-    seed: int = 1337
+    seed: int = 1337  # model init, batches and dropout are functions of it
 
-    def __post_init__(self) -> None:  # the model fields are checked by GPTConfig when the model is built
-        pass
+    def __post_init__(self) -> None:
+        """Model fields are checked in ``validate``, against the model the run will actually build."""
 
     def validate(self) -> None:
         positive = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps", "batch_size")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.max_iters < 0:
-            raise ConfigError(f"max_iters must be >= 0, got {self.max_iters}")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype={self.dtype!r} is not one of ('auto', 'float32', 'bfloat16', 'float16')")
+        for name in ("max_iters", "warmup_iters", "lr_decay_iters"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype={self.dtype!r} is not one of {DTYPES}")
         if self.optimizer not in ("adamw", "adafactor"):
             raise ConfigError(f"optimizer={self.optimizer!r} is not one of ('adamw', 'adafactor')")
         if self.learning_rate <= 0 or self.min_lr < 0:
             raise ConfigError("learning_rate must be > 0 and min_lr >= 0")
-        GPTConfig(**self.model_args(vocab_size=self.vocab_size or 50304))  # fail early on model fields
+        if self.decay_lr and self.min_lr > self.learning_rate:
+            raise ConfigError(f"min_lr={self.min_lr} is above learning_rate={self.learning_rate}: the cosine decays "
+                              "from learning_rate down to min_lr; lower --min_lr")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        if self.grad_clip < 0:
+            raise ConfigError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.init_from == "scratch":
+            GPTConfig(**self.model_args(vocab_size=self.vocab_size or 50304))  # fail early on model fields
 
     def model_args(self, **overrides) -> dict:
         args = {f: getattr(self, f) for f in GPTConfig.field_names()}
@@ -92,7 +129,7 @@ class TrainConfig(GPTConfig):
         return args
 
     def resolved_data_dir(self) -> str:
-        return self.data_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", self.dataset)
+        return dataset_dir(self.dataset, self.data_dir)
 
 
 def get_lr(it: int, cfg: TrainConfig) -> float:
@@ -107,8 +144,8 @@ def get_lr(it: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+# ----------------------------------------------------------------------------------------------
+# Setup: where the run executes, the model, and the state the loop carries
 
 
 @dataclass
@@ -138,18 +175,24 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     device = cfg.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        init_process_group(backend=backend)
-        if device.startswith("cuda"):
-            device = f"cuda:{local_rank}"
-            torch.cuda.set_device(device)
     device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
+    if device_type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device={cfg.device!r} is not a torch device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device!r} but CUDA is not available here; use --device=cpu (or auto)")
     dtype = cfg.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if device_type == "cpu" and dtype != "float32":
+        raise ConfigError(f"dtype={cfg.dtype!r} does nothing on CPU (training runs in float32 there); "
+                          "use --dtype=float32 or auto")
+    rank, local_rank, world_size = 0, 0, 1
+    if ddp:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+        init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        if device_type == "cuda":
+            device = f"cuda:{local_rank}"
+            torch.cuda.set_device(device)
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -157,37 +200,84 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     return Runtime(device, device_type, ptdtype, ddp, rank, local_rank, world_size)
 
 
-def build_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict | None):
-    """(model, checkpoint to resume from or None, model_args) for the run's init_from setting."""
+def check_checkpoint_overrides(cfg: TrainConfig, model_args: dict, source: str) -> None:
+    """A model that comes from a checkpoint keeps its architecture: an explicitly given model field that differs
+    (other than dropout, norm_reg, a smaller block_size) would be silently ignored, so it is an error."""
+    explicit = getattr(cfg, "explicit_keys", frozenset())
+    differing = [f"{k}={getattr(cfg, k)!r} (checkpoint: {model_args.get(k)!r})" for k in GPTConfig.field_names()
+                 if k in explicit and k not in CHECKPOINT_OVERRIDABLE and getattr(cfg, k) != model_args.get(k)]
+    if differing:
+        raise ConfigError(f"the model comes from {source}, whose architecture is fixed; these settings contradict "
+                          f"it: {', '.join(differing)}. Drop them (only dropout, norm_reg and a smaller block_size "
+                          "can change), or train from scratch in a new out_dir")
+    if "block_size" in explicit and cfg.block_size > model_args["block_size"]:
+        raise ConfigError(f"block_size={cfg.block_size} is larger than the checkpoint's {model_args['block_size']}; "
+                          "a model's context can only be cropped")
+
+
+def init_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict | None) -> tuple[GPT, dict | None]:
+    """(model, checkpoint to resume from or None) for the run's init_from setting."""
+    explicit = getattr(cfg, "explicit_keys", frozenset())
+    resume_ckpt = None
     if init_checkpoint is not None:  # finetune.py: weights from a given checkpoint, a fresh optimizer
-        model = model_from_checkpoint(init_checkpoint, dropout=cfg.dropout)
-        return model, None, model.config.to_dict()
-    if cfg.init_from == "resume":
-        ckpt = load_checkpoint(cfg.out_dir)
-        model = model_from_checkpoint(ckpt)
-        return model, ckpt, model.config.to_dict()
-    if cfg.init_from.startswith("gpt2"):
+        check_checkpoint_overrides(cfg, init_checkpoint["model_args"], "the input checkpoint")
+        model = model_from_checkpoint(init_checkpoint, dropout=cfg.dropout,
+                                      **({"norm_reg": cfg.norm_reg} if "norm_reg" in explicit else {}))
+    elif cfg.init_from == "resume":
+        resume_ckpt = load_checkpoint(cfg.out_dir)
+        check_checkpoint_overrides(cfg, resume_ckpt["model_args"], f"the checkpoint in {cfg.out_dir} (resume)")
+        model = model_from_checkpoint(resume_ckpt, **{k: getattr(cfg, k) for k in ("dropout", "norm_reg")
+                                                      if k in explicit})
+    elif cfg.init_from.startswith("gpt2"):
         from convert import gpt2_from_pretrained
         model = gpt2_from_pretrained(cfg.init_from, dropout=cfg.dropout)
-        return model, None, model.config.to_dict()
-    if cfg.init_from != "scratch":
+        check_checkpoint_overrides(cfg, model.config.to_dict(), f"Hugging Face {cfg.init_from}")
+    elif cfg.init_from == "scratch":
+        vocab_size = cfg.vocab_size or (data_meta["vocab_size"] if data_meta else 50304)
+        return GPT(GPTConfig(**cfg.model_args(vocab_size=vocab_size))), None
+    else:
         raise ConfigError(f"init_from={cfg.init_from!r} is not one of 'scratch', 'resume', 'gpt2', "
                           "'gpt2-medium', 'gpt2-large', 'gpt2-xl'")
-    vocab_size = cfg.vocab_size or (data_meta["vocab_size"] if data_meta else 50304)
-    model = GPT(GPTConfig(**cfg.model_args(vocab_size=vocab_size)))
-    return model, None, model.config.to_dict()
+    if "block_size" in explicit and cfg.block_size < model.config.block_size:
+        model.crop_block_size(cfg.block_size)  # e.g. finetune GPT-2 (1024) on shorter contexts, as nanoGPT
+    return model, resume_ckpt
 
 
-def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
-          on_eval: Callable[[int, dict], dict | None] | None = None, extra_checkpoint: dict | None = None,
-          logger_name: str = "metrics.jsonl") -> dict:
-    """The training loop: warmup + cosine LR, gradient accumulation, clipping, periodic evaluation and
-    atomic checkpoints, exact resume, Ctrl-C saves, NaN stops. Returns a summary dict.
+@dataclass
+class TrainState:
+    """What the loop changes; saved in every checkpoint."""
+    iter_num: int = 0
+    best_val_loss: float = float("inf")
+    losses: dict = field(default_factory=dict)
+    stop_signal: str | None = None  # 'SIGINT' / 'SIGTERM' once a stop was requested
 
-    ``init_checkpoint``: start from these weights with a fresh optimizer (finetuning).
-    ``on_eval(iter_num, losses)``: called after each evaluation; a dict it returns is logged too.
-    ``extra_checkpoint``: extra keys stored in every checkpoint (e.g. the transform record).
-    """
+
+@dataclass
+class Run:
+    """Everything one training run holds: settings, runtime, model (raw / for training / for evaluation),
+    optimizer, data, logger and the state. Built by ``setup``; the steps below take it."""
+    cfg: TrainConfig
+    rt: Runtime
+    model: GPT
+    train_model: torch.nn.Module
+    eval_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    loader: BatchLoader
+    logger: MetricsLogger
+    meta: dict | None
+    extra_checkpoint: dict
+    grad_accum: int
+    tokens_per_iter: int
+    on_eval: Callable[[int, dict], dict | None] | None
+    state: TrainState
+
+
+def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpoint: dict | None,
+          logger_name: str) -> Run:
+    """Runtime, data, model, optimizer (restored on resume), wrappers and logger, checked before any write."""
+    if cfg.init_from != "resume":
+        check_output_dir(cfg.out_dir, getattr(cfg, "in_dir", ""), cfg.overwrite)
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
     data_dir = cfg.resolved_data_dir()
@@ -195,175 +285,236 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
         ensure_prepared(data_dir, cfg.dataset)
     if rt.ddp:
         torch.distributed.barrier()
-    if cfg.gradient_accumulation_steps % rt.world_size:
-        raise ConfigError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must be divisible by "
-                          f"the number of DDP processes ({rt.world_size})")
-    grad_accum = cfg.gradient_accumulation_steps // rt.world_size
-    data_meta = load_meta(data_dir)
-    meta = (init_checkpoint or {}).get("meta") or data_meta  # the tokenizer recorded in our checkpoints
-
-    model, resume_ckpt, model_args = build_model(cfg, init_checkpoint, data_meta)
-    if data_meta and data_meta["vocab_size"] > model.config.vocab_size:
-        raise ConfigError(f"the data in {data_dir} has vocab_size {data_meta['vocab_size']} but the model only "
-                          f"{model.config.vocab_size}; use a dataset with the model's tokenizer")
-    block_size = model.config.block_size
-    loader = BatchLoader(data_dir, block_size, cfg.batch_size, rt.device)
+    grad_accum = math.ceil(cfg.gradient_accumulation_steps / rt.world_size)  # per process
+    model, resume_ckpt = init_model(cfg, init_checkpoint, load_meta(data_dir))
+    source_ckpt = resume_ckpt or init_checkpoint
+    model_meta = source_ckpt.get("meta") if source_ckpt else GPT2_META if cfg.init_from.startswith("gpt2") else None
+    data_meta = check_tokenizer(model_meta, data_dir, "--data_dir", model.config.vocab_size)
+    meta = model_meta or data_meta  # the tokenizer recorded in our checkpoints
+    loader = BatchLoader(data_dir, model.config.block_size, cfg.batch_size, rt.device)
     model.to(rt.device)
     scaler = torch.amp.GradScaler(enabled=rt.ptdtype == torch.float16)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                                            rt.device_type, cfg.optimizer)
-    iter_num, best_val_loss = 0, float("inf")
+    state = TrainState()
+    extra_checkpoint = dict(extra_checkpoint or {})
     if resume_ckpt is not None:
-        optimizer.load_state_dict(resume_ckpt["optimizer"])
-        iter_num, best_val_loss = resume_ckpt["iter_num"], resume_ckpt["best_val_loss"]
-        if "rng" in resume_ckpt:
-            set_rng_state(resume_ckpt["rng"])
-        extra_checkpoint = {k: resume_ckpt[k] for k in ("transform", "finetune") if k in resume_ckpt} | (
-            extra_checkpoint or {})
-        meta = resume_ckpt.get("meta", meta)
-        resume_ckpt = None  # free the memory
-
-    raw_model = model
-    if cfg.compile and rt.device_type == "cuda":
-        model = torch.compile(model)
-    eval_model = model  # rank 0 evaluates alone, so never through the DDP wrapper (it would wait for peers)
+        restore(resume_ckpt, optimizer, state, extra_checkpoint, rt.master)
+    elif cfg.overwrite and rt.master and os.path.exists(os.path.join(cfg.out_dir, logger_name)):
+        os.remove(os.path.join(cfg.out_dir, logger_name))  # a new run: never append to the replaced run's metrics
+    train_model = torch.compile(model) if cfg.compile and rt.device_type == "cuda" else model
+    eval_model = train_model  # rank 0 evaluates alone, so never through the DDP wrapper (it would wait for peers)
     if rt.ddp:
-        model = DDP(model, device_ids=[rt.local_rank] if rt.device_type == "cuda" else None)
-
+        train_model = DDP(train_model, device_ids=[rt.local_rank] if rt.device_type == "cuda" else None)
     logger = MetricsLogger(cfg.out_dir, enabled=rt.master, wandb_log=cfg.wandb_log, project=cfg.wandb_project,
                            run_name=cfg.wandb_run_name, config=dataclasses.asdict(cfg), filename=logger_name)
-    tokens_per_iter = grad_accum * rt.world_size * cfg.batch_size * block_size
+    tokens_per_iter = grad_accum * rt.world_size * cfg.batch_size * model.config.block_size
     if rt.master:
-        print(f"{raw_model.get_num_params() / 1e6:.2f}M parameters, {tokens_per_iter:,} tokens per iteration, "
+        if grad_accum * rt.world_size != cfg.gradient_accumulation_steps:
+            print(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} rounded up to "
+                  f"{grad_accum * rt.world_size}: {grad_accum} per process × {rt.world_size} DDP processes")
+        print(f"{model.get_num_params() / 1e6:.2f}M parameters, {tokens_per_iter:,} tokens per iteration, "
               f"device {rt.device}, {rt.ptdtype}")
+    return Run(cfg, rt, model, train_model, eval_model, optimizer, scaler, loader, logger, meta, extra_checkpoint,
+               grad_accum, tokens_per_iter, on_eval, state)
 
-    def checkpoint(val_loss: float) -> None:
-        ckpt = {"model": raw_model.state_dict(), "model_args": model_args, "config": dataclasses.asdict(cfg),
-                "iter_num": iter_num, "best_val_loss": best_val_loss, "val_loss": val_loss,
-                "optimizer": optimizer.state_dict(), "rng": rng_state(), "meta": meta}
-        ckpt.update(extra_checkpoint or {})
-        save_checkpoint(ckpt, cfg.out_dir)
 
-    def evaluate() -> dict:
-        losses = {split: evaluate_loss(eval_model, loader, split, cfg.eval_iters, cfg.seed, rt.autocast())
-                  for split in ("train", "val")}
-        for split, value in losses.items():
-            if not math.isfinite(value):
-                raise TrainingDiverged(f"{split} loss is {value} at iter {iter_num}; the last good checkpoint in "
-                                       f"{cfg.out_dir} is kept. Lower learning_rate or raise warmup_iters.")
-        return losses
+def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, extra: dict, master: bool) -> None:
+    """Resume: optimizer, iteration, best loss, RNG and the records a checkpoint carries (transform, finetune)."""
+    if ckpt.get("optimizer") is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    elif master:
+        print("note: the checkpoint has no optimizer state (a transform or import output): a fresh optimizer starts")
+    state.iter_num, state.best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
+    if "rng" in ckpt:
+        set_rng_state(ckpt["rng"])
+    for key in ("transform", "finetune"):
+        if key in ckpt and key not in extra:
+            extra[key] = ckpt[key]
 
-    def eval_and_save(final: bool = False) -> dict:
-        nonlocal best_val_loss
-        losses = evaluate()
-        record = {"train/loss": losses["train"], "val/loss": losses["val"], "lr": get_lr(iter_num, cfg)}
-        if on_eval is not None:
-            record.update(on_eval(iter_num, losses) or {})
-        print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-        logger.log(record, step=iter_num)
-        improved = losses["val"] < best_val_loss
-        best_val_loss = min(best_val_loss, losses["val"])
-        if (improved or cfg.always_save_checkpoint or final) and iter_num > 0 and not cfg.eval_only:
-            checkpoint(losses["val"])
-        return losses
 
-    # Ctrl-C asks the loop to stop at the next iteration boundary, where the state is consistent
-    stop_requested = False
+# ----------------------------------------------------------------------------------------------
+# The steps of the loop
 
+
+def save(run: Run, val_loss: float, complete: bool) -> None:
+    """An atomic checkpoint; ``complete`` is True only for the final save of a run that reached max_iters."""
+    st = run.state
+    ckpt = {"model": run.model.state_dict(), "model_args": run.model.config.to_dict(),
+            "config": dataclasses.asdict(run.cfg), "iter_num": st.iter_num, "best_val_loss": st.best_val_loss,
+            "val_loss": val_loss, "optimizer": run.optimizer.state_dict(), "rng": rng_state(), "meta": run.meta,
+            "complete": complete, "interrupted": st.stop_signal}
+    ckpt.update(run.extra_checkpoint)
+    save_checkpoint(ckpt, run.cfg.out_dir)
+
+
+def evaluate(run: Run) -> dict:
+    """Mean loss on the fixed eval batches of both splits; a non-finite loss stops the run."""
+    losses = {split: evaluate_loss(run.eval_model, run.loader, split, run.cfg.eval_iters, run.cfg.seed,
+                                   run.rt.autocast()) for split in ("train", "val")}
+    for split, value in losses.items():
+        if not math.isfinite(value):
+            raise TrainingDiverged(f"{split} loss is {value} at iter {run.state.iter_num}; {last_good(run)}. "
+                                   "Lower learning_rate or raise warmup_iters.")
+    return losses
+
+
+def last_good(run: Run) -> str:
+    path = os.path.join(run.cfg.out_dir, "ckpt.pt")
+    return (f"the last good checkpoint {path} is kept" if os.path.exists(path)
+            else "no checkpoint was saved before it")
+
+
+def eval_and_save(run: Run, final: bool = False) -> None:
+    """Evaluate, log (with the ``on_eval`` callback's values), and save when due."""
+    cfg, st = run.cfg, run.state
+    st.losses = evaluate(run)
+    record = {"train/loss": st.losses["train"], "val/loss": st.losses["val"], "lr": get_lr(st.iter_num, cfg)}
+    if run.on_eval is not None:
+        record.update(run.on_eval(st.iter_num, st.losses) or {})
+    print(f"step {st.iter_num}: train loss {st.losses['train']:.4f}, val loss {st.losses['val']:.4f}")
+    run.logger.log(record, step=st.iter_num)
+    improved = st.losses["val"] < st.best_val_loss
+    st.best_val_loss = min(st.best_val_loss, st.losses["val"])
+    if (improved or cfg.always_save_checkpoint or final) and st.iter_num > 0 and not cfg.eval_only:
+        save(run, st.losses["val"], complete=final)
+
+
+def optimisation_step(run: Run) -> float:
+    """One step: set the LR, accumulate gradients over the micro-batches, clip, update. Returns seconds taken."""
+    cfg, rt, it = run.cfg, run.rt, run.state.iter_num
+    t0 = time.perf_counter()
+    for group in run.optimizer.param_groups:
+        group["lr"] = get_lr(it, cfg)
+    if cfg.dropout > 0:  # dropout's randomness is a function of (seed, iter, rank) too: exact resume
+        torch.manual_seed(batch_seed(cfg.seed, it, -1, rt.rank))
+    x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, 0, rt.rank))
+    for micro_step in range(run.grad_accum):
+        if rt.ddp:  # sync gradients on the last micro-step only
+            run.train_model.require_backward_grad_sync = micro_step == run.grad_accum - 1
+        with rt.autocast():
+            _, loss = run.train_model(x, y)
+            loss = loss / run.grad_accum
+        if micro_step + 1 < run.grad_accum:  # fetch the next micro-batch while backward runs on GPU
+            x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, micro_step + 1, rt.rank))
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"training loss is {loss.item() * run.grad_accum} at iter {it}; {last_good(run)}. "
+                                   "Lower learning_rate, raise warmup_iters or set grad_clip.")
+        run.scaler.scale(loss).backward()
+    if cfg.grad_clip > 0:
+        run.scaler.unscale_(run.optimizer)
+        torch.nn.utils.clip_grad_norm_(run.train_model.parameters(), cfg.grad_clip)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    if rt.device_type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> None:
+    """The console line and metrics record of one step (loss terms, lr, speed, MFU on GPU)."""
+    terms = {k: v.item() for k, v in run.model.last_loss_terms.items()}
+    lr = get_lr(run.state.iter_num, run.cfg)
+    record = {"train/lm_loss": terms["lm"], "lr": lr, "ms_per_iter": dt * 1000,
+              "tokens_per_s": run.tokens_per_iter / dt}
+    line = f"iter {run.state.iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, " \
+           f"{run.tokens_per_iter / dt:,.0f} tok/s"
+    if "norm_reg" in terms:
+        record["train/norm_reg"] = terms["norm_reg"]
+        line += f", norm_reg {terms['norm_reg']:.4f}"
+    if run.rt.device_type == "cuda":
+        record["mfu"] = run.model.estimate_mfu(run.cfg.batch_size * run.grad_accum, dt)
+        line += f", mfu {record['mfu'] * 100:.1f}%"
+    run.logger.log(record, step=run.state.iter_num)
+    write(line)
+
+
+@contextmanager
+def stop_on_signals(state: TrainState, enabled: bool) -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM (schedulers) ask the loop to save and stop at the next iteration boundary,
+    where the state is consistent; a second Ctrl-C aborts at once."""
     def request_stop(signum, frame):
-        nonlocal stop_requested
-        if stop_requested:
+        if state.stop_signal and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        stop_requested = True
-        print("\ninterrupt: saving a checkpoint at the end of this iteration (Ctrl-C again to abort)")
+        state.stop_signal = signal.Signals(signum).name
+        print(f"\n{state.stop_signal}: saving a checkpoint at the end of this iteration (Ctrl-C again to abort)")
 
-    previous_handler = signal.signal(signal.SIGINT, request_stop) if rt.master else None
-    progress = None
-    if rt.master and cfg.progress_bar and sys.stderr.isatty() and not cfg.eval_only:
-        from tqdm import tqdm
-        progress = tqdm(total=cfg.max_iters, initial=iter_num, dynamic_ncols=True, leave=False)
-    step_times: list[float] = []
-    losses = {}
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)} if enabled else {}
     try:
-        if cfg.eval_only:
-            losses = evaluate()
-            print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-            logger.log({"train/loss": losses["train"], "val/loss": losses["val"]}, step=iter_num)
-            return {"iter_num": iter_num, "train_loss": losses["train"], "val_loss": losses["val"]}
-        while iter_num < cfg.max_iters:
-            if iter_num % cfg.eval_interval == 0 and rt.master:
-                losses = eval_and_save()
-            if stop_requested:
-                checkpoint(losses.get("val", float("nan")))
-                print(f"saved {cfg.out_dir}/ckpt.pt at iter {iter_num}; resume with --init_from=resume")
-                break
-            t0 = time.perf_counter()
-            lr = get_lr(iter_num, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            if cfg.dropout > 0:  # dropout's randomness is a function of (seed, iter, rank) too: exact resume
-                torch.manual_seed(batch_seed(cfg.seed, iter_num, -1, rt.rank))
-            x, y = loader.get_batch("train", batch_seed(cfg.seed, iter_num, 0, rt.rank))
-            for micro_step in range(grad_accum):
-                if rt.ddp:  # sync gradients on the last micro-step only
-                    model.require_backward_grad_sync = micro_step == grad_accum - 1
-                with rt.autocast():
-                    _, loss = model(x, y)
-                    loss = loss / grad_accum
-                if micro_step + 1 < grad_accum:  # fetch the next micro-batch while backward runs on GPU
-                    x, y = loader.get_batch("train", batch_seed(cfg.seed, iter_num, micro_step + 1, rt.rank))
-                if not torch.isfinite(loss):
-                    raise TrainingDiverged(f"training loss is {loss.item() * grad_accum} at iter {iter_num}; the "
-                                           f"last good checkpoint in {cfg.out_dir} is kept. Lower learning_rate, "
-                                           "raise warmup_iters or set grad_clip.")
-                scaler.scale(loss).backward()
-            if cfg.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if rt.device_type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            step_times.append(dt)
-            if iter_num % cfg.log_interval == 0 and rt.master:
-                terms = {k: v.item() for k, v in raw_model.last_loss_terms.items()}
-                record = {"train/lm_loss": terms["lm"], "lr": lr, "ms_per_iter": dt * 1000,
-                          "tokens_per_s": tokens_per_iter / dt}
-                if "norm_reg" in terms:
-                    record["train/norm_reg"] = terms["norm_reg"]
-                line = f"iter {iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, " \
-                       f"{tokens_per_iter / dt:,.0f} tok/s"
-                if "norm_reg" in terms:
-                    line += f", norm_reg {terms['norm_reg']:.4f}"
-                if rt.device_type == "cuda":
-                    record["mfu"] = raw_model.estimate_mfu(cfg.batch_size * grad_accum, dt)
-                    line += f", mfu {record['mfu'] * 100:.1f}%"
-                logger.log(record, step=iter_num)
-                (progress.write if progress else print)(line)
-            iter_num += 1
-            if progress:
-                progress.update(1)
-        else:
-            if rt.master:
-                losses = eval_and_save(final=True)
+        yield
     finally:
-        if progress:
-            progress.close()
-        if previous_handler is not None:
-            signal.signal(signal.SIGINT, previous_handler)
-        logger.summary({"best_val_loss": best_val_loss})
-        logger.finish()
-        if rt.ddp:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def progress_bar(run: Run) -> Iterator[object | None]:
+    cfg = run.cfg
+    bar = None
+    if run.rt.master and cfg.progress_bar and sys.stderr.isatty() and not cfg.eval_only:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.max_iters, initial=run.state.iter_num, dynamic_ncols=True, leave=False)
+    try:
+        yield bar
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+
+
+def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
+          on_eval: Callable[[int, dict], dict | None] | None = None, extra_checkpoint: dict | None = None,
+          logger_name: str = "metrics.jsonl") -> dict:
+    """The training loop: warmup + cosine LR, gradient accumulation, clipping, periodic evaluation and
+    atomic checkpoints, exact resume, SIGINT/SIGTERM save and raise ``Interrupted``, NaN stops. Returns a summary.
+
+    ``init_checkpoint``: start from these weights with a fresh optimizer (finetuning).
+    ``on_eval(iter_num, losses)``: called after each evaluation; a dict it returns is logged too.
+    ``extra_checkpoint``: extra keys stored in every checkpoint (e.g. the transform record).
+    """
+    run = setup(cfg, init_checkpoint, on_eval, extra_checkpoint, logger_name)
+    st, master = run.state, run.rt.master
+    step_times: list[float] = []
+    try:
+        with stop_on_signals(st, enabled=master), progress_bar(run) as bar:
+            if cfg.eval_only:
+                st.losses = evaluate(run)
+                print(f"step {st.iter_num}: train loss {st.losses['train']:.4f}, val loss {st.losses['val']:.4f}")
+                run.logger.log({"train/loss": st.losses["train"], "val/loss": st.losses["val"]}, step=st.iter_num)
+                return {"iter_num": st.iter_num, "train_loss": st.losses["train"], "val_loss": st.losses["val"]}
+            while st.iter_num < cfg.max_iters:
+                if st.iter_num % cfg.eval_interval == 0 and master:
+                    eval_and_save(run)
+                if st.stop_signal:
+                    save(run, st.losses.get("val", float("nan")), complete=False)
+                    raise Interrupted(f"saved {cfg.out_dir}/ckpt.pt at iter {st.iter_num} (marked incomplete); "
+                                      "resume with --init_from=resume")
+                dt = optimisation_step(run)
+                step_times.append(dt)
+                if st.iter_num % cfg.log_interval == 0 and master:
+                    log_step(run, dt, bar.write if bar else print)
+                st.iter_num += 1
+                if bar:
+                    bar.update(1)
+            if master:
+                eval_and_save(run, final=True)
+    finally:
+        run.logger.summary({"best_val_loss": st.best_val_loss})
+        run.logger.finish()
+        if run.rt.ddp:
             destroy_process_group()
     timed = sorted(step_times[1:]) or step_times
-    return {"iter_num": iter_num, "train_loss": losses.get("train"), "val_loss": losses.get("val"),
-            "best_val_loss": best_val_loss, "ms_per_iter_median": 1000 * timed[len(timed) // 2] if timed else None}
+    return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses.get("val"),
+            "best_val_loss": st.best_val_loss,
+            "ms_per_iter_median": 1000 * timed[len(timed) // 2] if timed else None}
 
 
 def main(argv: list[str]) -> None:
-    cfg = load_config(TrainConfig, argv)
+    cfg = load_config(TrainConfig, argv, prog="train.py")
     summary = train(cfg)
     if summary.get("val_loss") is not None:
         print(f"done: iter {summary['iter_num']}, val loss {summary['val_loss']:.4f}, "
@@ -371,7 +522,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ConfigError, TrainingDiverged) as e:
-        sys.exit(f"error: {e}")
+    raise SystemExit(run_cli(main))

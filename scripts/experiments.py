@@ -29,11 +29,12 @@ import torch  # noqa: E402
 import geometry as geo  # noqa: E402
 from checkpoint import load_checkpoint, load_model  # noqa: E402
 from configurator import config_from_dict, load_config  # noqa: E402
-from dataset import BatchLoader, checkpoint_data, evaluate_loss  # noqa: E402
-from eval_geometry import GeometryConfig, evaluate  # noqa: E402
+from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss  # noqa: E402
+from eval_geometry import GeometryConfig, evaluate_geometry  # noqa: E402
 from finetune import FinetuneConfig, finetune  # noqa: E402
+from logger import read_metrics  # noqa: E402
 from train import TrainConfig, get_lr, train  # noqa: E402
-from transform import KINDS, TransformConfig, run  # noqa: E402
+from transform import KINDS, TransformConfig, transform_checkpoint  # noqa: E402
 
 RUNS = os.path.join(ROOT, "runs")
 RESULTS = os.path.join(ROOT, "results")
@@ -65,7 +66,8 @@ def trained(s: Setting, name: str, args: list[str]) -> str:
     out = os.path.join(RUNS, f"{name}-{'quick' if s.quick else 'full'}-{key}")
     if not os.path.exists(os.path.join(out, "done.json")):
         t0 = time.time()
-        summary = train(load_config(TrainConfig, argv + [f"--out_dir={out}"]))
+        # overwrite: a run without done.json is partial (interrupted): start it again
+        summary = train(load_config(TrainConfig, argv + [f"--out_dir={out}", "--overwrite=True"]))
         with open(os.path.join(out, "done.json"), "w") as f:
             json.dump(dict(summary, seconds=time.time() - t0, argv=argv), f)
     return out
@@ -77,9 +79,10 @@ def transformed(s: Setting, src: str, width: int, kind: str, porting: str, seed:
     out = os.path.join(RUNS, "transformed", name)
     path = os.path.join(out, "record.json")
     if not os.path.exists(path):
-        record = run(TransformConfig(in_dir=src, out_dir=out, width=width, kind=kind, porting=porting, norms=norms,
-                                     seed=seed, grow_noise=grow_noise, eval_iters=eval_iters, device=s.device,
-                                     eval_reference=False))  # the reference is evaluated once per experiment
+        record = transform_checkpoint(TransformConfig(
+            in_dir=src, out_dir=out, width=width, kind=kind, porting=porting, norms=norms, seed=seed,
+            grow_noise=grow_noise, eval_iters=eval_iters, device=s.device,
+            eval_reference=False, overwrite=True))  # the reference is evaluated once per experiment
         with open(path, "w") as f:
             json.dump({k: v for k, v in record.items() if k not in ("T", "T_pinv")}, f)
     with open(path) as f:
@@ -93,14 +96,15 @@ def finetuned(s: Setting, src: str, iters: int, extra: list[str] = (), seed: int
     if not os.path.exists(path):
         finetune(load_config(FinetuneConfig, s.common + [f"--in_dir={src}", f"--out_dir={out}", f"--max_iters={iters}",
                                                          f"--lr_decay_iters={iters}", "--eval_interval=20",
-                                                         "--eval_iters=50", "--log_interval=50", *extra]))
+                                                         "--eval_iters=50", "--log_interval=50", "--overwrite=True",
+                                                         *extra]))
     with open(path) as f:
         return json.load(f)
 
 
 def full_val_loss(model_dir: str, device: str) -> float:
     model, ckpt = load_model(model_dir, device=device)
-    data_dir, _ = checkpoint_data(ckpt)
+    data_dir = data_dir_for_checkpoint(ckpt)
     return evaluate_loss(model, BatchLoader(data_dir, model.config.block_size, 32, device), "val", None)
 
 
@@ -216,7 +220,7 @@ def geometry_vs_width(s: Setting) -> None:
             if kind == "pca" and m > d:
                 continue
             out, _ = transformed(s, base, m, kind, "head")
-            metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={base}", f"--in_dir={out}",
+            metrics = evaluate_geometry(load_config(GeometryConfig, [f"--ref_dir={base}", f"--in_dir={out}",
                                                             f"--out_dir={out}-geom", "--n_probes=2048",
                                                             "--eval_iters=10", "--wandb_log=False"]))
             row = {"kind": kind, "m": m, "ratio": ratio,
@@ -246,7 +250,7 @@ def heatmaps(s: Setting) -> None:
                                           "gaussian_sandwich_0.75": ("gaussian", "sandwich", 0.75),
                                           "orthogonal_head_1.0": ("orthogonal", "head", 1.0)}.items():
         src, _ = transformed(s, base, int(ratio * d), kind, porting)
-        metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={base}", f"--in_dir={src}",
+        metrics = evaluate_geometry(load_config(GeometryConfig, [f"--ref_dir={base}", f"--in_dir={src}",
                                                         f"--out_dir={src}-heat", "--wandb_log=False",
                                                         "--eval_iters=10"]))
         os.makedirs(out_dir, exist_ok=True)
@@ -303,7 +307,7 @@ def heads(s: Setting) -> None:
             name = f"head_{head}_reg{reg}"
             variants = overlay[head] + (["norm_reg"] if reg else [])  # the ablation's models where they coincide
             src = trained(s, "+".join(variants) or "base", [p for v in variants for p in variant_overlay(v)])
-            metrics = evaluate(load_config(GeometryConfig, [f"--ref_dir={src}", f"--out_dir={src}-geom",
+            metrics = evaluate_geometry(load_config(GeometryConfig, [f"--ref_dir={src}", f"--out_dir={src}-geom",
                                                             "--wandb_log=False", "--eval_iters=10"]))
             ref = metrics["models"]["ref"]
             rows.append({"head": head, "norm_reg": reg, "val_loss": full_val_loss(src, s.device),
@@ -338,7 +342,7 @@ def grow_staging(s: Setting) -> None:
         if not os.path.exists(os.path.join(cont, "done.json")):
             cfg = load_config(FinetuneConfig, s.common + [
                 f"--in_dir={out}", f"--out_dir={cont}", f"--max_iters={iters}", "--eval_interval=100",
-                "--eval_iters=100", *schedule, *batch])
+                "--eval_iters=100", "--overwrite=True", *schedule, *batch])
             summary = finetune(cfg)
             residual = range_energy(cont)
             with open(os.path.join(cont, "done.json"), "w") as f:
@@ -346,10 +350,10 @@ def grow_staging(s: Setting) -> None:
         with open(os.path.join(cont, "done.json")) as f:
             done = json.load(f)
         curves[label] = {"curve": done["curve"], "energy_in_range_T": done["energy_in_range"]}
-    stage1_curve = [(r["iter"], r["val/loss"]) for r in read_jsonl(os.path.join(stage1, "metrics.jsonl"))
+    stage1_curve = [(r["iter"], r["val/loss"]) for r in read_metrics(os.path.join(stage1, "metrics.jsonl"))
                     if "val/loss" in r]
     scratch = trained(s, "grow_scratch", big + [f"--max_iters={2 * iters}", f"--lr_decay_iters={2 * iters}"])
-    scratch_curve = [(r["iter"], r["val/loss"]) for r in read_jsonl(os.path.join(scratch, "metrics.jsonl"))
+    scratch_curve = [(r["iter"], r["val/loss"]) for r in read_metrics(os.path.join(scratch, "metrics.jsonl"))
                      if "val/loss" in r]
     flops_small, flops_big = (6 * load_model(p)[0].get_num_params() for p in (stage1, scratch))
     result = {"iters_per_stage": iters, "flops_per_token": {"d": flops_small, "2d": flops_big},
@@ -385,16 +389,11 @@ def range_energy(continued: str) -> float:
     model, ckpt = load_model(continued)
     T = ckpt["transform"]["T"].double()
     P = T @ T.T
-    x, _ = BatchLoader(checkpoint_data(ckpt)[0], model.config.block_size, 16).get_batch("val", 0)
+    x, _ = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 16).get_batch("val", 0)
     with torch.no_grad():
         _, _, hidden = model(x, return_hidden=True)
     H = torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]).double()
     return ((H @ P).pow(2).sum() / H.pow(2).sum()).item()
-
-
-def read_jsonl(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def quantization(s: Setting) -> None:
@@ -407,7 +406,7 @@ def quantization(s: Setting) -> None:
                         ("SRHT rotation", "srht")):
         src, _ = transformed(s, base, d, kind, "head")
         model, ckpt = load_model(src)
-        loader = BatchLoader(checkpoint_data(ckpt)[0], model.config.block_size, 32)
+        loader = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 32)
         row = {"rotation": label, "fp32": evaluate_loss(model, loader, "val", None),
                "weight_kurtosis": statistics.fmean(geo.excess_kurtosis(p) for p in model.parameters() if p.dim() == 2)}
         for bits in (8, 4):

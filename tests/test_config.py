@@ -1,7 +1,7 @@
 import pytest
 
 from configurator import load_config
-from model import ConfigError
+from errors import ConfigError
 from train import TrainConfig
 
 

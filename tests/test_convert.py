@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from checkpoint import load_model, save_checkpoint
+from errors import CheckpointError, DataError
 from model import GPT, GPTConfig
 
 transformers = pytest.importorskip("transformers")
@@ -37,7 +38,6 @@ def test_import_matches_hugging_face(hf_dir):
     assert ours.config.mlp == "gelu_tanh" and ours.config.head == "tied"
     idx = torch.randint(0, 50, (2, 12))
     assert torch.allclose(ours(idx, all_logits=True)[0], hf_logits(hf_dir, idx), atol=1e-5)
-    assert torch.allclose(GPT.from_pretrained(hf_dir)(idx, all_logits=True)[0], hf_logits(hf_dir, idx), atol=1e-5)
 
 
 def test_export_round_trip_and_transformed_model_stays_exact(hf_dir, tmp_path):
@@ -48,10 +48,10 @@ def test_export_round_trip_and_transformed_model_stays_exact(hf_dir, tmp_path):
     reference = hf_logits(hf_dir, idx)
     convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_hf=str(tmp_path / "back")))
     assert torch.allclose(hf_logits(str(tmp_path / "back"), idx), reference, atol=1e-5)
-    grown, record = transform_model(model, 24, "orthogonal", "head", "fold", seed=0)
+    grown, record = transform_model(model, 24, kind="orthogonal", porting="residual", norms="fold", seed=0)
     assert record["exact"]
     assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
-    same, _ = transform_model(model, 16, "orthogonal", "head", "fold", seed=1)
+    same, _ = transform_model(model, 16, kind="orthogonal", porting="residual", norms="fold", seed=1)
     assert torch.allclose(same(idx, all_logits=True)[0], reference, atol=1e-4)
 
 
@@ -74,7 +74,7 @@ def test_scalar_gain_and_biasless_models_export_exactly(tmp_path):
     assert torch.allclose(hf_logits(str(tmp_path / "hf"), idx), model(idx, all_logits=True)[0], atol=1e-5)
 
 
-def test_nanogpt_checkpoint_imports(tmp_path):
+def test_nanogpt_checkpoint_imports(tmp_path, char_data_dir):
     torch.manual_seed(0)
     source = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=50, bias=False, head="tied"))
     state = {f"_orig_mod.{k}": v for k, v in source.state_dict().items()}
@@ -83,11 +83,18 @@ def test_nanogpt_checkpoint_imports(tmp_path):
                "model_args": dict(n_layer=2, n_head=2, n_embd=16, block_size=16, bias=False, vocab_size=50,
                                   dropout=0.0)}
     save_checkpoint(nanogpt, str(tmp_path / "ng"))
-    convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours")))
-    model, _ = load_model(str(tmp_path / "ours"))
+    # a 50-token model whose dataset 'x' has no meta.pkl here: GPT-2 BPE cannot be its tokenizer, so no silent guess
+    with pytest.raises(CheckpointError, match="pass --data_dir"):
+        convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours")))
+    assert not (tmp_path / "ours").exists()
+    convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours"), data_dir=char_data_dir))
+    model, ckpt = load_model(str(tmp_path / "ours"))
+    assert ckpt["meta"]["tokenizer"] == "char" and ckpt["config"]["data_dir"] == char_data_dir
+    direct = load_model(str(tmp_path / "ng"))[0]  # nanoGPT checkpoints also load directly (mask buffers dropped)
     idx = torch.randint(0, 50, (2, 12))
     assert model.config.head == "tied"
     assert torch.allclose(model(idx, all_logits=True)[0], source.eval()(idx, all_logits=True)[0], atol=1e-6)
+    assert torch.equal(direct(idx, all_logits=True)[0], model(idx, all_logits=True)[0])
 
 
 def test_offline_hub_name_gets_a_clear_error(monkeypatch, tmp_path):
@@ -101,28 +108,38 @@ def test_grown_gpt2_keeps_layernorm_and_exports_exactly(hf_dir, tmp_path):
     model = gpt2_from_pretrained(hf_dir).eval()
     idx = torch.randint(0, 50, (2, 12))
     reference = hf_logits(hf_dir, idx)
-    grown, record = transform_model(model, 24, "orthogonal", "head", "fold", seed=0, keep_layernorm=True)
+    grown, record = transform_model(model, 24, kind="orthogonal", porting="residual", norms="fold", seed=0,
+                                    keep_layernorm=True)
     assert grown.config.norm_type == "layernorm" and record["exact"]
     assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
     export_hf(grown, str(tmp_path / "hf24"))
     assert torch.allclose(hf_logits(str(tmp_path / "hf24"), idx), reference, atol=1e-4)
 
 
-def test_init_from_gpt2_in_train_and_finetune(hf_dir, char_data_dir, tmp_path, monkeypatch):
-    """The hub is offline here: a tiny local GPT-2 stands in for 'gpt2' to test the wiring."""
+def test_init_from_gpt2_in_train_and_finetune(char_data_dir, tmp_path, tmp_path_factory, monkeypatch):
+    """The hub is offline here: a tiny random GPT-2 with GPT-2's vocabulary stands in for 'gpt2' to test the
+    wiring, on BPE-tokenized text (the tokenizer check refuses char data for a GPT-2 model)."""
     import convert
     from configurator import load_config
+    from dataset import prepare_text
     from finetune import FinetuneConfig, finetune
     from train import TrainConfig, train
-    monkeypatch.setattr(convert, "gpt2_from_pretrained",
-                        lambda name, **kw: convert.gpt2_from_hf_model(
-                            transformers.GPT2LMHeadModel.from_pretrained(hf_dir), **kw))
-    common = [f"--data_dir={char_data_dir}", "--max_iters=4", "--eval_interval=2", "--eval_iters=2",
-              "--batch_size=2", "--block_size=16", "--progress_bar=False"]
-    summary = train(load_config(TrainConfig, common + ["--init_from=gpt2", f"--out_dir={tmp_path / 't'}",
-                                                        "--dropout=0.1"]))
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32))
+    monkeypatch.setattr(convert, "gpt2_from_pretrained", lambda name, **kw: convert.gpt2_from_hf_model(hf, **kw))
+    bpe_dir = str(tmp_path / "bpe")
+    prepare_text("The king shall not love thee, my lord. " * 400, bpe_dir, "gpt2")
+    common = ["--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--batch_size=2", "--block_size=16",
+              "--progress_bar=False"]
+    with pytest.raises(DataError, match="differs from the data's"):
+        train(load_config(TrainConfig, common + [f"--data_dir={char_data_dir}", "--init_from=gpt2",
+                                                  f"--out_dir={tmp_path / 'wrong'}"]))
+    summary = train(load_config(TrainConfig, common + [f"--data_dir={bpe_dir}", "--init_from=gpt2",
+                                                        f"--out_dir={tmp_path / 't'}", "--dropout=0.1"]))
     assert summary["iter_num"] == 4
-    model, _ = load_model(str(tmp_path / "t"))
+    model, ckpt = load_model(str(tmp_path / "t"))
     assert model.config.n_embd == 16 and model.config.mlp == "gelu_tanh" and model.config.dropout == 0.1
-    summary = finetune(load_config(FinetuneConfig, common + ["--init_from=gpt2", f"--out_dir={tmp_path / 'f'}"]))
+    assert model.config.block_size == 16 and ckpt["meta"]["tokenizer"] == "gpt2"  # cropped from 32, as nanoGPT
+    summary = finetune(load_config(FinetuneConfig, common + [f"--data_dir={bpe_dir}", "--init_from=gpt2",
+                                                              f"--out_dir={tmp_path / 'f'}"]))
     assert summary["iter_num"] == 4

@@ -5,11 +5,11 @@ from checkpoint import load_checkpoint
 from configurator import load_config
 from conftest import TINY_MODEL
 from finetune import FinetuneConfig, RecoveryTracker, finetune
-from transform import TransformConfig, run
+from transform import TransformConfig, transform_checkpoint
 
 
 def test_finetune_recovers_a_shrunk_model_and_records_it(trained_dir, char_data_dir, tmp_path):
-    run(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=24, kind="pca",
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=24, kind="pca",
                         data_dir=char_data_dir, eval_iters=0))
     overrides = [a for a in TINY_MODEL if a.split("=")[0] in ("--batch_size", "--eval_iters", "--progress_bar")]
     cfg = load_config(FinetuneConfig, overrides + [f"--in_dir={tmp_path / 't'}", f"--out_dir={tmp_path / 'ft'}",
@@ -38,9 +38,24 @@ def test_recovery_tracker_finds_the_first_step_within_tolerance():
     assert [v for _, v in record["curve"]] == [2.5, 2.03, 2.019, 1.9, 2.1]
 
 
-def test_finetune_reuses_the_training_loop():
-    import inspect
+def test_finetune_resumes_exactly_through_the_training_loop(trained_dir, char_data_dir, tmp_path):
+    """finetune runs train.py's loop: stopping at iter 10 and resuming gives the uninterrupted run's losses
+    and recovery curve, and a partial run's checkpoint is marked incomplete."""
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=40,
+                                         data_dir=char_data_dir, eval_iters=0))
+    overrides = [a for a in TINY_MODEL if a.split("=")[0] in ("--batch_size", "--eval_iters", "--progress_bar")]
+    common = overrides + [f"--in_dir={tmp_path / 't'}", "--eval_interval=5", "--lr_decay_iters=20", "--dropout=0.1",
+                          "--log_interval=1",
+                          "--reference_val_loss=2.0"]
+    finetune(load_config(FinetuneConfig, common + [f"--out_dir={tmp_path / 'a'}", "--max_iters=20"]))
+    finetune(load_config(FinetuneConfig, common + [f"--out_dir={tmp_path / 'b'}", "--max_iters=10"]))
+    finetune(load_config(FinetuneConfig, common + [f"--out_dir={tmp_path / 'b'}", "--max_iters=20",
+                                                   "--init_from=resume"]))
 
-    import finetune as ft
-    source = inspect.getsource(ft)
-    assert "train(" in source and "backward" not in source and "optimizer.step" not in source
+    def losses(d):
+        return {r["iter"]: r["train/lm_loss"] for r in map(json.loads, open(tmp_path / d / "metrics.jsonl"))
+                if "train/lm_loss" in r}
+
+    assert losses("a") == losses("b") and sorted(losses("a")) == list(range(20))
+    a, b = load_checkpoint(str(tmp_path / "a")), load_checkpoint(str(tmp_path / "b"))
+    assert a["finetune"]["curve"] == b["finetune"]["curve"] and a["complete"] and b["complete"]

@@ -134,14 +134,14 @@ def test_kl_and_agreement():
 
 def run_eval(*args):
     from configurator import load_config
-    from eval_geometry import GeometryConfig, evaluate
-    return evaluate(load_config(GeometryConfig, ["--n_probes=600", "--eval_iters=3", "--probe_batches=2",
+    from eval_geometry import GeometryConfig, evaluate_geometry
+    return evaluate_geometry(load_config(GeometryConfig, ["--n_probes=600", "--eval_iters=3", "--probe_batches=2",
                                                  "--wandb_log=False", *args]))
 
 
 def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_dir, tmp_path):
-    from transform import TransformConfig, run
-    run(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=32, kind="orthogonal",
+    from transform import TransformConfig, transform_checkpoint
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=32, kind="orthogonal",
                         data_dir=char_data_dir, eval_iters=0))
     m = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={tmp_path / 't'}", f"--out_dir={tmp_path / 'g'}",
                  f"--data_dir={char_data_dir}")
@@ -171,8 +171,8 @@ def test_identity_compare_and_single_model(trained_dir, char_data_dir, tmp_path)
 def test_shrink_loses_geometry_and_wandb_logs_offline(trained_dir, char_data_dir, tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    from transform import TransformConfig, run
-    run(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16, kind="gaussian",
+    from transform import TransformConfig, transform_checkpoint
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16, kind="gaussian",
                         data_dir=char_data_dir, eval_iters=0))
     m = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={tmp_path / 't'}", f"--out_dir={tmp_path / 'g'}",
                  f"--data_dir={char_data_dir}", "--wandb_log=True")

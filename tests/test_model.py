@@ -13,13 +13,12 @@ from model import (
     NORM_PLACEMENTS,
     NORM_TYPES,
     POSITIONS,
-    ConfigError,
     GPTConfig,
     apply_rope,
     rope_tables,
 )
 
-VARIANTS = list(itertools.product(NORM_TYPES, NORM_GAINS, NORM_PLACEMENTS, HEADS, POSITIONS, MLPS))
+VARIANTS = list(itertools.product(NORM_TYPES, NORM_GAINS, NORM_PLACEMENTS, HEADS, POSITIONS, MLPS, (True, False)))
 
 
 def tiny(**kw) -> GPTConfig:
@@ -28,11 +27,12 @@ def tiny(**kw) -> GPTConfig:
     return GPTConfig(**base)
 
 
-@pytest.mark.parametrize("norm_type,norm_gain,placement,head,pos,mlp", VARIANTS)
-def test_every_variant_runs_forward_and_backward(norm_type, norm_gain, placement, head, pos, mlp):
+@pytest.mark.parametrize("norm_type,norm_gain,placement,head,pos,mlp,bias", VARIANTS)
+def test_every_variant_runs_forward_and_backward(norm_type, norm_gain, placement, head, pos, mlp, bias):
     torch.manual_seed(0)
     model = GPT(tiny(norm_type=norm_type, norm_gain=norm_gain, norm_placement=placement, head=head, pos=pos,
-                     mlp=mlp, norm_reg=0.1, bias=bool(len(norm_type) % 2)))
+                     mlp=mlp, norm_reg=0.1, bias=bias))
+    assert (model.transformer.h[0].mlp.c_fc.bias is not None) == bias
     idx = torch.randint(0, 13, (3, 8))
     logits, loss = model(idx, idx)
     assert logits.shape == (3, 8, 13) and torch.isfinite(loss)
@@ -144,10 +144,14 @@ def test_tied_head_shares_the_embedding():
     ("head", "mlp", "head='mlp'"),
     ("n_embd", 15, "not divisible by n_head"),
     ("norm_reg", -1.0, "norm_reg must be >= 0"),
+    ("mlp_hidden", 0, "mlp_hidden must be a positive integer"),
+    ("head_dim", -2, "head_dim must be a positive integer"),
+    ("norm_eps", -1e-5, "norm_eps must be > 0"),
+    ("rope_base", 0.0, "rope_base must be > 0"),
 ])
 def test_invalid_model_config_names_the_field(field, value, needle):
-    with pytest.raises(ConfigError, match=needle):
-        tiny(**{field: value})
+    with pytest.raises(ValueError, match=needle):
+        tiny(**{field: value}, **({"pos": "rope"} if field == "rope_base" else {}))
 
 
 def test_generate_extends_the_prompt():
