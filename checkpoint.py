@@ -156,3 +156,20 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def is_complete(path_or_dir: str) -> bool:
+    """True when a checkpoint exists and its run finished (a SIGINT/SIGTERM or mid-run save is marked
+    ``complete: False``; checkpoints of transform/convert and of older versions carry no mark and count as complete)."""
+    path = checkpoint_path(path_or_dir)
+    if not os.path.exists(path):
+        return False
+    return torch.load(path, map_location="cpu", weights_only=False).get("complete", True) is not False
+
+
+if __name__ == "__main__":  # for shell scripts: python checkpoint.py DIR exits 0 iff DIR holds a complete run
+    import sys
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print("usage: python checkpoint.py DIR   (exit 0 if DIR/ckpt.pt is a complete run, 1 otherwise)")
+        sys.exit(0 if len(sys.argv) == 2 else 2)
+    sys.exit(0 if is_complete(sys.argv[1]) else 1)

@@ -178,9 +178,10 @@ def field_docs(cls: type) -> dict[str, FieldDoc]:
         comments = {tok.start[0]: tok.string.lstrip("#").strip()
                     for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
         lines = source.splitlines()
-        body = ast.parse(source).body[0].body
-        group = getattr(klass, "HELP_GROUP", "settings")
-        previous_end = body[0].lineno - 1 if body else 0
+        class_def = ast.parse(source).body[0]
+        body = class_def.body
+        group = "settings"
+        previous_end = class_def.lineno
         for node in body:
             for line in range(previous_end + 1, node.lineno):  # standalone comments between fields: a section
                 if line in comments and lines[line - 1].strip().startswith("#"):

@@ -194,6 +194,7 @@ def export_hf(model: GPT, out_dir: str) -> None:
 
 @dataclass
 class ConvertConfig:
+    # conversion (one of from_hf, from_nanogpt, to_hf)
     from_hf: str = ""  # a Hugging Face GPT-2 name or save_pretrained directory
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
     data_dir: str = ""  # with from_nanogpt: the dataset whose meta.pkl is the model's tokenizer ('' → data/<dataset>)

@@ -318,7 +318,4 @@ def prepare_main(tokenizer: str, default_out_dir: str, argv: list[str] | None = 
     parser.add_argument("--input", help=f"local tinyshakespeare.txt (default: ${SHAKESPEARE_ENV}, else download)")
     parser.add_argument("--out_dir", default=default_out_dir, help="where train.bin, val.bin, meta.pkl go")
     args = parser.parse_args(argv)
-    try:
-        prepare_text(read_shakespeare(args.input), args.out_dir, tokenizer)
-    except DataError as e:
-        raise SystemExit(f"error: {e}") from e
+    prepare_text(read_shakespeare(args.input), args.out_dir, tokenizer)

@@ -45,6 +45,7 @@ SIMILARITIES = ("neg_euclidean", "inv_euclidean", "cosine", "dot")
 
 @dataclass
 class GeometryConfig:
+    # what to compare
     ref_dir: str = ""  # the reference (untransformed) checkpoint (required)
     in_dir: str = ""  # the transformed or finetuned checkpoint ('' → analyse ref_dir alone)
     out_dir: str = "geom"  # where metrics.json and the figures go

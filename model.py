@@ -28,27 +28,29 @@ MLPS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's "gelu_new" approxim
 
 @dataclass
 class GPTConfig:
-    block_size: int = 1024
+    # model
+    block_size: int = 1024  # context length (positions)
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
-    n_layer: int = 12
-    n_head: int = 12
+    n_layer: int = 12  # transformer blocks
+    n_head: int = 12  # attention heads
     n_embd: int = 768  # residual width d: the axis transform.py changes
     head_dim: int | None = None  # None: n_embd // n_head
     mlp_hidden: int | None = None  # None: 4 * n_embd (gelu) or the LLaMA SwiGLU size
-    dropout: float = 0.0
+    dropout: float = 0.0  # dropout probability (0 for pretraining small models, 0.1+ for finetuning)
     bias: bool = True  # biases in Linear layers and LayerNorm (with vector gains)
-    norm_type: str = "layernorm"
-    norm_gain: str = "vector"
-    norm_placement: str = "pre"
-    norm_eps: float = 1e-5
-    head: str = "linear"
+    norm_type: str = "layernorm"  # 'layernorm' | 'rmsnorm'
+    norm_gain: str = "vector"  # 'vector' (per dimension) | 'scalar' (one gain) | 'none'
+    norm_placement: str = "pre"  # 'pre' | 'peri' (also a norm on each sublayer output, Gemma 2/3)
+    norm_eps: float = 1e-5  # ε inside the norm's square root, > 0
+    head: str = "linear"  # LM head: 'linear' | 'tied' (to the embeddings) | 'knn' (−‖h − e_j‖² + b_j)
     head_bias: bool = False  # a per-token logit bias on the linear/tied head (the KNN head always has one)
-    pos: str = "learned"
-    rope_base: float = 10000.0
-    mlp: str = "gelu"
+    pos: str = "learned"  # positions: 'learned' | 'rope'
+    rope_base: float = 10000.0  # RoPE θ_i = rope_base^(−2i/head_dim)
+    mlp: str = "gelu"  # 'gelu' | 'gelu_tanh' (GPT-2's gelu_new) | 'swiglu'
     norm_reg: float = 0.0  # λ of the hidden-state norm regularizer (0 disables it)
 
     def __post_init__(self) -> None:
+        """Check every field and fill the derived widths; raises ValueError naming the field and the fix."""
         choices = {
             "norm_type": NORM_TYPES, "norm_gain": NORM_GAINS, "norm_placement": NORM_PLACEMENTS,
             "head": HEADS, "pos": POSITIONS, "mlp": MLPS,
@@ -60,6 +62,10 @@ class GPTConfig:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        self._fill_widths()
+        self._check_values()
+
+    def _fill_widths(self) -> None:
         if self.head_dim is None:
             if self.n_embd % self.n_head:
                 raise ValueError(
@@ -71,6 +77,8 @@ class GPTConfig:
                 self.mlp_hidden = 4 * self.n_embd
             else:  # LLaMA: 2/3 of 4d, rounded up to a multiple of 64, keeps the parameter count of a GELU MLP
                 self.mlp_hidden = 64 * math.ceil(8 * self.n_embd / 3 / 64)
+
+    def _check_values(self) -> None:
         for name in ("head_dim", "mlp_hidden"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer (or None: the default), got {getattr(self, name)}")

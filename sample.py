@@ -20,6 +20,7 @@ from errors import ConfigError, DataError
 
 @dataclass
 class SampleConfig:
+    # sampling
     out_dir: str = "out"  # the directory holding ckpt.pt
     start: str = "\n"  # the prompt, or FILE:path
     num_samples: int = 3  # how many independent samples

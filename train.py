@@ -281,7 +281,7 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
     data_dir = cfg.resolved_data_dir()
-    if rt.master:
+    if rt.master and not cfg.data_dir:  # the repo's own data/<dataset>: prepared on first use, as nanoGPT
         ensure_prepared(data_dir, cfg.dataset)
     if rt.ddp:
         torch.distributed.barrier()

@@ -66,6 +66,7 @@ def resolve_porting(porting: str) -> str:
 
 @dataclass
 class TransformConfig:
+    # the transform
     in_dir: str = "out-shakespeare-char"  # the checkpoint to transform
     out_dir: str = ""  # where the transformed ckpt.pt goes (required)
     width: int = 0  # the new residual width m (required)

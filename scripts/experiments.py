@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 import geometry as geo  # noqa: E402
 from checkpoint import load_checkpoint, load_model  # noqa: E402
+from cli import run_cli  # noqa: E402
 from configurator import config_from_dict, load_config  # noqa: E402
 from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss  # noqa: E402
 from eval_geometry import GeometryConfig, evaluate_geometry  # noqa: E402
@@ -509,15 +510,15 @@ EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps
                                        grow_staging, quantization)}
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
     parser.add_argument("--quick", action="store_true", help="CPU sizes (also QUICK=1)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     quick = args.quick or os.environ.get("QUICK", "0") not in ("", "0")
     torch.manual_seed(0)
     EXPERIMENTS[args.experiment](Setting(quick))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # an interrupted run exits 130 and leaves no completion marker
+    raise SystemExit(run_cli(main))

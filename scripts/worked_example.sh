@@ -4,13 +4,17 @@
 # Writes runs/worked_example/* (checkpoints) and results/worked_example/ (JSON + PNG).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -h|--help) sed -n '2,4p' "$0" | sed 's/^# //'; exit 0;; esac
 export WANDB_MODE=${WANDB_MODE:-offline}
 runs=runs/worked_example
 out=results/worked_example
 mkdir -p "$runs" "$out"
-[ -f "$runs/base/ckpt.pt" ] || python train.py configs/shakespeare_char.py --out_dir="$runs/base" --progress_bar=False
-python transform.py --in_dir="$runs/base" --out_dir="$runs/m64" --width=64 --kind=pca --porting=head --norms=fold
-python finetune.py --in_dir="$runs/m64" --out_dir="$runs/m64-ft" --max_iters=200 --progress_bar=False
+# a base run that was interrupted (Ctrl-C: exit 130, checkpoint marked incomplete) is trained again, not reused
+python checkpoint.py "$runs/base" || python train.py configs/shakespeare_char.py --out_dir="$runs/base" \
+  --progress_bar=False --overwrite=True
+python transform.py --in_dir="$runs/base" --out_dir="$runs/m64" --width=64 --kind=pca --porting=residual --norms=fold \
+  --overwrite=True
+python finetune.py --in_dir="$runs/m64" --out_dir="$runs/m64-ft" --max_iters=200 --progress_bar=False --overwrite=True
 python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64" --out_dir="$out/zero_shot" --wandb_log=False
 python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64-ft" --out_dir="$out/finetuned" --wandb_log=False
 cp "$runs/m64-ft/finetune.json" "$out/finetune.json"

@@ -12,7 +12,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from dataset import gpt2_encoding  # noqa: E402
+from cli import run_cli  # noqa: E402
+from dataset import GPT2_META, gpt2_encoding, tokenizer_fingerprint  # noqa: E402
+from errors import DataError  # noqa: E402
 
 
 def tokenize_dataset(dataset, num_proc: int):
@@ -53,7 +55,13 @@ def main(argv=None) -> None:
     parser.add_argument("--num_proc", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     parser.add_argument("--seed", type=int, default=2357)
     args = parser.parse_args(argv)
-    from datasets import load_dataset
+    missing = [p for p in args.text_files or [] if not os.path.isfile(p)]
+    if missing:
+        raise DataError(f"--text_files: no such file {missing[0]!r}; give existing UTF-8 text files")
+    try:
+        from datasets import load_dataset
+    except ImportError as e:
+        raise DataError("this needs the optional dependency datasets: pip install -r requirements-extras.txt") from e
     if args.text_files:
         dataset = load_dataset("text", data_files=args.text_files, split="train")
     else:
@@ -67,8 +75,8 @@ def main(argv=None) -> None:
         n = write_bin(split, os.path.join(args.out_dir, f"{name}.bin"))
         print(f"{name}: {n:,} tokens")
     with open(os.path.join(args.out_dir, "meta.pkl"), "wb") as f:
-        pickle.dump({"tokenizer": "gpt2", "vocab_size": gpt2_encoding().n_vocab}, f)
+        pickle.dump(dict(GPT2_META, fingerprint=tokenizer_fingerprint(GPT2_META)), f)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))

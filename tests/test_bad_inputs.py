@@ -1,0 +1,335 @@
+"""Every bad input a careless or hostile user gives, through the real command lines (in-process where possible):
+a non-zero exit, one line ``error: ...`` naming the problem and the fix, no traceback, and nothing written,
+overwritten or half-written (the trained checkpoint is hashed before and after every case)."""
+import hashlib
+import importlib
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from cli import run_cli
+from conftest import ROOT, TINY_MODEL, synthetic_text
+
+
+@dataclass
+class Ctx:
+    trained: str  # a trained tiny char model (never to be modified)
+    data: str  # its dataset
+    other_data: str  # a char dataset with another vocabulary
+    tiny_data: str  # a dataset with fewer tokens than a block
+    corrupt_meta_data: str  # a dataset whose meta.pkl is garbage
+    transformed: str  # trained → width 40
+    copy: str  # a byte copy of trained elsewhere (another path)
+    no_dataset: str  # trained, with its config emptied (as imported or hand-made checkpoints are)
+    moved_data: str  # trained, with its recorded data_dir pointing nowhere
+    other_tokenizer: str  # trained, with another tokenizer recorded
+    no_meta_small_vocab: str  # a checkpoint without a tokenizer and a 32-token vocabulary (nanoGPT char style)
+    corrupt_ckpt: str
+    foreign_ckpt: str
+    a_file: str
+    empty_dir: str
+    binary_file: str
+    bad_config: str
+    raising_config: str
+    tmp: str
+
+
+def _variant(src: str, dst: str, **changes) -> str:
+    ckpt = torch.load(os.path.join(src, "ckpt.pt"), weights_only=False)
+    ckpt.update(changes)
+    os.makedirs(dst)
+    torch.save(ckpt, os.path.join(dst, "ckpt.pt"))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def ctx(trained_dir, char_data_dir, tmp_path_factory):
+    from dataset import prepare_text
+    from transform import TransformConfig, transform_checkpoint
+    base = tmp_path_factory.mktemp("bad_inputs")
+    other = str(base / "other_data")
+    prepare_text(synthetic_text(5000, seed=1).upper() + "0123456789!?", other, "char")
+    tiny = str(base / "tiny_data")
+    prepare_text("To be, or not to be. " * 60, tiny, "char")
+    for split in ("train", "val"):  # cut to fewer tokens than a block of 16 + 1
+        with open(os.path.join(tiny, f"{split}.bin"), "r+b") as f:
+            f.truncate(20)
+    corrupt_meta = str(base / "corrupt_meta")
+    shutil.copytree(char_data_dir, corrupt_meta)
+    with open(os.path.join(corrupt_meta, "meta.pkl"), "wb") as f:
+        f.write(b"\x80\x04garbage")
+    transformed = str(base / "t40")
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=transformed, width=40, eval_iters=0))
+    copy = str(base / "copy")
+    shutil.copytree(trained_dir, copy)
+    other_meta = pickle.load(open(os.path.join(other, "meta.pkl"), "rb"))
+    ckpt = torch.load(os.path.join(trained_dir, "ckpt.pt"), weights_only=False)
+    args = dict(ckpt["model_args"], vocab_size=32)
+    files = {name: str(base / name) for name in ("a_file", "binary_file", "bad_config.py", "raising_config.py",
+                                                   "corrupt_ckpt.pt", "foreign_ckpt.pt")}
+    open(files["a_file"], "w").write("not a directory")
+    open(files["binary_file"], "wb").write(bytes(range(256)))
+    open(files["bad_config.py"], "w").write("n_layer = = 3\n")
+    open(files["raising_config.py"], "w").write("n_layer = 1 // 0\n")
+    open(files["corrupt_ckpt.pt"], "wb").write(b"PK\x03\x04 not really a checkpoint")
+    torch.save({"weights": {}}, files["foreign_ckpt.pt"])
+    empty = str(base / "empty_dir")
+    os.makedirs(empty)
+    return Ctx(
+        trained=trained_dir, data=char_data_dir, other_data=other, tiny_data=tiny, corrupt_meta_data=corrupt_meta,
+        transformed=transformed, copy=copy,
+        no_dataset=_variant(trained_dir, str(base / "no_dataset"), config={}),
+        moved_data=_variant(trained_dir, str(base / "moved"), config=dict(ckpt["config"], data_dir=str(base / "gone"))),
+        other_tokenizer=_variant(trained_dir, str(base / "other_tok"), meta=other_meta),
+        no_meta_small_vocab=_variant(trained_dir, str(base / "nometa"), meta=None, model_args=args,
+                                     model={k: v[:32] if k.startswith(("transformer.wte", "lm_head")) else v
+                                            for k, v in ckpt["model"].items()}),
+        corrupt_ckpt=files["corrupt_ckpt.pt"], foreign_ckpt=files["foreign_ckpt.pt"], a_file=files["a_file"],
+        empty_dir=empty, binary_file=files["binary_file"], bad_config=files["bad_config.py"],
+        raising_config=files["raising_config.py"], tmp=str(base))
+
+
+def _train(c: Ctx, *extra) -> list[str]:
+    return [*TINY_MODEL, f"--data_dir={c.data}", "--max_iters=2", *extra]
+
+
+def _fresh(c: Ctx, name: str) -> str:
+    return os.path.join(c.tmp, "fresh", name)  # never created by a failing command
+
+
+# (script, argv from the context, words the one-line error must contain)
+CASES = [
+    # train.py: config values
+    ("train", lambda c: ["--n_layr=2"], ["unknown config key 'n_layr'", "Did you mean 'n_layer'", "--help"]),
+    ("train", lambda c: ["--max_iters=abc"], ["max_iters='abc' has the wrong type", "accepts int"]),
+    ("train", lambda c: ["--max_iters"], ["must have the form --key=value"]),
+    ("train", lambda c: _train(c, "--mlp_hidden=0"), ["mlp_hidden must be a positive integer"]),
+    ("train", lambda c: _train(c, "--head_dim=0"), ["head_dim must be a positive integer"]),
+    ("train", lambda c: _train(c, "--grad_clip=-1"), ["grad_clip must be >= 0"]),
+    ("train", lambda c: _train(c, "--warmup_iters=-1"), ["warmup_iters must be >= 0"]),
+    ("train", lambda c: _train(c, "--min_lr=0.1"), ["min_lr=0.1 is above learning_rate", "--min_lr"]),
+    ("train", lambda c: _train(c, "--beta1=1.5"), ["beta1 must lie in [0, 1)"]),
+    ("train", lambda c: _train(c, "--beta2=-0.1"), ["beta2 must lie in [0, 1)"]),
+    ("train", lambda c: _train(c, "--batch_size=0"), ["batch_size must be a positive integer"]),
+    ("train", lambda c: _train(c, "--dtype=fp8"), ["dtype='fp8' is not one of"]),
+    ("train", lambda c: _train(c, "--dtype=float16", "--device=cpu"), ["does nothing on CPU", "--dtype=float32"]),
+    ("train", lambda c: _train(c, "--device=gpu"), ["device='gpu' is not a torch device"]),
+    ("train", lambda c: _train(c, "--device=cuda"), ["CUDA is not available", "--device=cpu"]),
+    ("train", lambda c: _train(c, "--norm_eps=-1e-5"), ["norm_eps must be > 0"]),
+    ("train", lambda c: _train(c, "--pos=rope", "--rope_base=0"), ["rope_base must be > 0"]),
+    ("train", lambda c: _train(c, "--init_from=bogus"), ["init_from='bogus' is not one of"]),
+    # train.py: config files
+    ("train", lambda c: [os.path.join(c.tmp, "missing.py")], ["does not exist", "configs/"]),
+    ("train", lambda c: [c.tmp], ["is a directory"]),
+    ("train", lambda c: [c.bad_config], ["syntax error at line 1"]),
+    ("train", lambda c: [c.raising_config], ["raised ZeroDivisionError"]),
+    # train.py: data
+    ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.empty_dir}", f"--out_dir={_fresh(c, 'a')}"],
+     ["train.bin' is missing"]),
+    ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.tiny_data}", f"--out_dir={_fresh(c, 'b')}"],
+     ["fewer tokens than block_size=16"]),
+    ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.corrupt_meta_data}", f"--out_dir={_fresh(c, 'c')}"],
+     ["not a readable meta.pkl", "prepare the dataset"]),
+    # train.py: output and resume
+    ("train", lambda c: _train(c, f"--out_dir={c.trained}"), ["already exists", "--overwrite=True"]),
+    ("train", lambda c: _train(c, f"--out_dir={c.a_file}"), ["is a file"]),
+    ("train", lambda c: _train(c, f"--out_dir={c.empty_dir}", "--init_from=resume"), ["no checkpoint at"]),
+    ("train", lambda c: _train(c, f"--out_dir={c.trained}", "--init_from=resume", "--n_layer=3"),
+     ["contradict", "n_layer=3 (checkpoint: 2)"]),
+    ("train", lambda c: _train(c, f"--out_dir={c.corrupt_ckpt}", "--init_from=resume"),
+     ["not a readable PyTorch checkpoint"]),
+    ("train", lambda c: _train(c, f"--out_dir={c.trained}", "--init_from=resume", f"--data_dir={c.other_data}"),
+     ["differs from the data's", "--data_dir"]),
+    # transform.py
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=0"],
+     ["width must be a positive integer"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=33",
+                             "--porting=sandwich"], ["must be divisible by n_head=2"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=64", "--kind=pca"],
+     ["kind='pca' shrinks or keeps the width"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--kind=jl"],
+     ["kind='jl' is not one of"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16",
+                             "--porting=heads"], ["porting='heads' is not one of"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--norms=fodl"],
+     ["norms='fodl' is not one of"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={c.trained}", "--width=40"],
+     ["where the input checkpoint", "another --out_dir"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={c.trained}", "--width=40", "--overwrite=True"],
+     ["where the input checkpoint"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={c.transformed}", "--width=40"],
+     ["already exists", "--overwrite=True"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={c.a_file}", "--width=40"], ["is a file"]),
+    ("transform", lambda c: [f"--in_dir={c.empty_dir}", f"--out_dir={_fresh(c, 't')}", "--width=8"],
+     ["no checkpoint at"]),
+    ("transform", lambda c: [f"--in_dir={c.foreign_ckpt}", f"--out_dir={_fresh(c, 't')}", "--width=8"],
+     ["not a nanoLGPT/nanoGPT checkpoint"]),
+    ("transform", lambda c: [f"--in_dir={c.corrupt_ckpt}", f"--out_dir={_fresh(c, 't')}", "--width=8"],
+     ["not a readable PyTorch checkpoint"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=40",
+                             f"--data_dir={c.other_data}"], ["differs from the data's", "--data_dir"]),
+    ("transform", lambda c: [f"--in_dir={c.no_dataset}", f"--out_dir={_fresh(c, 't')}", "--width=40"],
+     ["records no dataset", "--data_dir"]),
+    ("transform", lambda c: [f"--in_dir={c.moved_data}", f"--out_dir={_fresh(c, 't')}", "--width=40"],
+     ["holds no train.bin (moved or deleted?)", "--data_dir"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16",
+                             "--grow_noise=0.5"], ["grow_noise applies when growing"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=40",
+                             "--kind=gaussian", "--keep_layernorm=True"], ["keep_layernorm needs kind='orthogonal'"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16",
+                             "--calib_batches=0"], ["calib_batches must be a positive integer"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16",
+                             "--eval_iters=-1"], ["eval_iters must be >= 0"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--jl_eps=2"],
+     ["jl_eps and jl_delta must lie in (0, 1)"]),
+    # finetune.py
+    ("finetune", lambda c: [f"--out_dir={_fresh(c, 'f')}"], ["in_dir is required"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={c.transformed}"],
+     ["where the input checkpoint"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={c.trained}"],
+     ["already exists", "--overwrite=True"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", f"--data_dir={c.other_data}"],
+     ["differs from the data's"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", "--recover_tol=-1"],
+     ["recover_tol must be >= 0"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", "--n_layer=3"],
+     ["contradict", "n_layer=3"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", "--block_size=999"],
+     ["can only be cropped"]),
+    ("finetune", lambda c: [f"--in_dir={c.no_dataset}", f"--out_dir={_fresh(c, 'f')}"], ["records no dataset"]),
+    # eval_geometry.py
+    ("eval_geometry", lambda c: [f"--in_dir={c.transformed}"], ["ref_dir is required"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.copy}", f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'g')}"],
+     ["was transformed from", "--allow_unrelated=True"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--in_dir={c.other_tokenizer}",
+                                 f"--out_dir={_fresh(c, 'g')}"], ["different tokenizers"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={c.a_file}"], ["is a file"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={_fresh(c, 'g')}", "--n_probes=0"],
+     ["n_probes must be a positive integer"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={_fresh(c, 'g')}",
+                                 f"--data_dir={c.other_data}"], ["differs from the data's"]),
+    # sample.py
+    ("sample", lambda c: [f"--out_dir={c.trained}", "--top_k=0"], ["top_k must be a positive integer"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", "--temperature=0"], ["temperature must be > 0"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", f"--start=FILE:{c.tmp}/nope.txt"], ["no such file"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", f"--start=FILE:{c.empty_dir}"], ["no such file"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", f"--start=FILE:{c.binary_file}"], ["is not UTF-8 text"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", "--device=cuda"], ["CUDA is not available"]),
+    ("sample", lambda c: [f"--out_dir={c.empty_dir}"], ["no checkpoint at"]),
+    ("sample", lambda c: [f"--out_dir={c.no_meta_small_vocab}"], ["records no tokenizer that fits", "--from_nanogpt"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", "--start=ÆØÅ"], ["are not in this model's vocabulary"]),
+    # convert.py
+    ("convert", lambda c: [f"--out_dir={_fresh(c, 'c')}"], ["give exactly one of"]),
+    ("convert", lambda c: [f"--from_nanogpt={c.empty_dir}", f"--out_dir={_fresh(c, 'c')}"], ["no checkpoint at"]),
+    ("convert", lambda c: [f"--to_hf={_fresh(c, 'hf')}"], ["--in_dir=DIR (our checkpoint) is required"]),
+    ("convert", lambda c: [f"--from_nanogpt={c.trained}", f"--out_dir={c.trained}"], ["where the input checkpoint"]),
+]
+
+
+def _hash(path: str) -> str:
+    return hashlib.sha256(open(os.path.join(path, "ckpt.pt"), "rb").read()).hexdigest()
+
+
+@pytest.mark.parametrize("script,argv,words", CASES, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(CASES)])
+def test_bad_input_gets_one_clear_line_and_changes_nothing(ctx, script, argv, words, capsys):
+    protected = [ctx.trained, ctx.transformed]
+    before = [_hash(p) for p in protected]
+    rc = run_cli(importlib.import_module(script).main, argv(ctx))
+    err = capsys.readouterr().err.strip()
+    assert rc == 1, err
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    for word in words:
+        assert word in err, (word, err)
+    assert [_hash(p) for p in protected] == before
+    assert not os.path.exists(os.path.join(ctx.tmp, "fresh")), "a failing command created its out_dir"
+
+
+def test_convert_from_an_empty_directory_names_the_directory_not_the_cache(ctx, capsys):
+    pytest.importorskip("transformers")
+    argv = [f"--from_hf={ctx.empty_dir}", f"--out_dir={_fresh(ctx, 'h')}"]
+    rc = run_cli(importlib.import_module("convert").main, argv)
+    err = capsys.readouterr().err
+    assert rc == 1 and "without config.json" in err and "HF_HUB_OFFLINE" not in err
+
+
+@pytest.mark.parametrize("args,words", [
+    (["data/shakespeare_char/prepare.py", "--input=/no/such/file"], ["does not exist", "--input"]),
+    (["data/shakespeare_char/prepare.py", "--input={short}"], ["has 18 characters", "at least 1000"]),
+    (["data/openwebtext/prepare.py", "--text_files", "/no/such.txt"], ["no such file"]),
+])
+def test_data_preparation_errors(tmp_path, args, words):
+    short = tmp_path / "short.txt"
+    short.write_text("To be or not to be")
+    cmd = [sys.executable, os.path.join(ROOT, args[0]), *[a.format(short=short) for a in args[1:]],
+           f"--out_dir={tmp_path / 'out'}"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    err = result.stderr.strip()
+    assert result.returncode == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert all(w in err for w in words), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_overwrite_replaces_a_run_and_starts_its_metrics_afresh(ctx, tmp_path):
+    from configurator import load_config
+    from train import TrainConfig, train
+    out = tmp_path / "run"
+    train(load_config(TrainConfig, _train(ctx, f"--out_dir={out}", "--eval_interval=2")))
+    first = (out / "metrics.jsonl").read_text()
+    train(load_config(TrainConfig, _train(ctx, f"--out_dir={out}", "--eval_interval=2", "--overwrite=True")))
+    assert (out / "metrics.jsonl").read_text().count("\n") == first.count("\n")
+
+
+def test_stale_temp_files_of_killed_writers_are_removed(tmp_path):
+    from checkpoint import save_checkpoint
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"ckpt.pt.tmp{dead.pid}"
+    stale.write_bytes(b"half a checkpoint")
+    live = tmp_path / f"ckpt.pt.tmp{os.getppid()}"  # a running writer's file is left alone
+    live.write_bytes(b"in progress")
+    save_checkpoint({"model": {}, "model_args": {}}, str(tmp_path))
+    assert not stale.exists() and live.exists() and (tmp_path / "ckpt.pt").exists()
+
+
+def test_resume_from_a_transform_output_starts_a_fresh_optimizer(ctx, tmp_path, capsys):
+    from configurator import load_config
+    from train import TrainConfig, train
+    out = tmp_path / "resumed"
+    shutil.copytree(ctx.transformed, out)
+    summary = train(load_config(TrainConfig, [*TINY_MODEL[1:3], "--n_embd=40", "--max_iters=3", "--eval_interval=3",
+                                              f"--data_dir={ctx.data}", f"--out_dir={out}", "--init_from=resume"]))
+    assert summary["iter_num"] == 3 and "a fresh optimizer starts" in capsys.readouterr().out
+
+
+def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_path, monkeypatch):
+    """A SIGINT'd training run raises Interrupted: the harness writes no done.json, and the next call trains
+    again (overwriting the partial run) instead of reusing it."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import experiments
+
+    import train as train_module
+    from cli import Interrupted
+    monkeypatch.setattr(experiments, "RUNS", str(tmp_path))
+    setting = experiments.Setting(quick=True)
+    args = [*TINY_MODEL, f"--data_dir={ctx.data}", "--max_iters=6", "--eval_interval=3"]
+    real_step = train_module.optimisation_step
+
+    def step_then_signal(run):
+        if run.state.iter_num == 2:
+            run.state.stop_signal = "SIGINT"  # what the SIGINT handler does
+        return real_step(run)
+
+    monkeypatch.setattr(train_module, "optimisation_step", step_then_signal)
+    with pytest.raises(Interrupted):
+        experiments.trained(setting, "partial", args)
+    (out,) = [p for p in tmp_path.iterdir() if p.name.startswith("partial")]
+    assert not (out / "done.json").exists() and not importlib.import_module("checkpoint").is_complete(str(out))
+    monkeypatch.setattr(train_module, "optimisation_step", real_step)
+    assert experiments.trained(setting, "partial", args) == str(out)
+    assert (out / "done.json").exists() and torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] == 6

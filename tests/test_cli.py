@@ -1,0 +1,126 @@
+"""Every entry point answers -h/--help from its config dataclass, and every command the README documents parses
+(its keys, types and config files) — the torchrun line even trains, CPU-shrunk, with 2 gloo processes."""
+import dataclasses
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from cli import run_cli
+from configurator import help_text, load_config
+from conftest import ROOT, TINY_MODEL
+from logger import read_metrics
+
+CONFIG_SCRIPTS = {"train": "TrainConfig", "finetune": "FinetuneConfig", "transform": "TransformConfig",
+                  "eval_geometry": "GeometryConfig", "sample": "SampleConfig", "convert": "ConvertConfig"}
+OTHER_ENTRY_POINTS = ["data/shakespeare_char/prepare.py", "data/shakespeare/prepare.py", "data/openwebtext/prepare.py",
+                      "scripts/report.py", "scripts/experiments.py", "bench/train_throughput.py",
+                      "bench/transform_speed.py", "bench/geometry_speed.py", "checkpoint.py"]
+
+
+def _listing(path) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+@pytest.mark.parametrize("script", sorted(CONFIG_SCRIPTS))
+def test_help_lists_every_field_and_writes_nothing(script, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(script)
+    cls = getattr(module, CONFIG_SCRIPTS[script])
+    for flag in ("-h", "--help"):
+        assert run_cli(module.main, [flag]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: python {script}.py [config_file.py ...] [--key=value ...]")
+        for f in dataclasses.fields(cls):
+            line = next((x for x in out.splitlines() if x.strip().startswith(f"--{f.name}=")), None)
+            assert line is not None, f.name
+            assert f"default {f.default!r}" in line
+    assert _listing(tmp_path) == []
+
+
+def test_help_shows_the_values_config_files_set_and_the_field_comments(capsys):
+    import train
+    config = os.path.join(ROOT, "configs", "shakespeare_char.py")
+    assert run_cli(train.main, [config, "--max_iters=7", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"--n_embd=128 +\[int; default 768\] +residual width d", out)
+    assert "--max_iters=7 " in out and "\nmodel:\n" in out and "\noptimizer:\n" in out
+
+
+def test_a_new_field_appears_in_help_without_other_edits(tmp_path, monkeypatch):
+    (tmp_path / "newconf.py").write_text(
+        "from dataclasses import dataclass\nfrom train import TrainConfig\n\n\n@dataclass\n"
+        "class Extended(TrainConfig):\n    # my ablation\n    my_knob: float = 0.5  # what my knob does\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = importlib.import_module("newconf").Extended
+    text = help_text(cls, prog="x.py")
+    assert re.search(r"my ablation:\n  --my_knob=0.5 +\[float; default 0.5\] +what my knob does", text)
+    assert "--learning_rate=0.001" in text
+
+
+def test_a_bad_key_keeps_did_you_mean_and_points_to_help(capsys):
+    import transform
+    assert run_cli(transform.main, ["--widht=8"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown config key 'widht'. Did you mean 'width'? See --help" in err
+
+
+@pytest.mark.parametrize("path", OTHER_ENTRY_POINTS)
+def test_other_entry_points_answer_help(path, tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, path), "--help"], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0 and result.stdout.strip() and not result.stderr.strip(), result.stderr
+    assert _listing(tmp_path) == []
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `python SCRIPT.py ...` command of the README (code blocks and inline code), continuation lines joined."""
+    text = open(os.path.join(ROOT, "README.md")).read().replace("\\\n", " ")
+    commands = re.findall(r"(?m)^\s*(python [^\n#`]+)", text) + re.findall(r"`(python [^`]+)`", text)
+    out = []
+    for command in commands:
+        argv = shlex.split(command.split("  #")[0])
+        if len(argv) > 1 and argv[1].endswith(".py") and "[" not in command and "…" not in command:
+            out.append(argv[1:])
+    return out
+
+
+def test_readme_commands_parse_with_their_scripts(monkeypatch):
+    """Each documented command of a config script loads its config (keys, types, files, validation) as written."""
+    monkeypatch.chdir(ROOT)
+    seen = set()
+    for argv in readme_commands():
+        script = os.path.basename(argv[0])[:-3]
+        if script not in CONFIG_SCRIPTS:
+            assert os.path.exists(os.path.join(ROOT, argv[0])), argv
+            continue
+        module = importlib.import_module(script)
+        load_config(getattr(module, CONFIG_SCRIPTS[script]), argv[1:])
+        seen.add(script)
+    assert seen == set(CONFIG_SCRIPTS)
+
+
+@pytest.mark.slow
+def test_readme_torchrun_command_trains_with_two_gloo_processes(char_data_dir, tmp_path):
+    """The README's multi-GPU line, CPU-shrunk (same files, gradient_accumulation_steps left at its default 1):
+    the global accumulation is rounded up to the 2 processes and training runs."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    (line,) = {m for m in re.findall(r"torchrun [^`\n]+", text)}
+    argv = shlex.split(line)
+    assert argv[:3] == ["torchrun", "--standalone", "--nproc_per_node=8"]
+    shrink = [*TINY_MODEL, "--device=cpu", "--compile=False", "--dtype=float32", "--max_iters=6", "--eval_interval=3",
+              f"--data_dir={char_data_dir}", f"--out_dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           *[os.path.join(ROOT, a) for a in argv[3:]], *shrink]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "gradient_accumulation_steps=1 rounded up to 2" in result.stdout
+    records = read_metrics(os.path.join(tmp_path, "metrics.jsonl"))
+    assert records[-1]["val/loss"] < records[0]["val/loss"]
+
