@@ -258,6 +258,7 @@ def test_convert_from_an_empty_directory_names_the_directory_not_the_cache(ctx, 
     assert rc == 1 and "without config.json" in err and "HF_HUB_OFFLINE" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,words", [
     (["data/shakespeare_char/prepare.py", "--input=/no/such/file"], ["does not exist", "--input"]),
     (["data/shakespeare_char/prepare.py", "--input={short}"], ["has 18 characters", "at least 1000"]),

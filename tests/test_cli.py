@@ -69,6 +69,7 @@ def test_a_bad_key_keeps_did_you_mean_and_points_to_help(capsys):
     assert "unknown config key 'widht'. Did you mean 'width'? See --help" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", OTHER_ENTRY_POINTS)
 def test_other_entry_points_answer_help(path, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, path), "--help"], capture_output=True, text=True,

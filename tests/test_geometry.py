@@ -139,6 +139,7 @@ def run_eval(*args):
                                                  "--wandb_log=False", *args]))
 
 
+@pytest.mark.slow
 def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_dir, tmp_path):
     from transform import TransformConfig, transform_checkpoint
     transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=32, kind="orthogonal",
@@ -157,6 +158,7 @@ def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_
         assert os.path.getsize(tmp_path / "g" / name) > 10_000
 
 
+@pytest.mark.slow
 def test_identity_compare_and_single_model(trained_dir, char_data_dir, tmp_path):
     m = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 'g'}",
                  f"--data_dir={char_data_dir}")
@@ -168,6 +170,7 @@ def test_identity_compare_and_single_model(trained_dir, char_data_dir, tmp_path)
     assert len(single["models"]["ref"]["intrinsic_dimension"]) == 3
 
 
+@pytest.mark.slow
 def test_shrink_loses_geometry_and_wandb_logs_offline(trained_dir, char_data_dir, tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

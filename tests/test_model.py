@@ -158,3 +158,15 @@ def test_generate_extends_the_prompt():
     model = GPT(tiny())
     out = model.generate(torch.zeros(1, 3, dtype=torch.long), max_new_tokens=10, top_k=5)
     assert out.shape == (1, 13)
+
+
+def test_model_imports_nothing_from_the_project():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = {f[:-3] for f in os.listdir(root) if f.endswith(".py")} - {"model"}
+    code = "import sys, model; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.split())
+    assert not loaded & ours, loaded & ours

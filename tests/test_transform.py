@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import load_checkpoint, load_model, save_checkpoint
+from checkpoint import load_checkpoint, load_model
 from conftest import ROOT
 from dataset import BatchLoader, evaluate_loss
 from model import GPT, GPTConfig
@@ -211,6 +211,7 @@ def _cli(*args):
                           text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
+@pytest.mark.slow
 def test_cli_writes_a_checkpoint_every_script_can_load(trained_dir, tmp_path):
     out = tmp_path / "m48"
     result = _cli(f"--in_dir={trained_dir}", f"--out_dir={out}", "--width=48", "--eval_iters=4")
@@ -223,28 +224,6 @@ def test_cli_writes_a_checkpoint_every_script_can_load(trained_dir, tmp_path):
     assert ckpt["model_args"]["n_embd"] == 48 and ckpt["meta"]["tokenizer"] == "char"
     model, _ = load_model(str(out))
     assert model.config.norm_type == "rmsnorm"
-
-
-@pytest.mark.parametrize("args,needle", [
-    (["--width=0"], "width must be a positive integer"),
-    (["--width=33", "--porting=sandwich"], "must be divisible by n_head=2"),
-    (["--width=64", "--kind=pca"], "kind='pca' shrinks or keeps the width"),
-    (["--width=16", "--kind=jl"], "kind='jl' is not one of"),
-])
-def test_cli_bad_input_gets_one_clear_error_and_writes_nothing(trained_dir, tmp_path, args, needle):
-    out = tmp_path / "out"
-    result = _cli(f"--in_dir={trained_dir}", f"--out_dir={out}", *args)
-    assert result.returncode != 0 and needle in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and not out.exists()
-
-
-def test_cli_missing_or_foreign_checkpoint(tmp_path):
-    result = _cli(f"--in_dir={tmp_path}", f"--out_dir={tmp_path / 'o'}", "--width=8")
-    assert result.returncode != 0 and "no checkpoint at" in result.stderr
-    save_checkpoint({"weights": {}}, str(tmp_path))
-    result = _cli(f"--in_dir={tmp_path}", f"--out_dir={tmp_path / 'o'}", "--width=8")
-    assert result.returncode != 0 and "not a nanoLGPT/nanoGPT checkpoint" in result.stderr
-    assert not (tmp_path / "o").exists()
 
 
 def test_transformed_model_shares_no_storage_with_the_source():
