@@ -41,10 +41,14 @@ def missing(name: str) -> str:
     return f"*Not run yet: `QUICK=1 scripts/{name}.sh` (CPU) or `scripts/{name}.sh` (GPU) fills this table.*"
 
 
+def seed_count(r: dict) -> int:
+    return max(len(row["zero_shot"].get("values", [0])) for row in r["rows"])
+
+
 def ppl_vs_width(r: dict) -> str:
     ratios = sorted({row["ratio"] for row in r["rows"]})
     lines = [f"Zero-shot val loss (full val split; original model: **{r['reference_val_loss']:.4f}**, d = {r['d']}); "
-             "random kinds: mean ± std over seeds.", "",
+             f"random kinds: mean ± std over n = {seed_count(r)} map seeds.", "",
              "| kind | porting | " + " | ".join(f"m/d={x:g}" for x in ratios) + " |",
              "|---|---|" + "---|" * len(ratios)]
     for porting in ("head", "sandwich"):
@@ -149,8 +153,10 @@ def heads(r: dict) -> str:
 
 def grow_staging(r: dict) -> str:
     fl = r["flops_per_token"]
-    schedule = (f" One cosine schedule spans both stages: stage 1 stops halfway and the grown model continues "
-                f"from lr {r['lr_at_switch']:.2e} without re-warmup." if "lr_at_switch" in r else "")
+    schedule = (f" Stage 1 stops halfway through its cosine; the grown model then runs a fresh cosine from the "
+                f"switch LR {r['lr_at_switch']:.2e} (no re-warmup) down to min_lr over its own "
+                f"{r['iters_per_stage']} steps — not the continuation of stage 1's schedule. Grown runs are "
+                f"evaluated on 100 val batches, stage 1 and scratch on 200 (two bases)." if "lr_at_switch" in r else "")
     lines = [f"Stage 1 trains width d = 64 for {r['iters_per_stage']} iterations; it is grown to 2d = 128 "
              f"(orthogonal, head porting: exact) and trained {r['iters_per_stage']} more.{schedule} Baseline: the "
              f"same 2d architecture from scratch for {2 * r['iters_per_stage']} iterations. FLOPs/token: "
