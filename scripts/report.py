@@ -281,11 +281,18 @@ def main() -> None:
     path = os.path.join(ROOT, "README.md")
     text = open(path).read()
     new = text
+    stale = []
     for name in list(SECTIONS) + ["worked_example", "benchmarks"]:
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
+        before = new
         new = pattern.sub(lambda m, n=name: m.group(1) + render(n) + "\n" + m.group(2), new)
+        if new != before:
+            stale.append(name)
     if args.check:
-        sys.exit(0 if new == text else 1)
+        if stale:
+            print(f"README tables out of date with results/: {', '.join(stale)}; run python scripts/report.py",
+                  file=sys.stderr)
+        sys.exit(1 if stale else 0)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from experiments import PLOTS, replot  # figures too, from the same JSON
     for name in PLOTS:

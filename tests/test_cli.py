@@ -19,7 +19,8 @@ CONFIG_SCRIPTS = {"train": "TrainConfig", "finetune": "FinetuneConfig", "transfo
                   "eval_geometry": "GeometryConfig", "sample": "SampleConfig", "convert": "ConvertConfig"}
 OTHER_ENTRY_POINTS = ["data/shakespeare_char/prepare.py", "data/shakespeare/prepare.py", "data/openwebtext/prepare.py",
                       "scripts/report.py", "scripts/experiments.py", "bench/train_throughput.py",
-                      "bench/transform_speed.py", "bench/geometry_speed.py", "checkpoint.py"]
+                      "bench/transform_speed.py", "bench/geometry_speed.py", "checkpoint.py",
+                      "scripts/all.sh", "scripts/worked_example.sh", "scripts/heads.sh"]
 
 
 def _listing(path) -> list[str]:
@@ -72,7 +73,8 @@ def test_a_bad_key_keeps_did_you_mean_and_points_to_help(capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", OTHER_ENTRY_POINTS)
 def test_other_entry_points_answer_help(path, tmp_path):
-    result = subprocess.run([sys.executable, os.path.join(ROOT, path), "--help"], capture_output=True, text=True,
+    runner = ["bash"] if path.endswith(".sh") else [sys.executable]
+    result = subprocess.run([*runner, os.path.join(ROOT, path), "--help"], capture_output=True, text=True,
                             timeout=120, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0 and result.stdout.strip() and not result.stderr.strip(), result.stderr
     assert _listing(tmp_path) == []

@@ -120,6 +120,20 @@ def test_a_stop_signal_saves_a_checkpoint_marked_incomplete_and_exits_130(char_d
 
 
 @pytest.mark.slow
+def test_kill_9_never_corrupts_the_checkpoint_and_resume_continues(char_data_dir, tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *TINY_MODEL, f"--data_dir={char_data_dir}",
+           f"--out_dir={tmp_path}", "--max_iters=100000", "--eval_interval=4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    read_until(proc, "iter 13:")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    ckpt = load_checkpoint(str(tmp_path))  # readable: atomic writes
+    assert ckpt["iter_num"] >= 12 and ckpt["complete"] is False
+    run(char_data_dir, tmp_path, f"--max_iters={ckpt['iter_num'] + 2}", "--eval_interval=4", "--init_from=resume")
+    assert load_checkpoint(str(tmp_path))["complete"] and not glob.glob(os.path.join(tmp_path, "*.tmp*"))
+
+
+@pytest.mark.slow
 def test_ddp_with_two_gloo_processes(char_data_dir, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            os.path.join(ROOT, "train.py"), *TINY_MODEL, f"--data_dir={char_data_dir}", f"--out_dir={tmp_path}",
