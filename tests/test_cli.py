@@ -102,7 +102,10 @@ def test_readme_commands_parse_with_their_scripts(monkeypatch):
             assert os.path.exists(os.path.join(ROOT, argv[0])), argv
             continue
         module = importlib.import_module(script)
-        load_config(getattr(module, CONFIG_SCRIPTS[script]), argv[1:])
+        if any(a in ("-h", "--help") for a in argv):
+            assert run_cli(module.main, argv[1:]) == 0, argv
+        else:
+            load_config(getattr(module, CONFIG_SCRIPTS[script]), argv[1:])
         seen.add(script)
     assert seen == set(CONFIG_SCRIPTS)
 
