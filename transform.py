@@ -53,7 +53,6 @@ KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "trunc
 PORTINGS = ("residual", "sandwich")
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
-DATA_FREE_KINDS = tuple(k for k in KINDS if k != "pca")
 
 
 def resolve_porting(porting: str) -> str:
