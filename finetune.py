@@ -75,10 +75,7 @@ class RecoveryTracker:
         self.record = record
 
     def __call__(self, iter_num: int, losses: dict) -> dict:
-        curve = self.record.setdefault("curve", [])
-        if curve and curve[-1][0] == iter_num:  # a resumed run re-evaluates the step it was saved at
-            curve.pop()
-        curve.append([iter_num, losses["val"]])
+        self.record.setdefault("curve", []).append([iter_num, losses["val"]])
         reference = self.record.get("reference_val_loss")
         if reference is None:
             return {}

@@ -250,6 +250,7 @@ class TrainState:
     best_val_loss: float = float("inf")
     losses: dict = field(default_factory=dict)
     stop_signal: str | None = None  # 'SIGINT' / 'SIGTERM' once a stop was requested
+    last_eval_iter: int = -1  # a resumed run does not evaluate again the step its checkpoint evaluated
 
 
 @dataclass
@@ -277,7 +278,7 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
           logger_name: str) -> Run:
     """Runtime, data, model, optimizer (restored on resume), wrappers and logger, checked before any write."""
     if cfg.init_from != "resume":
-        check_output_dir(cfg.out_dir, getattr(cfg, "in_dir", ""), cfg.overwrite)
+        check_output_dir(cfg.out_dir, overwrite=cfg.overwrite)
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
     data_dir = cfg.resolved_data_dir()
@@ -326,6 +327,7 @@ def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, ext
     elif master:
         print("note: the checkpoint has no optimizer state (a transform or import output): a fresh optimizer starts")
     state.iter_num, state.best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
+    state.last_eval_iter = ckpt.get("last_eval_iter", -1)
     if "rng" in ckpt:
         set_rng_state(ckpt["rng"])
     for key in ("transform", "finetune"):
@@ -343,7 +345,7 @@ def save(run: Run, val_loss: float, complete: bool) -> None:
     ckpt = {"model": run.model.state_dict(), "model_args": run.model.config.to_dict(),
             "config": dataclasses.asdict(run.cfg), "iter_num": st.iter_num, "best_val_loss": st.best_val_loss,
             "val_loss": val_loss, "optimizer": run.optimizer.state_dict(), "rng": rng_state(), "meta": run.meta,
-            "complete": complete, "interrupted": st.stop_signal}
+            "complete": complete, "interrupted": st.stop_signal, "last_eval_iter": st.last_eval_iter}
     ckpt.update(run.extra_checkpoint)
     save_checkpoint(ckpt, run.cfg.out_dir)
 
@@ -369,6 +371,7 @@ def eval_and_save(run: Run, final: bool = False) -> None:
     """Evaluate, log (with the ``on_eval`` callback's values), and save when due."""
     cfg, st = run.cfg, run.state
     st.losses = evaluate(run)
+    st.last_eval_iter = st.iter_num
     record = {"train/loss": st.losses["train"], "val/loss": st.losses["val"], "lr": get_lr(st.iter_num, cfg)}
     if run.on_eval is not None:
         record.update(run.on_eval(st.iter_num, st.losses) or {})
@@ -487,7 +490,7 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
                 run.logger.log({"train/loss": st.losses["train"], "val/loss": st.losses["val"]}, step=st.iter_num)
                 return {"iter_num": st.iter_num, "train_loss": st.losses["train"], "val_loss": st.losses["val"]}
             while st.iter_num < cfg.max_iters:
-                if st.iter_num % cfg.eval_interval == 0 and master:
+                if st.iter_num % cfg.eval_interval == 0 and st.iter_num != st.last_eval_iter and master:
                     eval_and_save(run)
                 if st.stop_signal:
                     save(run, st.losses.get("val", float("nan")), complete=False)

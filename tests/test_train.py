@@ -49,6 +49,8 @@ def test_resume_is_exact(char_data_dir, tmp_path):
 
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
     assert sorted(b) == list(range(20))
+    evals = [r["iter"] for r in read_metrics(os.path.join(tmp_path / "b", "metrics.jsonl")) if "val/loss" in r]
+    assert evals == [0, 5, 10, 15, 20]  # the step the checkpoint evaluated is not evaluated again
     assert all(a[i] == b[i] for i in range(20)), [(i, a[i], b[i]) for i in range(20) if a[i] != b[i]]
     assert load_checkpoint(str(tmp_path / "b"))["iter_num"] == 20
 
