@@ -21,6 +21,12 @@ which are norm gains and which norm feeds which reader) calling one small named 
    - ``sandwich`` (the paper's equations): additionally ``sandwich_attention`` T·W·T⁺ on Q, K, V and O,
      with the heads re-split to m / n_head dimensions (which mixes heads: the function changes even for
      orthogonal T at m = d).
+   - ``paper_code`` (the paper's public implementation, re-implemented from its description): no
+     canonicalization; ``paper_code_map`` maps every axis of length d by shape (last axis t·Tᵀ, first axis
+     T·t, so readers get Tᵀ rather than T⁺ and d×d matrices T·W·Tᵀ), per-dimension gains become T·γ, ε stays,
+     heads are re-split, and its orthogonal map is Qᵀ/√m.
+   ``restore_attn_scale`` (sandwich, paper_code) multiplies Q by √(m/d) so the attention logits keep their
+   original 1/√(d/n_head) scale: it isolates the part of the sandwich's loss due to the scale update.
    An RMSNorm over m coordinates of T·h equals √(m/d)·T·norm_d(h) when T has orthonormal columns
    (and ε is scaled by d/m), so ``scale_gain`` multiplies every scalar gain by √(d/m).
 
@@ -50,7 +56,8 @@ from errors import ConfigError, TransformError
 from model import GPT, GPTConfig
 
 KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
-PORTINGS = ("residual", "sandwich")
+PORTINGS = ("residual", "sandwich", "paper_code")
+PAPER_CODE_KINDS = ("gaussian", "orthogonal")  # the JL maps of the paper's public code
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
 
@@ -70,7 +77,8 @@ class TransformConfig:
     out_dir: str = ""  # where the transformed ckpt.pt goes (required)
     width: int = 0  # the new residual width m (required)
     kind: str = "orthogonal"  # the map T: gaussian | rademacher | sparse | srht | orthogonal | pca | truncate
-    porting: str = "residual"  # 'residual' (ours, exact for orthogonal T with m >= d; alias 'head') | 'sandwich'
+    porting: str = "residual"  # 'residual' (ours; alias 'head') | 'sandwich' (paper's eqs) | 'paper_code' (its code)
+    restore_attn_scale: bool = False  # sandwich / paper_code: Q × √(m/d) keeps the attention scale 1/√(d/n_head)
     norms: str = "fold"  # 'fold' (exact) | 'scalar' (gain → its mean) | 'drop' (gain → 1)
     seed: int = 0  # seed of the random map (and of the growth symmetry breaking)
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
@@ -111,7 +119,7 @@ class TransformConfig:
 
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
-                    keep_layernorm: bool = False, grow_noise: float = 0.0) -> str:
+                    keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False) -> str:
     """Every check of a transform request against the model it applies to, in one place (every path calls
     it before any work). Returns the canonical porting name."""
     d, m = cfg.n_embd, width
@@ -127,6 +135,16 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
                              "use kind='orthogonal' to grow")
     if grow_noise > 0 and m <= d:
         raise TransformError(f"grow_noise applies when growing (m > d), got width={m}, d={d}")
+    if porting == "paper_code":
+        if kind not in PAPER_CODE_KINDS:
+            raise TransformError(f"porting='paper_code' reproduces the paper's code, whose maps are "
+                                 f"{PAPER_CODE_KINDS}; got kind={kind!r}")
+        if keep_layernorm or grow_noise > 0:
+            raise TransformError("porting='paper_code' takes no keep_layernorm or grow_noise (the paper's code has "
+                                 "neither); drop them")
+    if restore_attn_scale and porting == "residual":
+        raise TransformError("restore_attn_scale applies to porting='sandwich' or 'paper_code' (porting='residual' "
+                             "keeps the head size, so the scale never changes); drop --restore_attn_scale")
     if keep_layernorm:
         needs = {"a LayerNorm model": cfg.norm_type == "layernorm", "norms='fold'": norms == "fold",
                  "kind='orthogonal'": kind == "orthogonal", f"width ≥ d={d}": m >= d}
@@ -144,16 +162,16 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
 def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
     """Raise TransformError when the (canonical) ``porting`` rule cannot map a model of config ``cfg`` to width m."""
     d = cfg.n_embd
-    if porting == "sandwich":
+    if porting in ("sandwich", "paper_code"):
         inner = cfg.n_head * cfg.head_dim
         if inner != d:
-            raise TransformError(f"porting='sandwich' needs n_head*head_dim == n_embd (got {inner} vs {d}); "
+            raise TransformError(f"porting={porting!r} needs n_head*head_dim == n_embd (got {inner} vs {d}); "
                                  "use porting='residual'")
         if m % cfg.n_head:
-            raise TransformError(f"porting='sandwich' re-splits the heads: width m={m} must be divisible by "
+            raise TransformError(f"porting={porting!r} re-splits the heads: width m={m} must be divisible by "
                                  f"n_head={cfg.n_head}; choose such a width or use porting='residual'")
         if cfg.pos == "rope" and (m // cfg.n_head) % 2:
-            raise TransformError("porting='sandwich' with RoPE needs an even head size m/n_head, "
+            raise TransformError(f"porting={porting!r} with RoPE needs an even head size m/n_head, "
                                  f"got {m // cfg.n_head}")
 
 # ----------------------------------------------------------------------------------------------
@@ -542,6 +560,61 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     return out, cfg
 
 
+def paper_code_map(t: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """The paper's public code, by shape: every axis of length d is mapped — a last axis t → t·Tᵀ (readers,
+    embeddings, head: Tᵀ, not T⁺), a first axis t → T·t (writers); so a d×d matrix becomes T·t·Tᵀ and a 1-D
+    tensor of length d (norm gains and biases) T·t. Tensors with no axis of length d are unchanged."""
+    d = T.shape[1]
+    out = t
+    if t.shape[-1] == d:
+        out = out @ T.T if t.dim() > 1 else T @ out
+    if t.dim() > 1 and t.shape[0] == d:
+        out = T @ out
+    return out.clone() if out is t else out
+
+
+def paper_code_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor) -> tuple[dict, GPTConfig]:
+    """The ``paper_code`` port of an un-canonicalized (state_dict, config): ``paper_code_map`` on every tensor,
+    with c_attn split into its Q, K, V blocks first (that code stores them as separate d×d matrices). The
+    architecture is kept (LayerNorm stays LayerNorm, per-dimension gains stay, ε unchanged); the heads are
+    re-split to head_dim = m / n_head. Note: 'by shape' also maps an unrelated axis that happens to have
+    length d (e.g. learned positions when block_size == d) — as that code does."""
+    m, d = T.shape
+    check_porting(cfg, m, "paper_code")
+    T = T.to(sd["transformer.wte.weight"].dtype)
+    out = {}
+    for name, t in sd.items():
+        if cfg.head == "tied" and name == "lm_head.weight":
+            continue
+        if name.endswith(".attn.c_attn.weight") or name.endswith(".attn.c_attn.bias"):
+            out[name] = torch.cat([paper_code_map(block, T) for block in t.split(d)])
+        else:
+            out[name] = paper_code_map(t, T)
+    if cfg.head == "tied":
+        out["lm_head.weight"] = out["transformer.wte.weight"]
+    cfg = copy.deepcopy(cfg)
+    cfg.n_embd, cfg.head_dim = m, m // cfg.n_head
+    return out, cfg
+
+
+def paper_code_projection(kind: str, T: torch.Tensor) -> torch.Tensor:
+    """The paper's code's JL matrix: its Gaussian is ours (N(0, 1/m)); its orthogonal kind is Qᵀ/√m."""
+    return T / math.sqrt(T.shape[0]) if kind == "orthogonal" else T
+
+
+def restore_attention_scale(sd: dict, cfg: GPTConfig, d: int) -> None:
+    """Q → √(m/d)·Q (weights and bias) after a port that re-split the heads to m / n_head: the logits
+    q·k/√(m/n_head) then equal the original scale q·k/√(d/n_head)."""
+    m = cfg.n_embd
+    factor = math.sqrt(m / d)
+    for attn in residual_roles(cfg).attention:
+        for suffix in (".c_attn.weight", ".c_attn.bias"):
+            name = attn + suffix
+            if name in sd:
+                q, k, v = sd[name].split(cfg.n_head * cfg.head_dim)
+                sd[name] = torch.cat([q * factor, k, v])
+
+
 def mean_preserving(T: torch.Tensor) -> torch.Tensor:
     """Householder-correct an orthonormal-column T (m×d, m ≥ d) so that T·1_d/√d = 1_m/√m. Then T maps
     mean-free vectors to mean-free vectors, so after ``fold`` every norm input stays mean-free at width m,
@@ -648,14 +721,20 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
 def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting: str = "residual",
                     norms: str = "fold", seed: int = 0, calibration_loader: BatchLoader | None = None,
                     calib_batches: int = 8, grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
-                    pca_damping: float = 1e-6, keep_layernorm: bool = False) -> tuple[GPT, dict]:
+                    pca_damping: float = 1e-6, keep_layernorm: bool = False,
+                    restore_attn_scale: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
-    porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise)
+    porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
+                              restore_attn_scale)
     d, m = model.config.n_embd, width
     if kind == "pca" and calibration_loader is None:
         raise TransformError("kind='pca' needs calibration data: pass calibration_loader (the CLI uses the "
                              "checkpoint's training data, or --data_dir)")
-    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
+    if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
+        sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
+                                                                                 "shape, architecture kept"]
+    else:
+        sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
     calibration = None
     if calibration_loader is not None:
         calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed)
@@ -663,8 +742,16 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()
-    reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed) if grow_noise > 0 else None
-    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv)
+    if porting == "paper_code":
+        T = paper_code_projection(kind, T)
+        T_pinv = pseudo_inverse(T)
+        new_sd, new_cfg = paper_code_weights(sd, cfg, T)
+    else:
+        reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed) if grow_noise > 0 else None
+        new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv)
+    if restore_attn_scale:
+        restore_attention_scale(new_sd, new_cfg, d)
+        notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
     if keep_layernorm:
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
@@ -677,7 +764,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     orthonormal = bool(torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-9)) if m >= d else False
     exact = (porting == "residual" and orthonormal and norms == "fold"
              and not any(n.startswith("APPROX") for n in notes))
-    record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting, "norms": norms,
+    record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting,
+              "norms": "kept" if porting == "paper_code" else norms, "restore_attn_scale": restore_attn_scale,
               "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes,
               "T": T.float(), "T_pinv": T_pinv.float()}
@@ -690,7 +778,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     check_output_dir(cfg.out_dir, cfg.in_dir, cfg.overwrite)
     ckpt = load_checkpoint(cfg.in_dir)
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
-    check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise)
+    check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
+                    cfg.restore_attn_scale)
     loader = None
     if cfg.kind == "pca" or cfg.eval_iters != 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
@@ -699,7 +788,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     new_model, record = transform_model(
         model, cfg.width, kind=cfg.kind, porting=cfg.porting, norms=cfg.norms, seed=cfg.seed,
         calibration_loader=loader, calib_batches=cfg.calib_batches, grow_noise=cfg.grow_noise, jl_eps=cfg.jl_eps,
-        jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm)
+        jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
+        restore_attn_scale=cfg.restore_attn_scale)
     record["source"] = os.path.abspath(cfg.in_dir)
     if loader is not None and cfg.eval_iters != 0:
         if cfg.eval_reference:

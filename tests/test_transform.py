@@ -284,3 +284,76 @@ def test_porting_head_is_an_alias_of_residual():
         transform_model(model, 20, porting="heads")
     with pytest.raises(TransformError, match="norms='fodl' is not one of"):
         canonicalize(model.state_dict(), model.config, "fodl")
+
+
+# ----------------------------------------------------------------------------------------------
+# The paper's public code (porting='paper_code') and the attention-scale attribution
+
+
+def test_paper_code_maps_every_axis_of_length_d_by_shape():
+    model = random_model(4, bias=True, head="linear")  # LayerNorm with per-dimension gains and biases
+    d, m = 16, 12
+    new, record = transform_model(model, m, kind="gaussian", porting="paper_code", seed=5)
+    T = make_projection("gaussian", d, m, seed=5)[0].float()
+    old, sd = model.state_dict(), new.state_dict()
+    b = "transformer.h.0"
+    close = dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sd["transformer.wte.weight"], old["transformer.wte.weight"] @ T.T, **close)
+    torch.testing.assert_close(sd["lm_head.weight"], old["lm_head.weight"] @ T.T, **close)  # Tᵀ, not T⁺
+    torch.testing.assert_close(sd[f"{b}.ln_1.weight"], T @ old[f"{b}.ln_1.weight"], **close)  # gains stay vectors
+    torch.testing.assert_close(sd[f"{b}.ln_1.bias"], T @ old[f"{b}.ln_1.bias"], **close)
+    for i in range(3):  # Q, K, V each T·W·Tᵀ, biases T·b
+        block = old[f"{b}.attn.c_attn.weight"][i * d:(i + 1) * d]
+        torch.testing.assert_close(sd[f"{b}.attn.c_attn.weight"][i * m:(i + 1) * m], T @ block @ T.T, **close)
+        bias = old[f"{b}.attn.c_attn.bias"][i * d:(i + 1) * d]
+        torch.testing.assert_close(sd[f"{b}.attn.c_attn.bias"][i * m:(i + 1) * m], T @ bias, **close)
+    torch.testing.assert_close(sd[f"{b}.attn.c_proj.weight"], T @ old[f"{b}.attn.c_proj.weight"] @ T.T, **close)
+    torch.testing.assert_close(sd[f"{b}.mlp.c_fc.weight"], old[f"{b}.mlp.c_fc.weight"] @ T.T, **close)
+    torch.testing.assert_close(sd[f"{b}.mlp.c_fc.bias"], old[f"{b}.mlp.c_fc.bias"], **close)  # length 4d: kept
+    torch.testing.assert_close(sd[f"{b}.mlp.c_proj.weight"], T @ old[f"{b}.mlp.c_proj.weight"], **close)
+    cfg = new.config
+    assert (cfg.norm_type, cfg.norm_gain, cfg.norm_eps) == ("layernorm", "vector", model.config.norm_eps)
+    assert (cfg.n_embd, cfg.head_dim) == (m, m // model.config.n_head)
+    assert record["porting"] == "paper_code" and record["norms"] == "kept" and not record["exact"]
+
+
+def test_paper_code_orthogonal_map_is_q_transpose_over_sqrt_m():
+    model = random_model(1)
+    _, record = transform_model(model, 8, kind="orthogonal", porting="paper_code", seed=2)
+    T = record["T"].double()
+    torch.testing.assert_close(T @ T.T, torch.eye(8, dtype=torch.float64) / 8, atol=1e-6, rtol=0)
+    torch.testing.assert_close(T * math.sqrt(8), make_projection("orthogonal", 16, 8, seed=2)[0], atol=1e-6, rtol=0)
+
+
+def test_paper_code_tied_head_stays_tied():
+    new, _ = transform_model(random_model(2, head="tied"), 12, kind="gaussian", porting="paper_code")
+    assert new.lm_head.weight.data_ptr() == new.transformer.wte.weight.data_ptr()
+
+
+def test_restoring_the_attention_scale_makes_a_one_head_orthogonal_sandwich_growth_exact():
+    model = random_model(3, n_head=1, norm_type="rmsnorm", norm_gain="scalar", bias=False)
+    with torch.no_grad():  # sharp attention and a confident head, so the scale visibly matters
+        for block in model.transformer.h:
+            block.attn.c_attn.weight.mul_(8)
+        model.lm_head.weight.mul_(20)
+    idx = torch.randint(0, 11, (2, 8))
+    ref = outputs(model, idx).log_softmax(-1)
+    plain, _ = transform_model(model, 32, kind="orthogonal", porting="sandwich", seed=1)
+    restored, record = transform_model(model, 32, kind="orthogonal", porting="sandwich", seed=1,
+                                       restore_attn_scale=True)
+    assert (outputs(plain, idx).log_softmax(-1) - ref).abs().max() > 1e-3  # the scale update alone changes it
+    torch.testing.assert_close(outputs(restored, idx).log_softmax(-1), ref, atol=1e-4, rtol=0)
+    assert record["restore_attn_scale"] and any("attention scale restored" in n for n in record["notes"])
+    # the paper's code is not exact even then: its readers get Tᵀ ≠ T⁺ for Qᵀ/√m, and it folds nothing
+    code, _ = transform_model(model, 32, kind="orthogonal", porting="paper_code", seed=1, restore_attn_scale=True)
+    assert (outputs(code, idx).log_softmax(-1) - ref).abs().max() > 1e-2
+
+
+def test_paper_code_and_attention_scale_bad_requests():
+    model = random_model(0)
+    with pytest.raises(TransformError, match="paper's code, whose maps are"):
+        transform_model(model, 8, kind="srht", porting="paper_code")
+    with pytest.raises(TransformError, match="restore_attn_scale applies to porting='sandwich' or 'paper_code'"):
+        transform_model(model, 8, kind="orthogonal", porting="residual", restore_attn_scale=True)
+    with pytest.raises(TransformError, match="porting='paper_code' re-splits the heads"):
+        transform_model(model, 9, kind="gaussian", porting="paper_code")
