@@ -8,6 +8,12 @@ evaluation step whose val loss is ≤ (1 + recover_tol) × the reference model's
 is the untransformed model named in the transform record (evaluated on the same val batches), or
 ``reference_val_loss`` when given. Everything lands in out_dir/metrics.jsonl, out_dir/finetune.json,
 the checkpoint's ``finetune`` record and wandb.
+
+A reference that got no extra training flatters recovery (finetuning an exact copy also lowers its loss), so
+recovery is measured against a **control**: ``--control_dir`` names a finished finetune of the untransformed
+model (its canonical same-width form: ``transform.py --kind=truncate --width=d``) run with the identical
+recipe, data order and eval batches; the record then holds the gap to the control at every evaluation and
+the steps to recover against it (the first evaluation with val ≤ (1 + recover_tol) × the control's val).
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ class FinetuneConfig(TrainConfig):
     out_dir: str = ""  # where the finetuned ckpt.pt, metrics.jsonl and finetune.json go (required)
     recover_tol: float = 0.01  # recovered when val ≤ (1 + tol) × reference val loss
     reference_val_loss: float | None = None  # None: evaluate the reference named in the transform record
+    control_dir: str = ""  # a finished finetune of the untransformed model with this recipe: recovery vs control
     dataset: str = ""  # '' → the dataset recorded in in_dir's checkpoint
     learning_rate: float = 3e-4
     min_lr: float = 3e-5
@@ -50,6 +57,9 @@ class FinetuneConfig(TrainConfig):
             raise ConfigError("in_dir is required: --in_dir=DIR (the checkpoint to finetune), or --init_from=gpt2")
         if not self.out_dir:
             raise ConfigError("out_dir is required: --out_dir=DIR")
+        if self.control_dir and os.path.abspath(self.control_dir) == os.path.abspath(self.out_dir):
+            raise ConfigError("control_dir is out_dir: the control is another finetune run (of the untransformed "
+                              "model); give its directory")
         if self.recover_tol < 0:
             raise ConfigError(f"recover_tol must be >= 0, got {self.recover_tol}")
         super().validate()
@@ -64,8 +74,47 @@ def reference_loss(cfg: FinetuneConfig, record: dict | None, loader: BatchLoader
     source = record.get("source")
     if source and os.path.exists(os.path.join(source, "ckpt.pt")):
         reference, _ = load_model(source, device=loader.device)
-        return evaluate_loss(reference, loader, "val", cfg.eval_iters, cfg.seed)
+        return evaluate_loss(reference, loader, "val", cfg.eval_iters, cfg.eval_batch_seed())
     return record.get("val_loss_before")
+
+
+# the settings that make two finetunes comparable step for step (same data order, eval batches and schedule)
+RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "learning_rate", "min_lr", "warmup_iters",
+          "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
+          "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir")
+
+
+def read_control(cfg: FinetuneConfig) -> list:
+    """The control's recovery curve, after checking it is finished and ran the identical recipe."""
+    path = os.path.join(cfg.control_dir, "finetune.json")
+    if not os.path.exists(path):
+        raise ConfigError(f"--control_dir={cfg.control_dir} holds no finetune.json: finetune the untransformed model "
+                          "there first, with this recipe")
+    with open(path) as f:
+        control = json.load(f)
+    theirs = control.get("config", {})
+    ours = dataclasses.asdict(cfg)
+    for key in ("eval_seed", "data_dir"):  # compare what they resolve to
+        ours[key] = cfg.eval_batch_seed() if key == "eval_seed" else os.path.abspath(cfg.resolved_data_dir())
+        theirs[key] = (theirs.get("seed") if theirs.get("eval_seed", -1) < 0 else theirs["eval_seed"]
+                       ) if key == "eval_seed" else os.path.abspath(theirs.get("data_dir") or "")
+    differ = [f"{k}: {theirs.get(k)!r} there vs {ours[k]!r} here" for k in RECIPE if theirs.get(k) != ours[k]]
+    if differ:
+        raise ConfigError(f"--control_dir={cfg.control_dir} ran another recipe ({'; '.join(differ)}); a control "
+                          "must match it exactly")
+    return control["curve"]
+
+
+def against_control(curve: list, control_curve: list, tol: float) -> dict:
+    """The gap val / control − 1 at every evaluation step, and the first step where it is ≤ tol (None: never)."""
+    control = {step: val for step, val in control_curve}
+    missing = [step for step, _ in curve if step not in control]
+    if missing:
+        raise ConfigError(f"the control has no evaluation at steps {missing[:5]}: it must use the same eval_interval "
+                          "and max_iters")
+    gaps = [[step, val / control[step] - 1] for step, val in curve]
+    return {"gap_to_control": gaps,
+            "steps_to_recover_vs_control": next((step for step, gap in gaps if gap <= tol), None)}
 
 
 class RecoveryTracker:
@@ -103,6 +152,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     cfg.data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir or (dataset_dir(cfg.dataset) if cfg.dataset else ""))
     cfg.dataset = cfg.dataset or (ckpt.get("config") or {}).get("dataset") or os.path.basename(cfg.data_dir)
     check_tokenizer(ckpt, cfg.data_dir)
+    control_curve = read_control(cfg) if cfg.control_dir else None
     record = ckpt.get("finetune") if resume else None
     if record is None:
         loader = BatchLoader(cfg.resolved_data_dir(), ckpt["model_args"]["block_size"], cfg.batch_size)
@@ -115,6 +165,9 @@ def finetune(cfg: FinetuneConfig) -> dict:
     summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=RecoveryTracker(record),
                     extra_checkpoint=extra)
     summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve")})
+    if control_curve is not None:
+        summary["control_dir"] = os.path.abspath(cfg.control_dir)
+        summary.update(against_control(record["curve"], control_curve, cfg.recover_tol))
     os.makedirs(cfg.out_dir, exist_ok=True)
     with open(os.path.join(cfg.out_dir, "finetune.json"), "w") as f:
         json.dump(dict(summary, config=dataclasses.asdict(cfg)), f, indent=2)
@@ -127,6 +180,10 @@ def main(argv: list[str]) -> None:
     print(f"val loss {summary['val_loss']:.4f}" + (f" (reference {ref:.4f})" if ref is not None else ""))
     steps = summary["steps_to_recover"]
     print("steps to recover: " + (str(steps) if steps is not None else "not recovered within max_iters"))
+    if "gap_to_control" in summary:
+        steps = summary["steps_to_recover_vs_control"]
+        print(f"gap to the control at the end: {summary['gap_to_control'][-1][1]:+.2%}; steps to recover vs the "
+              "control: " + (str(steps) if steps is not None else "not within max_iters"))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ class TrainConfig(GPTConfig):
     eval_interval: int = 250  # evaluate (and maybe save) every this many iterations
     log_interval: int = 10  # a console/metrics line every this many iterations
     eval_iters: int = 200  # fixed random batches per split at each evaluation
+    eval_seed: int = -1  # seed of those fixed batches; -1: the run's seed (fix it to compare runs of other seeds)
     eval_only: bool = False  # evaluate once and exit
     always_save_checkpoint: bool = True  # save at every evaluation (False: only when val loss improves, and at the end)
     init_from: str = "scratch"  # 'scratch' | 'resume' | 'gpt2' | 'gpt2-medium' | 'gpt2-large' | 'gpt2-xl'
@@ -116,6 +117,8 @@ class TrainConfig(GPTConfig):
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        if self.eval_seed < -1:
+            raise ConfigError(f"eval_seed must be >= 0, or -1 for the run's seed; got {self.eval_seed}")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         if self.weight_decay < 0:
@@ -127,6 +130,9 @@ class TrainConfig(GPTConfig):
         args = {f: getattr(self, f) for f in GPTConfig.field_names()}
         args.update(overrides)
         return args
+
+    def eval_batch_seed(self) -> int:
+        return self.seed if self.eval_seed < 0 else self.eval_seed
 
     def resolved_data_dir(self) -> str:
         return dataset_dir(self.dataset, self.data_dir)
@@ -352,7 +358,8 @@ def save(run: Run, val_loss: float, complete: bool) -> None:
 
 def evaluate(run: Run) -> dict:
     """Mean loss on the fixed eval batches of both splits; a non-finite loss stops the run."""
-    losses = {split: evaluate_loss(run.eval_model, run.loader, split, run.cfg.eval_iters, run.cfg.seed,
+    cfg = run.cfg
+    losses = {split: evaluate_loss(run.eval_model, run.loader, split, cfg.eval_iters, cfg.eval_batch_seed(),
                                    run.rt.autocast()) for split in ("train", "val")}
     for split, value in losses.items():
         if not math.isfinite(value):

@@ -59,3 +59,38 @@ def test_finetune_resumes_exactly_through_the_training_loop(trained_dir, char_da
     assert losses("a") == losses("b") and sorted(losses("a")) == list(range(20))
     a, b = load_checkpoint(str(tmp_path / "a")), load_checkpoint(str(tmp_path / "b"))
     assert a["finetune"]["curve"] == b["finetune"]["curve"] and a["complete"] and b["complete"]
+
+
+def test_recovery_is_measured_against_a_control_with_the_identical_recipe(trained_dir, char_data_dir, tmp_path):
+    """The untransformed (canonical) model finetuned with the same recipe is the control: the transformed run's
+    record holds val / control − 1 at every eval, and its steps to recover are counted against the control."""
+    import pytest
+
+    from errors import ConfigError
+    from finetune import against_control
+    d = load_checkpoint(trained_dir)["model_args"]["n_embd"]
+    for name, width, kind in (("canonical", d, "truncate"), ("shrunk", 24, "pca")):
+        transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / name), width=width,
+                                             kind=kind, data_dir=char_data_dir, eval_iters=0))
+    overrides = [a for a in TINY_MODEL if a.split("=")[0] in ("--batch_size", "--eval_iters", "--progress_bar")]
+    recipe = overrides + ["--max_iters=20", "--eval_interval=10", "--seed=7", "--eval_seed=3"]
+    control = finetune(load_config(FinetuneConfig, recipe + [f"--in_dir={tmp_path / 'canonical'}",
+                                                             f"--out_dir={tmp_path / 'control'}"]))
+    run = finetune(load_config(FinetuneConfig, recipe + [f"--in_dir={tmp_path / 'shrunk'}",
+                                                         f"--out_dir={tmp_path / 'ft'}",
+                                                         f"--control_dir={tmp_path / 'control'}"]))
+    control_val = dict(control["curve"])
+    assert [s for s, _ in run["gap_to_control"]] == [0, 10, 20]
+    for (step, val), (_, gap) in zip(run["curve"], run["gap_to_control"]):
+        assert gap == pytest.approx(val / control_val[step] - 1)
+    assert run["gap_to_control"][0][1] > 0  # the shrunk model starts worse than the control
+    with pytest.raises(ConfigError, match="ran another recipe .*seed: 7 there vs 8 here"):
+        finetune(load_config(FinetuneConfig, overrides + [
+            "--max_iters=20", "--eval_interval=10", "--seed=8", "--eval_seed=3", f"--in_dir={tmp_path / 'shrunk'}",
+            f"--out_dir={tmp_path / 'other'}", f"--control_dir={tmp_path / 'control'}"]))
+    assert not os.path.exists(tmp_path / "other")  # checked before any work
+    with pytest.raises(ConfigError, match="holds no finetune.json"):
+        finetune(load_config(FinetuneConfig, recipe + [f"--in_dir={tmp_path / 'shrunk'}",
+                                                       f"--out_dir={tmp_path / 'x'}", f"--control_dir={tmp_path}"]))
+    gaps = against_control([[0, 3.0], [10, 2.2], [20, 2.0]], [[0, 2.0], [10, 2.0], [20, 2.0]], 0.01)
+    assert gaps["steps_to_recover_vs_control"] == 20 and gaps["gap_to_control"][0] == [0, 0.5]
