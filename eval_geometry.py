@@ -297,6 +297,19 @@ def check_related(cfg: GeometryConfig, ref_ckpt: dict, new_ckpt: dict | None) ->
                               "model as --ref_dir, or --allow_unrelated=True to compare them anyway")
 
 
+def reader_alignment(ref: GPT, new: GPT, record: dict) -> float:
+    """``geometry.reader_alignment`` over every reader of the residual stream whose rows the port kept (all of
+    them under residual porting; the MLP and head under sandwich), against the canonical reference's readers
+    (gains folded in as the transform did; the raw reference for paper_code, which folds nothing)."""
+    from transform import canonical_model, residual_roles
+    base = ref if record["norms"] == "kept" else canonical_model(ref, record["norms"])[0]
+    ref_sd, new_sd = base.state_dict(), new.state_dict()
+    pairs = [(ref_sd.get(f"{r}.weight"), new_sd.get(f"{r}.weight")) for r in residual_roles(base.config).readers]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None and a.shape[0] == b.shape[0]]
+    return geo.reader_alignment(torch.cat([a for a, _ in pairs]), torch.cat([b for _, b in pairs]),
+                                record["T"].double())
+
+
 def evaluate_geometry(cfg: GeometryConfig) -> dict:
     """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb."""
     check_writable_dir(cfg.out_dir)
@@ -366,6 +379,8 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
         metrics["feature_alignment"] = {
             "frequent_tokens": geo.feature_alignment(E_ref[frequent], T, T_pinv),
             "principal_directions": geo.feature_alignment(Vh[: cfg.n_features], T, T_pinv)}
+        if new is not None:
+            metrics["feature_alignment"]["readers"] = reader_alignment(ref, new, record)
     if new is not None:
         maps["model"] = probes["Y"]
     metrics["angular_error"], metrics["concordance"] = {}, {}
@@ -440,7 +455,8 @@ def main(argv: list[str]) -> None:
                   f"HC {hc['pearson']:.4f} (Spearman {hc['spearman']:.4f})")
     if "feature_alignment" in m:
         fa = m["feature_alignment"]
-        print(f"FA: frequent tokens {fa['frequent_tokens']:.4f}, principal directions {fa['principal_directions']:.4f}")
+        print(f"FA: frequent tokens {fa['frequent_tokens']:.4f}, principal directions {fa['principal_directions']:.4f}"
+              + (f", readers {fa['readers']:.4f}" if "readers" in fa else ""))
     print(f"wrote {os.path.join(cfg.out_dir, 'metrics.json')} and {len(m['figures'])} figures")
 
 

@@ -96,10 +96,20 @@ def sample_pairs(n: int, count: int, seed: int = 0) -> tuple[torch.Tensor, torch
 def feature_alignment(W: torch.Tensor, T: torch.Tensor, T_pinv: torch.Tensor) -> float:
     """FA = mean_k cos(w_k, T⁺·T·w_k): how much of each feature direction w_k (a row of W, in the
     reference space) survives the round trip through the new space. (w_k and T·w_k live in spaces of
-    different dimension, so the comparison is made after mapping back with T⁺.)"""
+    different dimension, so the comparison is made after mapping back with T⁺.) For any full-rank T with
+    m ≥ d, T⁺T = I and FA ≡ 1: it measures only shrinking (see ``reader_alignment``)."""
     W = W.double()
     round_trip = W @ T.double().T @ T_pinv.double().T
     return F.cosine_similarity(W, round_trip, dim=1).mean().item()
+
+
+def reader_alignment(W_ref: torch.Tensor, W_new: torch.Tensor, T: torch.Tensor) -> float:
+    """FA_readers = mean_k cos(w'_k, T·w_k): does the transformed model read its residual stream along the
+    images T·w_k of the original readers' directions (rows w_k of W_ref, d wide; w'_k the same rows of the new
+    model, m wide)? Unlike FA, which is identically 1 for every full-rank T at m ≥ d, this measures something
+    there: a Gaussian T with readers W·T⁺ gives (T⁺)ᵀw ≠ T·w, and finetuning moves readers away."""
+    mapped = W_ref.double() @ T.double().T
+    return F.cosine_similarity(W_new.double(), mapped, dim=1).mean().item()
 
 
 def excess_kurtosis(x: torch.Tensor) -> float:
@@ -178,12 +188,13 @@ def similarity_scores(h: torch.Tensor, E: torch.Tensor, kind: str) -> torch.Tens
 
 def ndcg_at_k(scores: torch.Tensor, relevance: torch.Tensor, k: int) -> float:
     """Mean over rows of DCG@k(ranking by ``scores``) / DCG@k(ideal ranking), with graded relevance
-    (here: the model's next-token probabilities) and discount 1/log2(rank + 1)."""
+    (here: the model's next-token probabilities), gain 2^rel − 1 and discount 1/log2(rank + 1) (thesis eq. 5.7)."""
     k = min(k, scores.shape[1])
     discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64))
+    gain = torch.exp2(relevance.double()) - 1
     top = scores.topk(k, dim=1).indices
-    dcg = (relevance.double().gather(1, top) * discount).sum(1)
-    ideal = (relevance.double().topk(k, dim=1).values * discount).sum(1)
+    dcg = (gain.gather(1, top) * discount).sum(1)
+    ideal = (gain.topk(k, dim=1).values * discount).sum(1)
     return (dcg / ideal.clamp_min(1e-300)).mean().item()
 
 

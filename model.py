@@ -264,9 +264,9 @@ class KnnHead(nn.Module):
 
 def embedding_norm_stats(embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(μ_E, σ_E, μ_E + 1.5·σ_E) of the row norms of an embedding matrix: the norm regularizer's threshold.
-    σ_E is torch's default (Bessel-corrected) std."""
+    σ_E is the population std (the thesis's eq. 5.12: divide by |V|, not |V| − 1)."""
     norms = embeddings.norm(dim=-1)
-    mean, std = norms.mean(), norms.std()
+    mean, std = norms.mean(), norms.std(correction=0)
     return mean, std, mean + 1.5 * std
 
 

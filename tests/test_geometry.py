@@ -101,12 +101,27 @@ def test_intrinsic_dimension():
     assert geo.intrinsic_dimension(torch.randn(2000, 20, generator=g)) > 15
 
 
+def test_reader_alignment_matches_naive_and_measures_something_where_fa_is_one():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    T = torch.randn(7, 4, generator=g, dtype=torch.float64)  # m ≥ d: FA ≡ 1 for any full-rank T
+    P = torch.linalg.pinv(T)
+    assert geo.feature_alignment(W, T, P) == pytest.approx(1.0)
+    W_new = W @ P  # the residual rule's readers
+    naive = sum(torch.nn.functional.cosine_similarity(W_new[k], T @ W[k], dim=0).item() for k in range(6)) / 6
+    assert geo.reader_alignment(W, W_new, T) == pytest.approx(naive)
+    assert geo.reader_alignment(W, W_new, T) < 0.99  # Gaussian T: (T⁺)ᵀw ≠ T·w
+    Q = torch.linalg.qr(T)[0]
+    assert geo.reader_alignment(W, W @ Q.T, Q) == pytest.approx(1.0)  # orthonormal columns: T⁺ = Tᵀ
+
+
 def test_ndcg_matches_naive_and_is_one_for_the_ideal_ranking():
     rel = torch.tensor([[0.5, 0.3, 0.1, 0.1]], dtype=torch.float64)
     scores = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
     order = [3, 2, 1]
-    dcg = sum(rel[0, t].item() / math.log2(r + 2) for r, t in enumerate(order))
-    ideal = 0.5 / math.log2(2) + 0.3 / math.log2(3) + 0.1 / math.log2(4)
+    gain = [2 ** r - 1 for r in rel[0].tolist()]  # thesis eq. 5.7: gain 2^rel − 1
+    dcg = sum(gain[t] / math.log2(r + 2) for r, t in enumerate(order))
+    ideal = gain[0] / math.log2(2) + gain[1] / math.log2(3) + gain[2] / math.log2(4)
     assert geo.ndcg_at_k(scores, rel, 3) == pytest.approx(dcg / ideal)
     assert geo.ndcg_at_k(rel, rel, 3) == pytest.approx(1.0)
 
@@ -152,6 +167,7 @@ def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_
         assert m["concordance"][flavour]["pearson"] == pytest.approx(1.0, abs=1e-6)
     assert m["kl"] < 1e-8 and m["top1_agreement"] == 1.0
     assert m["feature_alignment"]["frequent_tokens"] == pytest.approx(1.0, abs=1e-6)
+    assert m["feature_alignment"]["readers"] == pytest.approx(1.0, abs=1e-6)  # readers W·Tᵀ = images T·w
     saved = json.load(open(tmp_path / "g" / "metrics.json"))
     assert saved["loss"]["new"]["val_loss"] == pytest.approx(saved["loss"]["ref"]["val_loss"], abs=1e-5)
     for name in saved["figures"].values():
@@ -181,6 +197,7 @@ def test_shrink_loses_geometry_and_wandb_logs_offline(trained_dir, char_data_dir
                  f"--data_dir={char_data_dir}", "--wandb_log=True")
     assert m["angular_error"]["map"] > 0.01 and m["concordance"]["map"]["pearson"] < 0.999
     assert 0 < m["feature_alignment"]["principal_directions"] < 1
+    assert 0 < m["feature_alignment"]["readers"] < 0.99
     assert m["jl"]["empirical_eps"]["max"] > 0
     import glob
     assert glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
