@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Every experiment in the order the README's results were made (later ones reuse models that earlier ones
-# trained, cached in runs/), then the worked example and the README tables and figures. QUICK=1: CPU sizes.
+# Every experiment from an empty (or partial) cache in runs/, then the worked example and the README tables and
+# figures. Two lanes, one core each: first every trained model, then the experiments. QUICK=1: CPU sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -h|--help) sed -n '2,3p' "$0" | sed 's/^# //'; echo "usage: [QUICK=1] scripts/all.sh [--quick]"; exit 0;; esac
-for experiment in ppl_vs_width quantization heatmaps geometry_vs_width arch_ablation heads grow_staging; do
-  bash "scripts/$experiment.sh" "$@"
-done
-bash scripts/worked_example.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # two single-threaded lanes beat one two-threaded lane on 2 cores
+lanes() {  # run the two command lines given as $1 and $2 side by side; fail if either fails
+  bash -c "$1" & local a=$!
+  bash -c "$2" & local b=$!
+  local ra=0 rb=0
+  wait "$a" || ra=$?
+  wait "$b" || rb=$?
+  return $((ra || rb))
+}
+e="python scripts/experiments.py"
+lanes "$e models --lane 0 --lanes 2 $*" "$e models --lane 1 --lanes 2 $*"
+lanes "$e ppl_vs_width geometry_vs_width heatmaps $*" "$e arch_ablation heads quantization grow_staging $* && bash scripts/worked_example.sh"
 python scripts/report.py

@@ -41,67 +41,86 @@ def missing(name: str) -> str:
     return f"*Not run yet: `QUICK=1 scripts/{name}.sh` (CPU) or `scripts/{name}.sh` (GPU) fills this table.*"
 
 
-def seed_count(r: dict) -> int:
-    return max(len(row["zero_shot"].get("values", [0])) for row in r["rows"])
+def ms(x: dict, digits: int = 3) -> str:
+    """A mean_spread measurement: 'mean ± std' (n > 1) or 'mean'."""
+    if x["n"] > 1:
+        return f"{x['mean']:.{digits}f} ± {x['std']:.{digits}f}"
+    return f"{x['mean']:.{digits}f}"
+
+
+def steps(per_seed: list) -> str:
+    return "/".join("—" if x is None else str(x) for x in per_seed)
+
+
+def pct(x: dict) -> str:
+    return f"{100 * x['mean']:+.2f}% ± {100 * x['std']:.2f}" if x["n"] > 1 else f"{100 * x['mean']:+.2f}%"
+
+
+def rule_label(row: dict) -> str:
+    return row["porting"] + (" + attention scale restored" if row.get("restore_attn_scale") else "")
+
+
+def recovery_intro(ft: dict) -> str:
+    return (f"Finetuning: {ft['iters']} steps, eval every {ft['eval_interval']} steps on {ft['eval_iters']} fixed val "
+            f"batches (the same for every arm and seed); n = {ft['seeds']} finetuning seeds. Each run is measured "
+            "against its **control** — the untransformed model (canonical form, same width) finetuned with the same "
+            "seed, recipe, data order and eval batches. Steps to recover: first eval with val ≤ 1.01 × the control's "
+            "val at that step (one entry per seed; — = not within the budget). Gap: val / control − 1 at the end.")
 
 
 def ppl_vs_width(r: dict) -> str:
     ratios = sorted({row["ratio"] for row in r["rows"]})
-    lines = [f"Zero-shot val loss (full val split; original model: **{r['reference_val_loss']:.4f}**, d = {r['d']}); "
-             f"random kinds: mean ± std over n = {seed_count(r)} map seeds.", "",
-             "| kind | porting | " + " | ".join(f"m/d={x:g}" for x in ratios) + " |",
+    n = max(row["zero_shot"]["n"] for row in r["rows"])
+    lines = [f"Zero-shot val loss (full val split; original model **{r['reference_val_loss']:.4f}**, d = {r['d']}). "
+             f"Random kinds: mean ± std over n = {n} map seeds; pca is deterministic (n = 1). † = outside the paper's "
+             "stated method (Algorithm 1 is for m < d; for m > d the paper prescribes an orthonormal T with S = Tᵀ, "
+             "our `orthogonal` kind), shown for comparison only.", "",
+             "| porting | kind | " + " | ".join(f"m/d={x:g}" for x in ratios) + " |",
              "|---|---|" + "---|" * len(ratios)]
-    for porting in ("head", "sandwich"):
-        for kind in dict.fromkeys(row["kind"] for row in r["rows"]):
-            cells = []
-            for x in ratios:
-                row = next((row for row in r["rows"] if row["kind"] == kind and row["porting"] == porting
-                            and row["ratio"] == x), None)
-                if row is None:
-                    cells.append("n/a")
-                else:
-                    z = row["zero_shot"]
-                    cells.append(f"{z['mean']:.3f}" + (f" ± {z['std']:.3f}" if z["std"] > 0.0005 else ""))
-            lines.append(f"| {kind} | {porting} | " + " | ".join(cells) + " |")
-    ft = [row for row in r["rows"] if "finetuned" in row]
-    if ft:
-        lines += ["", f"After {r['finetune_iters']} finetuning steps (val loss on 50 fixed val batches; steps to "
-                      "recover = first eval within 1% of the original):", "",
-                  "| kind | porting | " + " | ".join(f"m/d={x:g}" for x in ratios) + " |",
-                  "|---|---|" + "---|" * len(ratios)]
-        for key in dict.fromkeys((row["kind"], row["porting"]) for row in ft):
-            cells = []
-            for x in ratios:
-                row = next((row for row in ft if (row["kind"], row["porting"]) == key and row["ratio"] == x), None)
-                if row is None:
-                    cells.append("n/a")
-                else:
-                    steps = row["steps_to_recover"]
-                    cells.append(f"{row['finetuned']:.3f} ({'—' if steps is None else steps})")
-            lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    for key in dict.fromkeys((rule_label(row), row["kind"]) for row in r["rows"]):
+        cells = []
+        for x in ratios:
+            row = next((row for row in r["rows"] if (rule_label(row), row["kind"]) == key and row["ratio"] == x),
+                       None)
+            cells.append("n/a" if row is None else ms(row["zero_shot"]) + ("" if row["in_paper_domain"] else " †"))
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    lines += ["", recovery_intro(r["finetune"]), "",
+              "| comparison | kind | porting | m | zero-shot (full val) | steps to recover vs control | "
+              "final gap to control | final val (control) |", "|---|---|---|---|---|---|---|---|"]
+    for row in r["recovery"]:
+        lines.append(f"| {row['group']} | {row['kind']} | {row['porting']} | {row['m']} | {row['zero_shot']:.3f} | "
+                     f"{steps(row['steps_to_recover_vs_control'])} | {pct(row['final_gap'])} | "
+                     f"{ms(row['final_val_loss'])} ({ms(row['control_val_loss'])}) |")
     lines += ["", "![val loss vs width](results/ppl_vs_width/ppl_vs_width.png)", "", provenance(r)]
     return "\n".join(lines)
 
 
 def geometry_vs_width(r: dict) -> str:
-    lines = [f"d = {r['d']}; map-level compares T·u with u, model-level the transformed model's own hidden state; "
-             "ε: max |‖Tu−Tv‖²/‖u−v‖² − 1| over probe pairs vs the JL guarantee at that width (δ = 0.05).", "",
-             "| kind | m | HC map | HC model | AE map (rad) | AE model (rad) | FA tokens | FA PCs | ε max | ε q99 "
+    n = max(row["hc_map"]["n"] for row in r["rows"])
+    lines = [f"d = {r['d']}; N = {r['n_points']} probes. Map-level compares T·u with u, model-level the transformed "
+             "model's own hidden state (residual porting, fold). ε: max |‖Tu−Tv‖²/‖u−v‖² − 1| over probe pairs vs the "
+             f"JL guarantee at that width (δ = 0.05). Random kinds: mean ± std over n = {n} map seeds. FA tokens / "
+             "FA PCs (cos(w, T⁺T·w)) are identically 1 for every full-rank T at m ≥ d, so they measure shrinking "
+             "only; FA readers = mean cos(w′, T·w) of the transformed model's readers against the images of the "
+             "original readers, which measures something at every width.", "",
+             "| kind | m | HC map | HC model | AE map (rad) | AE model (rad) | FA tokens | FA PCs | FA readers | ε max "
              "| JL bound ε |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in r["rows"]:
         bound = row["jl_eps_bound"]
-        lines.append(f"| {row['kind']} | {row['m']} | {row['hc_map']:.4f} | {row['hc_model']:.4f} | "
-                     f"{row['ae_map']:.4f} | {row['ae_model']:.4f} | {row['fa_tokens']:.3f} | {row['fa_pcs']:.3f} | "
-                     f"{row['jl_eps_empirical_max']:.3f} | {row['jl_eps_empirical_q99']:.3f} | "
+        lines.append(f"| {row['kind']} | {row['m']} | {ms(row['hc_map'])} | {ms(row['hc_model'])} | "
+                     f"{ms(row['ae_map'])} | {ms(row['ae_model'])} | {ms(row['fa_tokens'])} | {ms(row['fa_pcs'])} | "
+                     f"{ms(row['fa_readers'])} | {ms(row['jl_eps_empirical_max'], 2)} | "
                      f"{'none < 1' if bound is None else f'{bound:.3f}'} |")
     lines += ["", "![geometry vs width](results/geometry_vs_width/geometry_vs_width.png)", "", provenance(r)]
     return "\n".join(lines)
 
 
 def heatmaps(r: dict) -> str:
-    lines = ["| transform | val loss (10 val batches) | AE model (rad) | HC model |", "|---|---|---|---|"]
+    lines = ["One map seed each (n = 1: illustrations; the seed-averaged geometry is in the table above). The first "
+             "two rows share T (Gaussian, seed 0, m/d = 0.75): only the porting rule differs.", "",
+             "| transform | zero-shot val loss (full val) | AE model (rad) | HC model |", "|---|---|---|---|"]
     for label, row in r["runs"].items():
-        lines.append(f"| {label} | {row['val_loss']:.4f} | {row['ae_model']:.4f} | {row['hc_model']:.4f} |")
+        lines.append(f"| {label} | {row['zero_shot']:.4f} | {row['ae_model']:.4f} | {row['hc_model']:.4f} |")
     lines.append("")
     for label in r["runs"]:
         lines.append(f"**{label}**  ")
@@ -113,38 +132,35 @@ def heatmaps(r: dict) -> str:
 
 
 def arch_ablation(r: dict) -> str:
-    transforms = list(dict.fromkeys(row["transform"] for row in r["rows"]))
-    seeds = len(r["rows"][0].get("steps_per_seed") or [0])
-    lines = [f"Steps to recover (first eval, every 20 steps, within 1% of the variant's own original val loss; "
-             f"— = not within {r['finetune_iters']} steps; {seeds} finetuning seed{'s' if seeds > 1 else ''}, "
-             "'/'-separated), zero-shot → finetuned val loss (first seed).", "",
-             "| variant | original | " + " | ".join(transforms) + " |", "|---|---|" + "---|" * len(transforms)]
-    for variant in dict.fromkeys(row["variant"] for row in r["rows"]):
-        cells, reference = [], None
-        for t in transforms:
-            row = next(row for row in r["rows"] if row["variant"] == variant and row["transform"] == t)
-            reference = row["reference"]
-            per_seed = row.get("steps_per_seed") or [row["steps_to_recover"]]
-            steps = "/".join("—" if x is None else str(x) for x in per_seed)  # one entry per finetuning seed
-            cells.append(f"**{steps}** ({row['zero_shot']:.3f} → {row['finetuned']:.3f})")
-        lines.append(f"| {variant} | {reference:.3f} | " + " | ".join(cells) + " |")
+    mp = r["map"]
+    lines = [f"Every variant is transformed with the same map — {mp['kind']}, seed 0, m/d = {mp['ratio']:g} (inside "
+             "the paper's domain) — by the paper's rule (`sandwich`) and ours (`residual`), and finetuned against its "
+             "own control. Zero-shot and the variant's original loss on the full val split. " +
+             recovery_intro(r["finetune"]), "",
+             "| variant | original | porting | norms | head after | zero-shot | steps to recover vs control | "
+             "final gap to control |", "|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        lines.append(f"| {row['variant']} | {row['reference']:.3f} | {row['porting']} | {row['norms']} | "
+                     f"{row['head_after']} | {row['zero_shot']:.3f} | {steps(row['steps_to_recover_vs_control'])} | "
+                     f"{pct(row['final_gap'])} |")
     lines += ["", "![recovery curves](results/arch_ablation/recovery_curves.png)", "", provenance(r)]
     return "\n".join(lines)
 
 
 def heads(r: dict) -> str:
     sims = list(r["rows"][0]["ndcg"])
-    lines = [f"Val loss (full val split) and NDCG@{r['ndcg_k']} of each similarity between the final normed hidden "
-             "state and the token embeddings, against the model's own next-token distribution.", "",
-             "| head | norm_reg λ | val loss | μ_E | σ_E | mean ‖h‖ layers 1..L | "
+    n = r["rows"][0]["val_loss"]["n"]
+    lines = [f"Mean ± std over n = {n} training seeds. Val loss on the full val split; NDCG@{r['ndcg_k']} (gain "
+             "2^rel − 1) of each similarity between the final normed hidden state and the token embeddings, against "
+             "the model's own next-token distribution; μ_E, σ_E: mean and population std of the embedding norms.", "",
+             "| head | norm_reg λ | val loss | μ_E | σ_E | mean ‖h‖ layers 1..L (seed mean) | "
              + " | ".join(f"NDCG {s}" for s in sims) + " |",
              "|---|---|---|---|---|---|" + "---|" * len(sims)]
     for row in r["rows"]:
-        e = row["embedding_norms"]
-        norms = ", ".join(f"{x:.2f}" for x in row.get("hidden_norm_mean", [])[1:]) or "—"
-        lines.append(f"| {row['head']} | {row['norm_reg']:g} | {row['val_loss']:.4f} | {e['mean']:.2f} | "
-                     f"{e['std']:.2f} | {norms} | " + " | ".join(f"{row['ndcg'][s]:.3f}" for s in sims) + " |")
-    lines += ["", "Hidden-state norms, linear head without and with the regularizer:", "",
+        norms = ", ".join(f"{x:.2f}" for x in row["hidden_norm_mean"][1:]) or "—"
+        lines.append(f"| {row['head']} | {row['norm_reg']:g} | {ms(row['val_loss'], 4)} | {ms(row['mu_e'], 2)} | "
+                     f"{ms(row['sigma_e'], 2)} | {norms} | " + " | ".join(ms(row["ndcg"][s]) for s in sims) + " |")
+    lines += ["", "Hidden-state norms (seed 0), linear head without and with the regularizer:", "",
               "![norms](results/heads/head_linear_reg0.0_norms.png)",
               "![norms](results/heads/head_linear_reg0.1_norms.png)",
               "", provenance(r)]
@@ -153,38 +169,36 @@ def heads(r: dict) -> str:
 
 def grow_staging(r: dict) -> str:
     fl = r["flops_per_token"]
-    schedule = (f" Stage 1 stops halfway through its cosine; the grown model then runs a fresh cosine from the "
-                f"switch LR {r['lr_at_switch']:.2e} (no re-warmup) down to min_lr over its own "
-                f"{r['iters_per_stage']} steps — not the continuation of stage 1's schedule. Grown runs are "
-                f"evaluated on 100 val batches, stage 1 and scratch on 200 (two bases)." if "lr_at_switch" in r else "")
-    lines = [f"Stage 1 trains width d = 64 for {r['iters_per_stage']} iterations; it is grown to 2d = 128 "
-             f"(orthogonal, head porting: exact) and trained {r['iters_per_stage']} more.{schedule} Baseline: the "
-             f"same 2d architecture from scratch for {2 * r['iters_per_stage']} iterations. FLOPs/token: "
-             f"d {fl['d']:.3g}, 2d {fl['2d']:.3g}.", "",
+    lines = [f"Stage 1 trains width d = 64 for {r['iters_per_stage']} iterations, stopping halfway through its cosine; "
+             f"it is grown to 2d = 128 (orthogonal, residual porting: exact) and trained {r['iters_per_stage']} more "
+             f"with a fresh cosine from the switch LR {r['lr_at_switch']:.2e} (no re-warmup) down to min_lr — not the "
+             "continuation of stage 1's schedule. Baseline: the same 2d architecture from scratch for "
+             f"{2 * r['iters_per_stage']} iterations. Every curve is evaluated on the same {r['eval_iters']} fixed val "
+             f"batches. One training seed (n = 1). FLOPs/token: d {fl['d']:.3g}, 2d {fl['2d']:.3g}.", "",
              "| run | final val loss | training FLOPs | FLOPs to reach the scratch model's final loss "
              "| residual energy in range(T) |", "|---|---|---|---|---|",
              f"| 2d from scratch | {r['scratch'][-1][1]:.4f} | {r['scratch_flops_to_target']:.3g} | "
-             f"{r['scratch_flops_to_target']:.3g} | — |"]
-    if "scratch_loss_at_staged_compute" in r:
-        lines.append(f"| 2d from scratch, at the staged runs' compute | {r['scratch_loss_at_staged_compute']:.4f} | "
-                     f"{r['staged_total_flops']:.3g} | — | — |")
+             f"{r['scratch_flops_to_target']:.3g} | — |",
+             f"| 2d from scratch, at the staged runs' compute | {r['scratch_loss_at_staged_compute']:.4f} | "
+             f"{r['staged_total_flops']:.3g} | — | — |"]
     for label, c in r["grown"].items():
         hit = c["flops_to_target"]
-        total = f"{r['staged_total_flops']:.3g}" if "staged_total_flops" in r else "—"
-        lines.append(f"| {label} | {c['curve'][-1][1]:.4f} | {total} | {'not reached' if hit is None else f'{hit:.3g}'}"
-                     f" | {c['energy_in_range_T']:.4f} |")
+        lines.append(f"| {label} | {c['curve'][-1][1]:.4f} | {r['staged_total_flops']:.3g} | "
+                     f"{'not reached' if hit is None else f'{hit:.3g}'} | {c['energy_in_range_T']:.4f} |")
     lines += ["", "![grow staging](results/grow_staging/grow_staging.png)", "", provenance(r)]
     return "\n".join(lines)
 
 
 def quantization(r: dict) -> str:
-    lines = [f"Original model: val loss {r['original_val_loss']:.4f}, mean weight excess kurtosis "
-             f"{r['original_weight_kurtosis']:.2f}. Per-channel symmetric round-to-nearest on every weight matrix.",
-             "", "| rotation (same width, head porting) | fp32 | int8 | int4 | mean weight kurtosis |",
+    n = max(row["fp32"]["n"] for row in r["rows"])
+    lines = [f"Original model: val loss {r['original_val_loss']:.4f} (full val split), mean weight excess kurtosis "
+             f"{r['original_weight_kurtosis']:.2f}. Per-channel symmetric round-to-nearest on every weight matrix. "
+             f"Random rotations: mean ± std over n = {n} seeds.",
+             "", "| rotation (same width, residual porting) | fp32 | int8 | int4 | mean weight kurtosis |",
              "|---|---|---|---|---|"]
     for row in r["rows"]:
-        lines.append(f"| {row['rotation']} | {row['fp32']:.4f} | {row['int8']:.4f} | {row['int4']:.4f} | "
-                     f"{row['weight_kurtosis']:.2f} |")
+        lines.append(f"| {row['rotation']} | {ms(row['fp32'], 4)} | {ms(row['int8'], 4)} | {ms(row['int4'], 4)} | "
+                     f"{ms(row['weight_kurtosis'], 2)} |")
     lines += ["", provenance(r)]
     return "\n".join(lines)
 
@@ -205,16 +219,22 @@ def worked_example(_: dict | None) -> str:
                 f"{m['concordance']['map']['pearson']:.4f} | {m['concordance']['model']['pearson']:.4f} | "
                 f"{m['feature_alignment']['frequent_tokens']:.3f} |")
 
-    steps = ft["steps_to_recover"]
+    control = json.load(open(os.path.join(base, "control.json")))
+    vs_control = ft["steps_to_recover_vs_control"]
     return "\n".join([
         f"Transform: d = {rec['d']} → m = {rec['m']} ({rec['kind']}, {rec['porting']} porting, norms={rec['norms']}); "
         f"val loss (full val split) {rec['val_loss_before']:.4f} → {rec['val_loss_after']:.4f} zero-shot. "
-        f"Finetune: reference {ft['reference_val_loss']:.4f} (50 fixed val batches), final {ft['val_loss']:.4f}, "
-        f"**steps to recover (1%): {'not within 200' if steps is None else steps}**.", "",
+        f"Finetune {ft['config']['max_iters']} steps against the control (the untransformed "
+        f"model finetuned with the same recipe; {control['config']['eval_iters']} fixed val batches): control "
+        f"{control['val_loss']:.4f}, transformed {ft['val_loss']:.4f}, gap {100 * ft['gap_to_control'][-1][1]:+.2f}%; "
+        "**steps to recover (within 1% of the control): "
+        f"{'not within the budget' if vs_control is None else vs_control}** (within 1% of the un-finetuned "
+        f"original's {ft['reference_val_loss']:.4f}: "
+        f"{'never' if ft['steps_to_recover'] is None else ft['steps_to_recover']}).", "",
         "| model | val loss | KL(ref‖new) | top-1 agree | AE map | AE model | HC map | HC model | FA tokens |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| reference | {zs['loss']['ref']['val_loss']:.4f} | 0 | 1 | 0 | 0 | 1 | 1 | 1 |",
-        row("m=64 zero-shot", zs), row("m=64 + 200 steps", fm), "",
+        row("m=64 zero-shot", zs), row(f"m=64 + {ft['config']['max_iters']} steps", fm), "",
         "![layers](results/worked_example/finetuned/layers.png)",
         "![concordance](results/worked_example/finetuned/concordance.png)",
         "![norms](results/worked_example/finetuned/norm_heatmap.png)"])

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's worked example, with the CLIs a user would type:
-# train → transform (shrink to m/d = 0.5 with PCA, head porting) → finetune 200 steps → geometry eval.
+# train → transform (shrink to m/d = 0.5 with PCA, residual porting) → finetune 200 steps against a control
+# (the untransformed model finetuned with the same recipe) → geometry eval.
 # Writes runs/worked_example/* (checkpoints) and results/worked_example/ (JSON + PNG).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,10 +15,16 @@ python checkpoint.py "$runs/base" || python train.py configs/shakespeare_char.py
   --progress_bar=False --overwrite=True
 python transform.py --in_dir="$runs/base" --out_dir="$runs/m64" --width=64 --kind=pca --porting=residual --norms=fold \
   --overwrite=True
-python finetune.py --in_dir="$runs/m64" --out_dir="$runs/m64-ft" --max_iters=200 --progress_bar=False --overwrite=True
+# the control: the untransformed model in the transform's canonical form (T = I, width d = 128), same recipe
+python transform.py --in_dir="$runs/base" --out_dir="$runs/canonical" --width=128 --kind=truncate --porting=residual \
+  --norms=fold --eval_iters=0 --overwrite=True
+recipe=(--max_iters=200 --eval_interval=10 --eval_iters=20 --eval_seed=0 --progress_bar=False --overwrite=True)
+python finetune.py --in_dir="$runs/canonical" --out_dir="$runs/control" "${recipe[@]}"
+python finetune.py --in_dir="$runs/m64" --out_dir="$runs/m64-ft" --control_dir="$runs/control" "${recipe[@]}"
 python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64" --out_dir="$out/zero_shot" --wandb_log=False
 python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64-ft" --out_dir="$out/finetuned" --wandb_log=False
 cp "$runs/m64-ft/finetune.json" "$out/finetune.json"
+cp "$runs/control/finetune.json" "$out/control.json"
 python - "$runs" "$out" <<'PY'
 import json, sys, torch
 runs, out = sys.argv[1], sys.argv[2]

@@ -312,12 +312,11 @@ def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_
     """A SIGINT'd training run raises Interrupted: the harness writes no done.json, and the next call trains
     again (overwriting the partial run) instead of reusing it."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import experiments
-
+    import harness
     import train as train_module
     from cli import Interrupted
-    monkeypatch.setattr(experiments, "RUNS", str(tmp_path))
-    setting = experiments.Setting(quick=True)
+    monkeypatch.setattr(harness, "RUNS", str(tmp_path))
+    setting = harness.Setting(quick=True)
     args = [*TINY_MODEL, f"--data_dir={ctx.data}", "--max_iters=6", "--eval_interval=3"]
     real_step = train_module.optimisation_step
 
@@ -328,9 +327,9 @@ def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_
 
     monkeypatch.setattr(train_module, "optimisation_step", step_then_signal)
     with pytest.raises(Interrupted):
-        experiments.trained(setting, "partial", args)
-    (out,) = [p for p in tmp_path.iterdir() if p.name.startswith("partial")]
+        harness.trained(setting, "partial", args=args)
+    (out,) = [p for p in tmp_path.iterdir() if p.name.startswith("train-partial") and p.is_dir()]
     assert not (out / "done.json").exists() and not importlib.import_module("checkpoint").is_complete(str(out))
     monkeypatch.setattr(train_module, "optimisation_step", real_step)
-    assert experiments.trained(setting, "partial", args) == str(out)
+    assert harness.trained(setting, "partial", args=args) == str(out)
     assert (out / "done.json").exists() and torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] == 6

@@ -1,0 +1,233 @@
+"""
+The experiment harness: one cache for every run an experiment needs (train, transform, finetune, geometry),
+keyed by a hash of the run's full configuration, with one completion marker.
+
+    out_dir, result = cached("train", spec, build)
+
+``build(out_dir)`` runs once per distinct ``spec`` (the run's resolved configuration: editing a config file or a
+default changes the key) and returns a JSON-able result; ``runs/<stage>-<label>-<key>/done.json`` then holds it.
+A run that stops early (SIGINT, an error) writes no marker, so the next call builds it again from scratch; a lock
+per entry lets two lanes of ``scripts/all.sh`` share the cache without building anything twice.
+
+Every run is built through the project's own APIs (``train``, ``transform_checkpoint``, ``finetune``,
+``evaluate_geometry``), exactly as the command-line scripts do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import torch
+
+from checkpoint import load_model
+from configurator import load_config
+from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
+from eval_geometry import GeometryConfig, evaluate_geometry
+from finetune import FinetuneConfig, finetune
+from train import TrainConfig, train
+from transform import TransformConfig, transform_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNS = os.path.join(ROOT, "runs")
+RESULTS = os.path.join(ROOT, "results")
+MARKER = "done.json"
+# settings that change where a run writes or how it reports, never what it computes: outside the cache key
+NOT_IN_KEY = {"out_dir", "overwrite", "progress_bar", "wandb_log", "wandb_project", "wandb_run_name", "eval_reference"}
+
+
+class Setting:
+    """QUICK (CPU) or full (GPU) sizes of everything an experiment runs."""
+
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.base = [os.path.join(ROOT, "configs", "shakespeare_char.py")]
+        if not quick:
+            self.base.append(os.path.join(ROOT, "configs", "gpu.py"))
+        self.device = "cpu" if quick else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.seeds = (0, 1, 2) if quick else (0, 1, 2, 3, 4)
+        self.finetune_iters = 200 if quick else 1000
+        self.finetune_eval_interval = 10 if quick else 50
+        self.finetune_eval_iters = 20 if quick else 50
+        self.common = ["--progress_bar=False", "--wandb_log=" + os.environ.get("WANDB_LOG", "False")]
+
+
+# ----------------------------------------------------------------------------------------------
+# The cache
+
+
+def key_of(spec: dict) -> str:
+    return hashlib.sha1(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def relative(path: str) -> str:
+    """Paths inside the repository go into keys relative to it, so a moved clone keeps its cache."""
+    path = os.path.abspath(path)
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
+def spec_of(cfg, **extra) -> dict:
+    """A run's cache key material: its whole resolved config (minus NOT_IN_KEY), paths made relative."""
+    spec = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY}
+    for k in ("in_dir", "ref_dir", "control_dir", "data_dir"):
+        if spec.get(k):
+            spec[k] = relative(spec[k])
+    return dict(spec, **extra)
+
+
+@contextmanager
+def locked(path: str):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> tuple[str, dict]:
+    """(out_dir, result) of the run ``spec``, building it with ``build(out_dir)`` unless its marker exists."""
+    out = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(spec, stage=stage))}")
+    marker = os.path.join(out, MARKER)
+    with locked(out):
+        if not os.path.exists(marker):
+            started = time.time()
+            result = build(out)  # an exception or SIGINT leaves no marker: the next call starts over
+            tmp = marker + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"spec": spec, "result": result, "seconds": time.time() - started}, f, default=str)
+            os.replace(tmp, marker)
+    with open(marker) as f:
+        return out, json.load(f)["result"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The runs
+
+
+def trained(s: Setting, name: str, overlays: list[str] = (), args: list[str] = (), seed: int = 0) -> str:
+    """A model of the base config + config ``overlays`` + ``args`` (training seed 1337 + seed)."""
+    argv = s.base + list(overlays) + list(args) + s.common + [f"--seed={1337 + seed}", f"--device={s.device}"]
+    cfg = load_config(TrainConfig, argv)
+
+    def build(out: str) -> dict:
+        cfg.out_dir, cfg.overwrite = out, True  # a directory without a marker is a partial run: start again
+        return train(cfg)
+
+    return cached("train", f"{name}-s{seed}", spec_of(cfg), build)[0]
+
+
+def transformed(s: Setting, src: str, width: int, kind: str, porting: str = "residual", norms: str = "fold",
+                seed: int = 0, **options) -> tuple[str, dict]:
+    """``src`` transformed; the record holds the zero-shot val loss on the full val split."""
+    cfg = TransformConfig(in_dir=src, out_dir="", width=width, kind=kind, porting=porting, norms=norms, seed=seed,
+                          eval_iters=None, eval_reference=False, device=s.device, overwrite=True, **options)
+
+    def build(out: str) -> dict:
+        cfg.out_dir = out
+        record = transform_checkpoint(cfg)
+        return {k: v for k, v in record.items() if k not in ("T", "T_pinv")}
+
+    label = f"{os.path.basename(src).split('-')[1]}-{kind}-{porting}-m{width}"
+    return cached("transform", label, spec_of(cfg, source=os.path.basename(src)), build)
+
+
+def canonical(s: Setting, src: str, norms: str = "fold") -> str:
+    """The untransformed model in the form the transform gives it (T = I, same width): what controls finetune."""
+    d = load_model(src)[0].config.n_embd
+    return transformed(s, src, d, "truncate", "residual", norms)[0]
+
+
+def finetuned(s: Setting, src: str, seed: int = 0, control: str | None = None, iters: int | None = None) -> dict:
+    """A finetune with the experiments' one recipe (data order = seed; the eval batches are the same for every
+    seed and every arm); with ``control`` (a finetuned control's directory) it also measures against it."""
+    iters = iters or s.finetune_iters
+    args = s.common + [f"--in_dir={src}", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+                       f"--eval_interval={s.finetune_eval_interval}", f"--eval_iters={s.finetune_eval_iters}",
+                       "--eval_seed=0", f"--seed={1337 + seed}", f"--device={s.device}", "--log_interval=50",
+                       "--out_dir=unset"]
+    if control:
+        args.append(f"--control_dir={control}")
+    cfg = load_config(FinetuneConfig, args)
+
+    def build(out: str) -> dict:
+        cfg.out_dir, cfg.overwrite = out, True
+        summary = finetune(cfg)
+        return dict(summary, out_dir=out)
+
+    return cached("finetune", f"{os.path.basename(src).split('-', 1)[1][:40]}-s{seed}", spec_of(cfg), build)[1]
+
+
+def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | None = None) -> dict:
+    """Finetune ``src`` and its control (``control_src``: the untransformed model, canonical form) with each seed;
+    steps to recover and the gap are measured against the control of the same seed."""
+    runs = []
+    for seed in seeds or s.seeds:
+        control = finetuned(s, control_src, seed)
+        run = finetuned(s, src, seed, control=control["out_dir"])
+        runs.append({"seed": seed, "steps_to_recover_vs_control": run["steps_to_recover_vs_control"],
+                     "gap_to_control": run["gap_to_control"], "val_loss": run["val_loss"],
+                     "control_val_loss": control["val_loss"], "curve": run["curve"], "control_curve": control["curve"]})
+    final_gaps = [r["gap_to_control"][-1][1] for r in runs]
+    return {"seeds": runs, "steps_to_recover_vs_control": [r["steps_to_recover_vs_control"] for r in runs],
+            "final_gap": mean_spread(final_gaps), "final_val_loss": mean_spread([r["val_loss"] for r in runs]),
+            "control_val_loss": mean_spread([r["control_val_loss"] for r in runs])}
+
+
+def geometry(s: Setting, ref: str, new: str = "", **options) -> dict:
+    cfg = GeometryConfig(ref_dir=ref, in_dir=new, out_dir="", wandb_log=False, device=s.device, **options)
+
+    def build(out: str) -> dict:
+        cfg.out_dir = out
+        return dict(evaluate_geometry(cfg), out_dir=out)
+
+    return cached("geometry", os.path.basename(new or ref).split("-", 1)[1][:40], spec_of(cfg), build)[1]
+
+
+def full_val_loss(model_dir: str, device: str) -> float:
+    """Val loss over the whole val split (the zero-shot basis of every table)."""
+    model, ckpt = load_model(model_dir, device=device)
+    loader = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 32, device)
+    return evaluate_loss(model, loader, "val", None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers shared by the experiments
+
+
+def width(ratio: float, d: int, n_head: int) -> int:
+    """m = ratio·d rounded to a multiple of n_head (the sandwich rules re-split the heads), the same everywhere."""
+    return max(n_head, int(round(ratio * d / n_head)) * n_head)
+
+
+def mean_spread(values: list[float]) -> dict:
+    """Mean, sample std (n − 1) and n of a list of measurements."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values), "values": values}
+
+
+def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
+    out = os.path.join(RESULTS, experiment)
+    os.makedirs(out, exist_ok=True)
+    payload = dict(payload, meta={"quick": s.quick, "seconds": round(time.time() - started),
+                                  "hardware": hardware(), "command": f"scripts/{experiment}.sh"
+                                  + (" --quick" if s.quick else "")})
+    tmp = os.path.join(out, "results.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, os.path.join(out, "results.json"))
+    print(f"wrote {out}/results.json")
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__})"
