@@ -577,8 +577,8 @@ def paper_code_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor) -> tuple[dict,
     """The ``paper_code`` port of an un-canonicalized (state_dict, config): ``paper_code_map`` on every tensor,
     with c_attn split into its Q, K, V blocks first (that code stores them as separate d×d matrices). The
     architecture is kept (LayerNorm stays LayerNorm, per-dimension gains stay, ε unchanged); the heads are
-    re-split to head_dim = m / n_head. Note: 'by shape' also maps an unrelated axis that happens to have
-    length d (e.g. learned positions when block_size == d) — as that code does."""
+    re-split to head_dim = m / n_head. One deviation: the position axis of learned positions is never mapped
+    (mapping it 'by shape' when block_size == d would break the model rather than reproduce anything)."""
     m, d = T.shape
     check_porting(cfg, m, "paper_code")
     T = T.to(sd["transformer.wte.weight"].dtype)
@@ -588,6 +588,8 @@ def paper_code_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor) -> tuple[dict,
             continue
         if name.endswith(".attn.c_attn.weight") or name.endswith(".attn.c_attn.bias"):
             out[name] = torch.cat([paper_code_map(block, T) for block in t.split(d)])
+        elif name == "transformer.wpe.weight":  # rows are positions, even when block_size == d
+            out[name] = t @ T.T
         else:
             out[name] = paper_code_map(t, T)
     if cfg.head == "tied":

@@ -73,9 +73,19 @@ def relative(path: str) -> str:
     return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
 
 
+NEUTRAL = (None, False, 0, "", "none")
+
+
 def spec_of(cfg, **extra) -> dict:
-    """A run's cache key material: its whole resolved config (minus NOT_IN_KEY), paths made relative."""
-    spec = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY}
+    """A run's cache key material: its whole resolved config (minus NOT_IN_KEY), paths made relative. A field left
+    at a neutral default (off, 0, empty, None) is omitted, so adding a new option that defaults to off keeps every
+    existing key (and cached run) valid; any value that differs from it, or any other value, is in the key."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+
+    def neutral_default(k, v) -> bool:
+        return type(v) is type(defaults[k]) and v == defaults[k] and defaults[k] in NEUTRAL
+
+    spec = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY and not neutral_default(k, v)}
     for k in ("in_dir", "ref_dir", "control_dir", "data_dir"):
         if spec.get(k):
             spec[k] = relative(spec[k])

@@ -59,3 +59,47 @@ def test_keys_ignore_where_a_run_writes_and_use_repository_relative_paths():
 def test_widths_are_multiples_of_the_head_count():
     assert [harness.width(r, 128, 4) for r in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)] == [32, 64, 96, 128, 192, 256]
     assert harness.width(0.3, 100, 6) % 6 == 0 and harness.width(0.01, 100, 6) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
+                                        "quantization"])
+def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
+    """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
+    controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
+    import experiments
+    import report
+    for module in (harness, experiments, report):
+        monkeypatch.setattr(module, "RESULTS", str(tmp_path / "results"), raising=False)
+    monkeypatch.setattr(harness, "RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(experiments, "RATIOS", (0.5, 2.0))  # square random 16×16 maps can be singular
+    s = harness.Setting(quick=True)
+    s.base += ["--n_layer=1", "--n_embd=16", "--n_head=2", "--max_iters=4", "--eval_iters=2", "--eval_interval=2",
+               "--batch_size=4", "--block_size=16", f"--data_dir={char_data_dir}"]
+    s.seeds, s.finetune_iters, s.finetune_eval_interval, s.finetune_eval_iters = (0, 1), 4, 2, 2
+    getattr(experiments, experiment)(s)
+    result = json.load(open(tmp_path / "results" / experiment / "results.json"))
+    table = getattr(report, experiment)(result)
+    assert table.count("\n") > 4 and "Not run yet" not in table
+    if experiment in ("ppl_vs_width", "arch_ablation"):
+        rows = result["recovery"] if experiment == "ppl_vs_width" else result["rows"]
+        assert all(len(row["steps_to_recover_vs_control"]) == 2 for row in rows)
+        assert all([s for s, _ in row["seeds"][0]["gap_to_control"]] == [0, 2, 4] for row in rows)
+
+
+def test_a_new_option_that_defaults_to_off_keeps_existing_keys():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Old:
+        lr: float = 1e-3
+        dropout: float = 0.0
+
+    @dataclasses.dataclass
+    class New(Old):
+        refit: str = "none"  # a feature added later, off by default
+        steps: int = 0
+
+    assert harness.spec_of(Old()) == harness.spec_of(New()) == {"lr": 1e-3}
+    assert harness.spec_of(New(refit="all")) == {"lr": 1e-3, "refit": "all"}
+    assert harness.spec_of(Old(dropout=0.1)) == {"lr": 1e-3, "dropout": 0.1}
