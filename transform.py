@@ -54,6 +54,7 @@ from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
 from errors import ConfigError, TransformError
 from model import GPT, GPTConfig
+from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
 
 KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
 PORTINGS = ("residual", "sandwich", "paper_code")
@@ -83,6 +84,11 @@ class TransformConfig:
     seed: int = 0  # seed of the random map (and of the growth symmetry breaking)
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
+    # corrections after porting (refit.py), fitted on the calibration text; porting='residual'
+    refit: str = "none"  # 'none' | 'gains' (LS norm gains) | 'readers' (sequential LS readers) | 'all' (+ writers)
+    refit_ridge: float = 1e-4  # ridge of the least-squares refit, relative to the input's mean energy
+    learn_steps: int = 0  # > 0: learn T (orthonormal rows, m < d) for this many steps of KL(original ‖ new)
+    learn_lr: float = 1e-3  # Adam learning rate of the learned map
     # calibration: token embeddings + hidden states of every layer on training text (pca, JL bound)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
     calib_batches: int = 8  # training batches whose hidden states calibrate PCA and the JL bound
@@ -113,13 +119,20 @@ class TransformConfig:
         for name in ("calib_batches", "calib_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.refit not in REFIT_MODES:
+            raise ConfigError(f"refit={self.refit!r} is not one of {REFIT_MODES}")
+        if self.learn_steps < 0:
+            raise ConfigError(f"learn_steps must be >= 0 (0: keep the map of --kind), got {self.learn_steps}")
+        if self.refit_ridge < 0 or self.learn_lr <= 0:
+            raise ConfigError("refit_ridge must be >= 0 and learn_lr > 0")
         if self.eval_iters is not None and self.eval_iters < 0:
             raise ConfigError(f"eval_iters must be >= 0 (0 skips evaluation) or None (full val split), "
                               f"got {self.eval_iters}")
 
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
-                    keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False) -> str:
+                    keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False,
+                    refit: str = "none", learn_steps: int = 0) -> str:
     """Every check of a transform request against the model it applies to, in one place (every path calls
     it before any work). Returns the canonical porting name."""
     d, m = cfg.n_embd, width
@@ -142,6 +155,7 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
         if keep_layernorm or grow_noise > 0:
             raise TransformError("porting='paper_code' takes no keep_layernorm or grow_noise (the paper's code has "
                                  "neither); drop them")
+    check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm)
     if restore_attn_scale and porting == "residual":
         raise TransformError("restore_attn_scale applies to porting='sandwich' or 'paper_code' (porting='residual' "
                              "keeps the head size, so the scale never changes); drop --restore_attn_scale")
@@ -157,6 +171,26 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
         warnings.warn(f"width m={m} is more than 64× d={d}: the transformed model is {m // d}× as wide "
                       "(was that meant?)", stacklevel=2)
     return porting
+
+
+def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int, keep_layernorm: bool) -> None:
+    """Raise TransformError for a refit / learned-map request that cannot apply."""
+    if refit not in REFIT_MODES:
+        raise TransformError(f"refit={refit!r} is not one of {REFIT_MODES}")
+    if learn_steps < 0:
+        raise TransformError(f"learn_steps must be >= 0, got {learn_steps}")
+    if refit == "none" and learn_steps == 0:
+        return
+    if porting != "residual":
+        raise TransformError(f"refit and learn_steps need porting='residual' (porting={porting!r} re-splits the "
+                             "heads, so its Q/K/V outputs have no original counterpart to fit); use "
+                             "--porting=residual")
+    if keep_layernorm:
+        raise TransformError("keep_layernorm ports exactly (orthogonal, m ≥ d): there is nothing to refit; drop "
+                             "--refit / --learn_steps")
+    if learn_steps > 0 and m >= d:
+        raise TransformError(f"learn_steps learns a map with orthonormal rows for a shrink (m < d), got width={m}, "
+                             f"d={d}; at m ≥ d an orthogonal T is already exact")
 
 
 def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
@@ -723,15 +757,18 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
 def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting: str = "residual",
                     norms: str = "fold", seed: int = 0, calibration_loader: BatchLoader | None = None,
                     calib_batches: int = 8, grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
-                    pca_damping: float = 1e-6, keep_layernorm: bool = False,
-                    restore_attn_scale: bool = False) -> tuple[GPT, dict]:
+                    pca_damping: float = 1e-6, keep_layernorm: bool = False, restore_attn_scale: bool = False,
+                    refit: str = "none", refit_ridge: float = 1e-4, learn_steps: int = 0,
+                    learn_lr: float = 1e-3) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
-                              restore_attn_scale)
+                              restore_attn_scale, refit, learn_steps)
     d, m = model.config.n_embd, width
-    if kind == "pca" and calibration_loader is None:
-        raise TransformError("kind='pca' needs calibration data: pass calibration_loader (the CLI uses the "
-                             "checkpoint's training data, or --data_dir)")
+    for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
+                         ("learn_steps", learn_steps > 0)):
+        if needed and calibration_loader is None:
+            raise TransformError(f"{what} needs calibration data: pass calibration_loader (the CLI uses the "
+                                 "checkpoint's training data, or --data_dir)")
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
                                                                                  "shape, architecture kept"]
@@ -744,6 +781,22 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()
+    corrections: dict = {}
+    if refit != "none" or learn_steps > 0:
+        batches = calibration_batches(calibration_loader, calib_batches, seed)
+        original = model_from_state(dict(sd), cfg)
+    if learn_steps > 0:
+        skeleton = model_from_state(port_weights(dict(sd), cfg, T, T_pinv, porting)[0], cfg_at_width(cfg, m))
+
+        def differentiable_port(T_: torch.Tensor):
+            return skeleton, port_weights(dict(sd), cfg, T_, T_.T, porting)[0]
+
+        T, corrections["learned_map"] = learn_map(original, T, differentiable_port, batches, learn_steps, learn_lr,
+                                                  seed)
+        T_pinv = T.T.clone()
+        notes.append(f"map learned for {learn_steps} steps from kind={kind!r}: calibration KL "
+                     f"{corrections['learned_map']['initial']:.4f} → {corrections['learned_map']['learned']:.4f} "
+                     f"(kept: {corrections['learned_map']['kept']})")
     if porting == "paper_code":
         T = paper_code_projection(kind, T)
         T_pinv = pseudo_inverse(T)
@@ -758,6 +811,10 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
     new_model = model_from_state(new_sd, new_cfg)
+    if refit != "none":
+        corrections.update(apply_refit(original, new_model, T, batches, refit, refit_ridge))
+        notes.append(f"refit={refit}: calibration KL {corrections['calibration_kl_before']:.4f} → "
+                     f"{corrections['calibration_kl_after']:.4f}")
     n_points = calibration.count if calibration is not None else model.config.vocab_size
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
     if m < min_width and kind in ("gaussian", "rademacher", "sparse", "srht"):
@@ -769,9 +826,36 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting,
               "norms": "kept" if porting == "paper_code" else norms, "restore_attn_scale": restore_attn_scale,
               "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
-              "jl_min_width": min_width, "exact": exact, "notes": notes,
+              "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
+              "corrections": corrections,
               "T": T.float(), "T_pinv": T_pinv.float()}
     return new_model, record
+
+
+def cfg_at_width(cfg: GPTConfig, m: int) -> GPTConfig:
+    """The config ``port_weights`` gives a residual port to width m."""
+    new = copy.deepcopy(cfg)
+    new.n_embd, new.norm_eps = m, cfg.norm_eps * cfg.n_embd / m
+    return new
+
+
+def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor]) -> float:
+    with torch.no_grad():
+        return sum(kl_to_original(torch.log_softmax(original(b, all_logits=True)[0].float().flatten(0, -2), -1),
+                                  new(b, all_logits=True)[0]).item() for b in batches) / len(batches)
+
+
+def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], refit: str,
+                ridge: float) -> dict:
+    """``fit_gains`` or ``refit_layers`` on ``new`` (in place); the record of what was fitted and the calibration
+    KL(original ‖ new) before and after."""
+    out = {"calibration_kl_before": calibration_kl(original, new, batches)}
+    if refit == "gains":
+        out["gain_factors"] = fit_gains(original, new, batches)
+    else:
+        out["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge)
+    out["calibration_kl_after"] = calibration_kl(original, new, batches)
+    return out
 
 
 def transform_checkpoint(cfg: TransformConfig) -> dict:
@@ -781,9 +865,9 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     ckpt = load_checkpoint(cfg.in_dir)
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
-                    cfg.restore_attn_scale)
+                    cfg.restore_attn_scale, cfg.refit, cfg.learn_steps)
     loader = None
-    if cfg.kind == "pca" or cfg.eval_iters != 0:
+    if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
         check_tokenizer(ckpt, data_dir, "--data_dir")
         loader = BatchLoader(data_dir, model.config.block_size, cfg.calib_batch_size, cfg.device)
@@ -791,7 +875,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         model, cfg.width, kind=cfg.kind, porting=cfg.porting, norms=cfg.norms, seed=cfg.seed,
         calibration_loader=loader, calib_batches=cfg.calib_batches, grow_noise=cfg.grow_noise, jl_eps=cfg.jl_eps,
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
-        restore_attn_scale=cfg.restore_attn_scale)
+        restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
+        learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr)
     record["source"] = os.path.abspath(cfg.in_dir)
     if loader is not None and cfg.eval_iters != 0:
         if cfg.eval_reference:

@@ -74,18 +74,23 @@ def relative(path: str) -> str:
 
 
 NEUTRAL = (None, False, 0, "", "none")
+# options that matter only when another option is on: out of the key while that one is off
+ONLY_WITH = {"refit_ridge": "refit", "learn_lr": "learn_steps"}
 
 
 def spec_of(cfg, **extra) -> dict:
     """A run's cache key material: its whole resolved config (minus NOT_IN_KEY), paths made relative. A field left
     at a neutral default (off, 0, empty, None) is omitted, so adding a new option that defaults to off keeps every
-    existing key (and cached run) valid; any value that differs from it, or any other value, is in the key."""
+    existing key (and cached run) valid; so is an option of ONLY_WITH while the option it tunes is off. Every other
+    value is in the key."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
 
     def neutral_default(k, v) -> bool:
         return type(v) is type(defaults[k]) and v == defaults[k] and defaults[k] in NEUTRAL
 
-    spec = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_IN_KEY and not neutral_default(k, v)}
+    values = dataclasses.asdict(cfg)
+    spec = {k: v for k, v in values.items() if k not in NOT_IN_KEY and not neutral_default(k, v)
+            and not (k in ONLY_WITH and neutral_default(ONLY_WITH[k], values[ONLY_WITH[k]]))}
     for k in ("in_dir", "ref_dir", "control_dir", "data_dir"):
         if spec.get(k):
             spec[k] = relative(spec[k])

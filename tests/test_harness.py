@@ -67,8 +67,9 @@ def test_widths_are_multiples_of_the_head_count():
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
-    import experiments
     import report
+
+    import experiments
     for module in (harness, experiments, report):
         monkeypatch.setattr(module, "RESULTS", str(tmp_path / "results"), raising=False)
     monkeypatch.setattr(harness, "RUNS", str(tmp_path / "runs"))
@@ -103,3 +104,7 @@ def test_a_new_option_that_defaults_to_off_keeps_existing_keys():
     assert harness.spec_of(Old()) == harness.spec_of(New()) == {"lr": 1e-3}
     assert harness.spec_of(New(refit="all")) == {"lr": 1e-3, "refit": "all"}
     assert harness.spec_of(Old(dropout=0.1)) == {"lr": 1e-3, "dropout": 0.1}
+    from transform import TransformConfig  # options that only tune another one are out while it is off
+    assert "refit_ridge" not in harness.spec_of(TransformConfig()) and "learn_lr" not in harness.spec_of(
+        TransformConfig())
+    assert harness.spec_of(TransformConfig(refit="all"))["refit_ridge"] == 1e-4

@@ -1,0 +1,217 @@
+"""
+Corrections after porting, on calibration text (training split only), deterministic: what makes a shrink with
+one global map nearly lossless before any finetuning. ``transform.py`` calls them with ``--refit`` and
+``--learn_steps``; each is one small function whose docstring is its equation.
+
+- ``fit_gains`` (``--refit=gains``): each norm's scalar gain g is multiplied by the least-squares factor
+  s = Σ⟨y − b, z⟩ / Σ⟨z, z⟩ that makes its ported readers' outputs z = W′·norm_m(h′) reproduce the original
+  readers' pre-activations y (b: the reader bias, which the port keeps). For an orthonormal-column T the port is
+  exact and s = 1 (the √(d/m) of ``scale_gain`` was already right); for random maps it is not.
+- ``refit_layers`` (``--refit=readers`` / ``all``): GPTQ/OBS-style layer-wise reconstruction applied to the width
+  map. In forward order, each reader (Q/K/V, MLP in and gate, the head) is refit in closed form (ridge) so that,
+  fed the transformed model's *own* input at that point, it reproduces the original reader's output:
+  W′ = argmin ‖X′W′ᵀ − (Y − b)‖² + λ‖W′‖², i.e. W′ᵀ = (X′ᵀX′ + λI)⁻¹X′ᵀ(Y − b), one k×k solve per matrix.
+  Errors of earlier layers are corrected rather than compounded, because X′ comes from the already refit
+  model. With ``all`` the writers (attention out, MLP out) are refit too, towards T·(original output).
+- ``learn_map`` (``--learn_steps=N``): T itself is optimised over matrices with orthonormal rows (torch's
+  orthogonal parametrization, a retraction onto the Stiefel manifold), weights frozen and the port applied
+  differentiably, to minimise KL(original ‖ transformed) on calibration batches (SpinQuant's idea, for a width
+  change). The best T seen — never worse than the initial one on the calibration loss — is returned.
+
+Refit needs ``porting='residual'``: the sandwich rules re-split the heads, so the transformed Q/K/V outputs have
+no original counterpart to be fitted to.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from model import GPT
+
+REFIT_MODES = ("none", "gains", "readers", "all")
+
+
+class _Stop(Exception):
+    """Raised by a capture hook once it has what it needs: the rest of the forward pass is skipped."""
+
+
+@contextmanager
+def _captured(model: GPT, name: str, store: dict) -> Iterator[None]:
+    """Record the input and output of submodule ``name`` on the next forward pass, then stop that pass."""
+
+    def hook(module, inputs, output):
+        store["x"], store["y"] = inputs[0].detach(), output.detach()
+        raise _Stop
+
+    handle = model.get_submodule(name).register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def module_io(model: GPT, name: str, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, output) of submodule ``name`` on ``batch``, flattened to (tokens, features), in float64."""
+    store: dict = {}
+    with _captured(model, name, store), torch.no_grad():
+        try:
+            model(batch, all_logits=True)
+        except _Stop:
+            pass
+    return store["x"].flatten(0, -2).double(), store["y"].flatten(0, -2).double()
+
+
+def readers_by_norm(model: GPT) -> list[tuple[str, list[str]]]:
+    """(norm, the Linear readers it feeds) in forward order; the head only when it is a Linear of its own."""
+    pairs = []
+    for i in range(model.config.n_layer):
+        pairs += [(f"transformer.h.{i}.ln_1", [f"transformer.h.{i}.attn.c_attn"]),
+                  (f"transformer.h.{i}.ln_2", [f"transformer.h.{i}.mlp.c_fc"])]
+    if model.config.head == "linear":
+        pairs.append(("transformer.ln_f", ["lm_head"]))
+    return pairs
+
+
+def refit_order(model: GPT, mode: str) -> list[tuple[str, str]]:
+    """(module, 'reader' | 'writer') in forward order: what ``refit_layers`` fits with ``mode``."""
+    order = []
+    for i in range(model.config.n_layer):
+        b = f"transformer.h.{i}"
+        order += [(f"{b}.attn.c_attn", "reader")]
+        if mode == "all":
+            order += [(f"{b}.attn.c_proj", "writer")]
+        order += [(f"{b}.mlp.c_fc", "reader")]
+        if mode == "all":
+            order += [(f"{b}.mlp.c_proj", "writer")]
+    if model.config.head == "linear":
+        order.append(("lm_head", "reader"))
+    return order
+
+
+@torch.no_grad()
+def fit_gains(original: GPT, new: GPT, batches: list[torch.Tensor]) -> dict[str, float]:
+    """Multiply each reader-feeding norm's scalar gain by s = Σ⟨y − b, z⟩ / Σ⟨z, z⟩ (module docstring), in forward
+    order so that each fit sees the gains already fitted before it. Returns {norm: s}."""
+    factors = {}
+    for norm, readers in readers_by_norm(new):
+        num = den = 0.0
+        for reader in readers:
+            bias = getattr(new.get_submodule(reader), "bias", None)
+            for batch in batches:
+                _, y = module_io(original, reader, batch)
+                _, z = module_io(new, reader, batch)
+                if bias is not None:
+                    y, z = y - bias.double(), z - bias.double()
+                num += (y * z).sum().item()
+                den += (z * z).sum().item()
+        s = num / den if den > 0 else 1.0
+        new.get_submodule(norm).weight.mul_(s)
+        factors[norm] = s
+    return factors
+
+
+def ridge_solve(gram: torch.Tensor, cross: torch.Tensor, ridge: float) -> torch.Tensor:
+    """W′ᵀ = (G + λI)⁻¹ C with λ = ridge · tr(G)/k: the ridge is relative to the input's mean energy."""
+    k = gram.shape[0]
+    lam = ridge * torch.trace(gram) / k
+    return torch.linalg.solve(gram + lam * torch.eye(k, dtype=gram.dtype), cross)
+
+
+@torch.no_grad()
+def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], mode: str,
+                 ridge: float = 1e-4) -> dict[str, float]:
+    """The sequential least-squares refit (module docstring). ``original`` is the canonical width-d model, ``new``
+    the ported width-m one (changed in place). Returns each module's relative residual error after its fit."""
+    T = T.double()
+    errors = {}
+    for name, role in refit_order(new, mode):
+        module = new.get_submodule(name)
+        bias = module.bias.double() if module.bias is not None else None
+        gram = cross = None
+        target_energy = 0.0
+        for batch in batches:
+            _, y = module_io(original, name, batch)
+            x, _ = module_io(new, name, batch)
+            if role == "writer":
+                y = y @ T.T  # the writer's contribution should land where T puts the original's
+            if bias is not None:
+                y = y - bias
+            gram = x.T @ x if gram is None else gram + x.T @ x
+            cross = x.T @ y if cross is None else cross + x.T @ y
+            target_energy += (y * y).sum().item()
+        weight_t = ridge_solve(gram, cross, ridge)  # (k, out)
+        module.weight.copy_(weight_t.T.to(module.weight.dtype))
+        # residual ‖XW − Y‖² = ‖Y‖² − 2⟨W, C⟩ + ⟨W, G W⟩, from the accumulated statistics
+        residual = target_energy - 2 * (weight_t * cross).sum().item() + (weight_t * (gram @ weight_t)).sum().item()
+        errors[name] = math.sqrt(max(residual, 0.0) / max(target_energy, 1e-30))
+    return errors
+
+
+def kl_to_original(original_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of KL(p_original ‖ p_new)."""
+    logq = F.log_softmax(logits.float().flatten(0, -2), dim=-1)
+    return (original_logp.exp() * (original_logp - logq)).sum(-1).mean()
+
+
+def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
+              seed: int = 0) -> tuple[torch.Tensor, dict]:
+    """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
+
+    ``port(T)`` returns (a GPT of width m, its parameters as a dict of tensors differentiable in T). Adam on the
+    orthogonal parametrization's free parameter, one calibration batch per step (cycled). Returns the best of
+    the initial and the final T on the whole calibration set (so never worse than the initialisation) and a
+    record of the losses."""
+    m, d = T_init.shape
+    with torch.random.fork_rng():  # the parametrization completes T to a square orthogonal matrix at random
+        torch.manual_seed(seed)
+        holder = torch.nn.Linear(d, m, bias=False).double()
+        torch.nn.utils.parametrizations.orthogonal(holder)
+        holder.weight = orthonormal_rows(T_init)
+    with torch.no_grad():
+        targets = [F.log_softmax(original(b, all_logits=True)[0].float().flatten(0, -2), dim=-1) for b in batches]
+    optimizer = torch.optim.Adam(holder.parameters(), lr=lr)
+
+    def calibration_loss(T: torch.Tensor) -> float:
+        with torch.no_grad():
+            model, params = port(T)
+            return sum(kl_to_original(t, torch.func.functional_call(model, params, (b,), {"all_logits": True})[0])
+                       .item() for t, b in zip(targets, batches)) / len(batches)
+
+    start = orthonormal_rows(T_init)
+    losses = {"initial": calibration_loss(start)}
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    for step in range(steps):
+        k = order[step % len(order)]
+        model, params = port(holder.weight)
+        logits = torch.func.functional_call(model, params, (batches[k],), {"all_logits": True})[0]
+        loss = kl_to_original(targets[k], logits)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    learned = orthonormal_rows(holder.weight.detach())  # float64 retraction: orthonormal to rounding
+    losses["learned"] = calibration_loss(learned)
+    best = learned if losses["learned"] <= losses["initial"] else start
+    losses["kept"] = "learned" if best is learned else "initial"
+    return best, losses
+
+
+def orthonormal_rows(T: torch.Tensor) -> torch.Tensor:
+    """The nearest matrix with orthonormal rows (polar factor U·Vᵀ of the SVD), in float64; T itself if it has them."""
+    T = T.detach().double()
+    U, _, Vh = torch.linalg.svd(T, full_matrices=False)
+    return U @ Vh
+
+
+def calibration_batches(loader, batches: int, seed: int) -> list[torch.Tensor]:
+    """``batches`` training batches (inputs only), fixed by ``seed``: the same text every correction sees."""
+    return [loader.get_batch("train", seed=seed + 10_000 + k)[0] for k in range(batches)]
+
+
+def clone_model(model: GPT) -> GPT:
+    return copy.deepcopy(model)

@@ -1,0 +1,114 @@
+"""Corrections after porting (refit.py): exact where they must be, the formulas against naive versions, the
+learned map's guarantees, and the errors of requests that cannot apply."""
+import math
+
+import pytest
+import torch
+
+import refit
+from checkpoint import load_checkpoint, load_model
+from configurator import load_config
+from dataset import BatchLoader
+from errors import ConfigError, TransformError
+from transform import TransformConfig, canonical_model, transform_checkpoint, transform_model
+
+
+@pytest.fixture(scope="module")
+def setup(trained_dir, char_data_dir):
+    model, _ = load_model(trained_dir)
+    loader = BatchLoader(char_data_dir, model.config.block_size, 8)
+    return model, loader
+
+
+def logits(model, batch):
+    with torch.no_grad():
+        return model(batch, all_logits=True)[0]
+
+
+@pytest.mark.parametrize("mode", ["gains", "readers", "all"])
+def test_refit_of_an_exact_port_changes_nothing(setup, mode):
+    """Orthogonal T at m ≥ d ports exactly: each fit's optimum is the ported weights themselves."""
+    model, loader = setup
+    plain, _ = transform_model(model, 48, kind="orthogonal", seed=1, calibration_loader=loader)
+    fitted, record = transform_model(model, 48, kind="orthogonal", seed=1, calibration_loader=loader, refit=mode,
+                                     refit_ridge=0.0)
+    batch = loader.get_batch("val", 0)[0]
+    torch.testing.assert_close(logits(fitted, batch), logits(plain, batch), atol=2e-4, rtol=0)
+    if mode == "gains":  # factor 1: the fitted gains are exactly scale_gain's √(d/m)
+        for norm, factor in record["corrections"]["gain_factors"].items():
+            assert factor == pytest.approx(1.0, abs=1e-5)
+            gain = fitted.get_submodule(norm).weight.item()
+            original = canonical_model(model)[0].get_submodule(norm).weight.item()
+            assert gain == pytest.approx(original * math.sqrt(32 / 48), rel=1e-5)
+    assert record["corrections"]["calibration_kl_after"] < 1e-6
+
+
+def test_the_first_reader_refit_is_the_least_squares_solution(setup):
+    """Layer 0's Q/K/V sees an input no earlier refit has touched: its refit equals lstsq on the captured data."""
+    model, loader = setup
+    batches = refit.calibration_batches(loader, 4, 0)
+    plain, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=4)
+    fitted, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=4, refit="readers",
+                                refit_ridge=0.0)
+    original = canonical_model(model)[0]
+    name = "transformer.h.0.attn.c_attn"
+    X = torch.cat([refit.module_io(plain, name, b)[0] for b in batches])
+    Y = torch.cat([refit.module_io(original, name, b)[1] for b in batches])
+    bias = plain.get_submodule(name).bias
+    if bias is not None:
+        Y = Y - bias.double()
+    naive = torch.linalg.lstsq(X, Y).solution.T
+    torch.testing.assert_close(fitted.get_submodule(name).weight.double(), naive, atol=1e-4, rtol=1e-3)
+
+
+def test_refit_reduces_the_calibration_loss_of_a_shrink(setup):
+    model, loader = setup
+    _, readers = transform_model(model, 16, kind="gaussian", calibration_loader=loader, refit="readers")
+    _, everything = transform_model(model, 16, kind="gaussian", calibration_loader=loader, refit="all")
+    for record in (readers, everything):
+        c = record["corrections"]
+        assert c["calibration_kl_after"] < 0.5 * c["calibration_kl_before"]
+    assert everything["corrections"]["calibration_kl_after"] <= readers["corrections"]["calibration_kl_after"] + 1e-6
+    assert set(everything["corrections"]["relative_errors"]) > set(readers["corrections"]["relative_errors"])
+
+
+def test_learned_map_stays_orthonormal_and_never_loses_to_its_start(setup):
+    model, loader = setup
+    new, record = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=15, learn_lr=3e-3)
+    T = record["T"].double()
+    torch.testing.assert_close(T @ T.T, torch.eye(16, dtype=torch.float64), atol=1e-6, rtol=0)
+    learned = record["corrections"]["learned_map"]
+    assert learned["learned"] < learned["initial"]  # 15 steps on a PCA start already help this model
+    again, record_again = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=15,
+                                          learn_lr=3e-3)
+    assert torch.equal(record["T"], record_again["T"])  # deterministic
+    # a learning rate so large it wrecks T: the initial map is kept
+    _, wrecked = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=3, learn_lr=10.0)
+    kept = wrecked["corrections"]["learned_map"]
+    assert kept["kept"] == "initial" or kept["learned"] <= kept["initial"]
+
+
+def test_refit_records_travel_through_the_cli_path(trained_dir, char_data_dir, tmp_path):
+    record = transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16,
+                                                  kind="pca", data_dir=char_data_dir, eval_iters=2, refit="all"))
+    saved = load_checkpoint(str(tmp_path / "t"))["transform"]
+    assert saved["refit"] == "all" and "relative_errors" in saved["corrections"]
+    assert record["val_loss_after"] > 0
+
+
+def test_bad_correction_requests_fail_with_one_clear_error(setup):
+    model, loader = setup
+    with pytest.raises(TransformError, match="refit='readers' needs calibration data"):
+        transform_model(model, 16, kind="orthogonal", refit="readers")
+    with pytest.raises(TransformError, match="learn_steps must be >= 0"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=-1)
+    with pytest.raises(TransformError, match="need porting='residual'"):
+        transform_model(model, 16, kind="gaussian", porting="sandwich", calibration_loader=loader, refit="all")
+    with pytest.raises(TransformError, match="shrink \\(m < d\\)"):
+        transform_model(model, 48, kind="orthogonal", calibration_loader=loader, learn_steps=5)
+    with pytest.raises(TransformError, match="refit='everything' is not one of"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, refit="everything")
+    with pytest.raises(ConfigError, match="learn_steps must be >= 0"):
+        load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=-2"])
+    with pytest.raises(ConfigError, match="refit='x' is not one of"):
+        load_config(TransformConfig, ["--out_dir=x", "--width=8", "--refit=x"])
