@@ -42,6 +42,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -761,6 +762,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     refit: str = "none", refit_ridge: float = 1e-4, learn_steps: int = 0,
                     learn_lr: float = 1e-3) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
+    started = time.perf_counter()
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
                               restore_attn_scale, refit, learn_steps)
     d, m = model.config.n_embd, width
@@ -827,7 +829,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "norms": "kept" if porting == "paper_code" else norms, "restore_attn_scale": restore_attn_scale,
               "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
-              "corrections": corrections,
+              "corrections": corrections, "seconds": time.perf_counter() - started,
               "T": T.float(), "T_pinv": T_pinv.float()}
     return new_model, record
 

@@ -160,6 +160,43 @@ def finetune_recipe(s: Setting) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# shrink_quality: how far one global map gets zero-shot, with each correction of refit.py (issue #12)
+
+
+SHRINK_RATIOS = (0.25, 0.5, 0.75)
+SHRINK_KINDS = ("pca", "gaussian", "orthogonal")
+CORRECTIONS = {"none": {}, "gains": {"refit": "gains"}, "readers": {"refit": "readers"}, "all": {"refit": "all"},
+               "learned T + all": {"refit": "all", "learn_steps": 100}}
+CALIBRATION = {"calib_batches": 16}  # 16 × 16 = 256 training sequences for PCA, the fits and the learned map
+
+
+def shrink_quality(s: Setting) -> None:
+    t0 = time.time()
+    base = model(s, "base")
+    d, n_head = shape(base)
+    rows, scratch = [], []
+    for ratio in SHRINK_RATIOS:
+        m = width(ratio, d, n_head)
+        for kind in SHRINK_KINDS:
+            for label, options in CORRECTIONS.items():
+                records = [transformed(s, base, m, kind, seed=seed, **CALIBRATION, **options)[1]
+                           for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
+                rows.append({"ratio": ratio, "m": m, "kind": kind, "correction": label,
+                             "zero_shot": mean_spread([r["val_loss_after"] for r in records]),
+                             "seconds": mean_spread([r["seconds"] for r in records])})
+                print(ratio, kind, label, rows[-1]["zero_shot"]["mean"])
+        # the same architecture at width m (heads, head size and MLP of the base) trained with the base's budget
+        src = trained(s, f"scratch_m{m}", args=[f"--n_embd={m}", f"--head_dim={d // n_head}", f"--mlp_hidden={4 * d}"])
+        scratch.append({"ratio": ratio, "m": m, "val_loss": full_val_loss(src, s.device)})
+    base_seeds = [full_val_loss(model(s, "base", seed=seed), s.device) for seed in s.seeds[:3]]
+    payload = {"d": d, "reference_val_loss": full_val_loss(base, s.device), "rows": rows, "scratch": scratch,
+               "base_training_seeds": mean_spread(base_seeds), "calibration_sequences": 16 * 16,
+               "learn_steps": CORRECTIONS["learned T + all"]["learn_steps"]}
+    plot_shrink_quality(payload)
+    save("shrink_quality", payload, t0, s)
+
+
+# ----------------------------------------------------------------------------------------------
 # arch_ablation: which variant recovers fastest, for the paper's rule and ours at the same map and width
 
 
@@ -551,8 +588,28 @@ def plot_grow_staging(r: dict) -> None:
     savefig(fig, "grow_staging", "grow_staging.png")
 
 
-PLOTS = {"ppl_vs_width": plot_ppl_vs_width, "geometry_vs_width": plot_geometry_vs_width,
-         "arch_ablation": plot_arch_ablation, "grow_staging": plot_grow_staging}
+def plot_shrink_quality(r: dict) -> None:
+    fig, axes = plt().subplots(1, len(SHRINK_KINDS), figsize=(5.5 * len(SHRINK_KINDS), 4.6), sharey=True)
+    for ax, kind in zip(axes, SHRINK_KINDS):
+        for label in CORRECTIONS:
+            pts = [row for row in r["rows"] if row["kind"] == kind and row["correction"] == label]
+            ax.errorbar([p["ratio"] for p in pts], [p["zero_shot"]["mean"] for p in pts],
+                        yerr=[p["zero_shot"]["std"] for p in pts], marker="o", capsize=3, label=label)
+        ax.plot([p["ratio"] for p in r["scratch"]], [p["val_loss"] for p in r["scratch"]], "k--", marker="s",
+                label="width m trained from scratch")
+        ax.axhline(r["reference_val_loss"], color="k", lw=1, label="original (width d)")
+        plain_log_axis(ax)
+        ax.set_title(f"{kind} map, residual porting", fontsize=10)
+        ax.set_xlabel("m / d")
+        ax.set_ylabel("zero-shot val loss (full val split, log scale)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    savefig(fig, "shrink_quality", "shrink_quality.png")
+
+
+PLOTS = {"ppl_vs_width": plot_ppl_vs_width, "shrink_quality": plot_shrink_quality,
+         "geometry_vs_width": plot_geometry_vs_width, "arch_ablation": plot_arch_ablation,
+         "grow_staging": plot_grow_staging}
 
 
 def replot(experiment: str, payload: dict) -> None:
@@ -562,7 +619,7 @@ def replot(experiment: str, payload: dict) -> None:
 
 
 EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,
-                                       grow_staging, quantization)}
+                                       grow_staging, quantization, shrink_quality)}
 
 
 def main(argv: list[str]) -> None:

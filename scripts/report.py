@@ -203,6 +203,34 @@ def quantization(r: dict) -> str:
     return "\n".join(lines)
 
 
+def shrink_quality(r: dict) -> str:
+    ratios = sorted({row["ratio"] for row in r["rows"]})
+    ref = r["reference_val_loss"]
+    n = max(row["zero_shot"]["n"] for row in r["rows"])
+    lines = [f"Zero-shot val loss on the full val split (original **{ref:.4f}**, d = {r['d']}) and the gap to it, "
+             f"residual porting, norms=fold; {r['calibration_sequences']} training sequences calibrate PCA and every "
+             f"fit; the learned map runs {r['learn_steps']} Adam steps from the kind's map (orthonormalised). Random "
+             f"kinds: mean ± std over n = {n} map seeds.", "",
+             "| kind | correction | " + " | ".join(f"m/d={x:g}" for x in ratios) + " | seconds (m/d=0.5) |",
+             "|---|---|" + "---|" * (len(ratios) + 1)]
+    for key in dict.fromkeys((row["kind"], row["correction"]) for row in r["rows"]):
+        cells, secs = [], "—"
+        for x in ratios:
+            row = next(row for row in r["rows"] if (row["kind"], row["correction"]) == key and row["ratio"] == x)
+            z = row["zero_shot"]
+            cells.append(f"{ms(z)} ({100 * (z['mean'] / ref - 1):+.1f}%)")
+            if x == 0.5:
+                secs = f"{row['seconds']['mean']:.0f}"
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {secs} |")
+    scratch = {p["ratio"]: p["val_loss"] for p in r["scratch"]}
+    cells = [f"{scratch[x]:.3f} ({100 * (scratch[x] / ref - 1):+.1f}%)" for x in ratios]
+    b = r["base_training_seeds"]
+    lines += ["| width m from scratch | (base budget, n = 1) | " + " | ".join(cells) + " | — |", "",
+              f"Training-seed spread of the original model: {ms(b, 4)} (n = {b['n']}), the yardstick for the scratch "
+              "row.", "", "![shrink quality](results/shrink_quality/shrink_quality.png)", "", provenance(r)]
+    return "\n".join(lines)
+
+
 def worked_example(_: dict | None) -> str:
     base = os.path.join(RESULTS, "worked_example")
     if not os.path.exists(os.path.join(base, "transform.json")):
@@ -282,7 +310,7 @@ def benchmarks(_: dict | None) -> str:
 
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
-                                    quantization)}
+                                    quantization, shrink_quality)}
 
 
 def render(name: str) -> str:

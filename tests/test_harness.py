@@ -63,7 +63,7 @@ def test_widths_are_multiples_of_the_head_count():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
-                                        "quantization"])
+                                        "quantization", "shrink_quality"])
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
@@ -74,6 +74,7 @@ def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_d
         monkeypatch.setattr(module, "RESULTS", str(tmp_path / "results"), raising=False)
     monkeypatch.setattr(harness, "RUNS", str(tmp_path / "runs"))
     monkeypatch.setattr(experiments, "RATIOS", (0.5, 2.0))  # square random 16×16 maps can be singular
+    monkeypatch.setitem(experiments.CORRECTIONS, "learned T + all", {"refit": "all", "learn_steps": 2})
     s = harness.Setting(quick=True)
     s.base += ["--n_layer=1", "--n_embd=16", "--n_head=2", "--max_iters=4", "--eval_iters=2", "--eval_interval=2",
                "--batch_size=4", "--block_size=16", f"--data_dir={char_data_dir}"]

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Reproduce results/shrink_quality/: train → transform with each refit.py correction → zero-shot eval. QUICK=1 (or --quick): CPU sizes.
+# See scripts/experiments.py (shrink_quality) for what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python scripts/experiments.py shrink_quality "$@"
