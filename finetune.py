@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from checkpoint import check_output_dir, load_checkpoint, load_model
 from cli import run_cli
 from configurator import load_config
-from dataset import GPT2_META, BatchLoader, check_tokenizer, data_dir_for_checkpoint, dataset_dir, evaluate_loss
+from dataset import (
+    GPT2_META,
+    BatchLoader,
+    check_tokenizer,
+    data_dir_for_checkpoint,
+    dataset_dir,
+    evaluate_loss,
+    tokenizer_fingerprint,
+)
+from distill import distillation_loss
 from errors import ConfigError
 from train import TrainConfig, train
 
@@ -39,6 +48,12 @@ class FinetuneConfig(TrainConfig):
     recover_tol: float = 0.01  # recovered when val ≤ (1 + tol) × reference val loss
     reference_val_loss: float | None = None  # None: evaluate the reference named in the transform record
     control_dir: str = ""  # a finished finetune of the untransformed model with this recipe: recovery vs control
+    # distillation from the original model (distill.py)
+    distill: bool = False  # train on α·τ²·KL(teacher ‖ student) + (1 − α)·CE instead of CE alone
+    teacher_dir: str = ""  # the teacher ('' → the transform record's source model)
+    distill_alpha: float = 1.0  # weight α of the KL term (1: pure distillation, 0: plain LM loss)
+    distill_temperature: float = 1.0  # τ of both softmaxes
+    distill_chunk: int = 1024  # positions whose logits are held at once (memory, not results)
     dataset: str = ""  # '' → the dataset recorded in in_dir's checkpoint
     learning_rate: float = 3e-4
     min_lr: float = 3e-5
@@ -60,6 +75,12 @@ class FinetuneConfig(TrainConfig):
         if self.control_dir and os.path.abspath(self.control_dir) == os.path.abspath(self.out_dir):
             raise ConfigError("control_dir is out_dir: the control is another finetune run (of the untransformed "
                               "model); give its directory")
+        if not 0 <= self.distill_alpha <= 1:
+            raise ConfigError(f"distill_alpha must lie in [0, 1], got {self.distill_alpha}")
+        if self.distill_temperature <= 0 or self.distill_chunk <= 0:
+            raise ConfigError("distill_temperature and distill_chunk must be > 0")
+        if self.teacher_dir and not self.distill:
+            raise ConfigError("teacher_dir is set but distill is off: add --distill=True (or drop --teacher_dir)")
         if self.recover_tol < 0:
             raise ConfigError(f"recover_tol must be >= 0, got {self.recover_tol}")
         super().validate()
@@ -82,6 +103,22 @@ def reference_loss(cfg: FinetuneConfig, record: dict | None, loader: BatchLoader
 RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "learning_rate", "min_lr", "warmup_iters",
           "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
           "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir")
+
+
+def load_teacher(cfg: FinetuneConfig, ckpt: dict):
+    """The distillation teacher: --teacher_dir, else the transform record's source; checked against the student."""
+    source = cfg.teacher_dir or (ckpt.get("transform") or {}).get("source") or ""
+    if not source:
+        raise ConfigError("--distill needs a teacher: the checkpoint records no transform source; pass "
+                          "--teacher_dir=DIR (the model to learn from)")
+    teacher, teacher_ckpt = load_model(source)  # on the CPU; distill.py moves it to the run's device
+    ours, theirs = tokenizer_fingerprint(ckpt.get("meta")), tokenizer_fingerprint(teacher_ckpt.get("meta"))
+    if (ours is not None and theirs is not None and ours != theirs) or (
+            teacher.config.vocab_size != ckpt["model_args"]["vocab_size"]):
+        raise ConfigError(f"the teacher {source} uses another tokenizer or vocabulary ({teacher.config.vocab_size} "
+                          f"vs {ckpt['model_args']['vocab_size']} tokens); distil from a model of the student's "
+                          "tokenizer")
+    return teacher, source
 
 
 def read_control(cfg: FinetuneConfig) -> list:
@@ -153,6 +190,10 @@ def finetune(cfg: FinetuneConfig) -> dict:
     cfg.dataset = cfg.dataset or (ckpt.get("config") or {}).get("dataset") or os.path.basename(cfg.data_dir)
     check_tokenizer(ckpt, cfg.data_dir)
     control_curve = read_control(cfg) if cfg.control_dir else None
+    make_loss = None
+    if cfg.distill:
+        teacher, teacher_source = load_teacher(cfg, ckpt)
+        make_loss = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk)
     record = ckpt.get("finetune") if resume else None
     if record is None:
         loader = BatchLoader(cfg.resolved_data_dir(), ckpt["model_args"]["block_size"], cfg.batch_size)
@@ -162,8 +203,12 @@ def finetune(cfg: FinetuneConfig) -> dict:
     extra = {"finetune": record}
     if "transform" in ckpt:
         extra["transform"] = ckpt["transform"]
+    if cfg.distill:
+        record["teacher"] = os.path.abspath(teacher_source)
     summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=RecoveryTracker(record),
-                    extra_checkpoint=extra)
+                    extra_checkpoint=extra, make_loss=make_loss)
+    if int(os.environ.get("RANK", "0")) != 0:  # under DDP only the master evaluates and writes
+        return summary
     summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve")})
     if control_curve is not None:
         summary["control_dir"] = os.path.abspath(cfg.control_dir)
@@ -176,6 +221,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
 def main(argv: list[str]) -> None:
     summary = finetune(load_config(FinetuneConfig, argv, prog="finetune.py"))
+    if summary.get("val_loss") is None:  # a non-master DDP process
+        return
     ref = summary["reference_val_loss"]
     print(f"val loss {summary['val_loss']:.4f}" + (f" (reference {ref:.4f})" if ref is not None else ""))
     steps = summary["steps_to_recover"]

@@ -340,8 +340,10 @@ class GPT(nn.Module):
         targets: torch.Tensor | None = None,
         return_hidden: bool = False,
         all_logits: bool = False,
+        features: bool = False,
     ):
-        """Returns (logits, loss), or (logits, loss, hidden) with ``return_hidden``.
+        """Returns (logits, loss), or (logits, loss, hidden) with ``return_hidden``, or (final normed state,
+        hidden) with ``features`` (no head: for losses computed outside, e.g. distillation in chunks).
 
         logits are (B, T, V) when targets are given or ``all_logits``; else (B, 1, V) for the last
         position only, as in nanoGPT. ``hidden`` is a list of L+1 residual-stream states (B, T, d):
@@ -355,13 +357,15 @@ class GPT(nn.Module):
         if "wpe" in self.transformer:
             x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
         x = self.transformer.drop(x)
-        keep_hidden = return_hidden or (self.config.norm_reg > 0 and targets is not None)
+        keep_hidden = return_hidden or features or (self.config.norm_reg > 0 and targets is not None)
         hidden = [x] if keep_hidden else None
         for block in self.transformer.h:
             x = block(x)
             if keep_hidden:
                 hidden.append(x)
         x = self.transformer.ln_f(x)
+        if features:
+            return x, hidden
 
         loss = None
         if targets is not None or all_logits:

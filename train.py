@@ -278,6 +278,7 @@ class Run:
     tokens_per_iter: int
     on_eval: Callable[[int, dict], dict | None] | None
     state: TrainState
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None  # None: the model's own LM loss
 
 
 def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpoint: dict | None,
@@ -403,7 +404,7 @@ def optimisation_step(run: Run) -> float:
         if rt.ddp:  # sync gradients on the last micro-step only
             run.train_model.require_backward_grad_sync = micro_step == run.grad_accum - 1
         with rt.autocast():
-            _, loss = run.train_model(x, y)
+            loss = run.loss_fn(x, y) if run.loss_fn is not None else run.train_model(x, y)[1]
             loss = loss / run.grad_accum
         if micro_step + 1 < run.grad_accum:  # fetch the next micro-batch while backward runs on GPU
             x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, micro_step + 1, rt.rank))
@@ -430,9 +431,10 @@ def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> Non
               "tokens_per_s": run.tokens_per_iter / dt}
     line = f"iter {run.state.iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, " \
            f"{run.tokens_per_iter / dt:,.0f} tok/s"
-    if "norm_reg" in terms:
-        record["train/norm_reg"] = terms["norm_reg"]
-        line += f", norm_reg {terms['norm_reg']:.4f}"
+    for name in ("kd", "norm_reg"):  # distillation's KL term, the norm regularizer
+        if name in terms:
+            record[f"train/{name}" + ("_loss" if name == "kd" else "")] = terms[name]
+            line += f", {name} {terms[name]:.4f}"
     if run.rt.device_type == "cuda":
         record["mfu"] = run.model.estimate_mfu(run.cfg.batch_size * run.grad_accum, dt)
         line += f", mfu {record['mfu'] * 100:.1f}%"
@@ -478,15 +480,19 @@ def progress_bar(run: Run) -> Iterator[object | None]:
 
 def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
           on_eval: Callable[[int, dict], dict | None] | None = None, extra_checkpoint: dict | None = None,
-          logger_name: str = "metrics.jsonl") -> dict:
+          logger_name: str = "metrics.jsonl", make_loss: Callable[[Run], Callable] | None = None) -> dict:
     """The training loop: warmup + cosine LR, gradient accumulation, clipping, periodic evaluation and
     atomic checkpoints, exact resume, SIGINT/SIGTERM save and raise ``Interrupted``, NaN stops. Returns a summary.
 
     ``init_checkpoint``: start from these weights with a fresh optimizer (finetuning).
     ``on_eval(iter_num, losses)``: called after each evaluation; a dict it returns is logged too.
     ``extra_checkpoint``: extra keys stored in every checkpoint (e.g. the transform record).
+    ``make_loss(run)``: returns the training loss of a micro-batch, loss_fn(x, y), in place of the LM loss
+    (distillation); it must set ``run.model.last_loss_terms`` for the log.
     """
     run = setup(cfg, init_checkpoint, on_eval, extra_checkpoint, logger_name)
+    if make_loss is not None:
+        run.loss_fn = make_loss(run)
     st, master = run.state, run.rt.master
     step_times: list[float] = []
     try:

@@ -1,0 +1,135 @@
+"""Distillation (distill.py, finetune.py --distill): the formula against a naive version, chunking, the teacher's
+checks, exact resume and DDP."""
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from checkpoint import load_model
+from configurator import load_config
+from conftest import ROOT, TINY_MODEL
+from distill import chunked_distillation, distillation_terms
+from errors import ConfigError
+from finetune import FinetuneConfig, finetune
+from logger import read_metrics
+from transform import TransformConfig, transform_checkpoint
+
+FT = [a for a in TINY_MODEL if a.split("=")[0] in ("--batch_size", "--eval_iters", "--progress_bar", "--log_interval")]
+
+
+def test_distillation_terms_match_the_formula():
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(6, 9, generator=g), torch.randn(6, 9, generator=g)
+    y = torch.randint(0, 9, (6,), generator=g)
+    for tau in (1.0, 2.0, 0.5):
+        kl, ce = distillation_terms(s, t, y, tau)
+        p = torch.softmax(t / tau, -1)
+        naive = sum((p[i] * (p[i].log() - torch.log_softmax(s[i] / tau, -1))).sum() for i in range(6)) * tau ** 2
+        assert kl.item() == pytest.approx(naive.item(), rel=1e-5)
+        assert ce.item() == pytest.approx(F.cross_entropy(s, y, reduction="sum").item(), rel=1e-6)
+
+
+def test_student_equal_to_teacher_has_zero_kl_and_zero_kl_gradient(trained_dir):
+    student, _ = load_model(trained_dir)
+    teacher, _ = load_model(trained_dir)
+    x = torch.randint(0, student.config.vocab_size, (2, 16))
+    h_s, _ = student(x, features=True)
+    with torch.no_grad():
+        h_t, _ = teacher(x, features=True)
+    kl, _ = chunked_distillation(student, teacher, h_s, h_t, x, 1.0, chunk=7)
+    kl.backward()
+    assert abs(kl.item()) < 1e-6
+    assert max(p.grad.abs().max().item() for p in student.parameters() if p.grad is not None) < 1e-6
+
+
+def test_chunked_loss_and_gradients_equal_the_unchunked_ones(trained_dir):
+    results = []
+    for chunk in (5, 10_000):
+        student, _ = load_model(trained_dir)
+        teacher, _ = load_model(trained_dir)
+        with torch.no_grad():
+            teacher.lm_head.weight.mul_(1.5)  # a teacher that differs
+        x = torch.randint(0, student.config.vocab_size, (3, 16), generator=torch.Generator().manual_seed(1))
+        h_s, _ = student(x, features=True)
+        with torch.no_grad():
+            h_t, _ = teacher(x, features=True)
+        kl, ce = chunked_distillation(student, teacher, h_s, h_t, x, 2.0, chunk=chunk)
+        (0.3 * kl + 0.7 * ce).backward()
+        results.append((kl.item(), ce.item(), student.transformer.h[0].mlp.c_fc.weight.grad.clone()))
+    (kl_a, ce_a, g_a), (kl_b, ce_b, g_b) = results
+    assert kl_a == pytest.approx(kl_b, rel=1e-5) and ce_a == pytest.approx(ce_b, rel=1e-5)
+    torch.testing.assert_close(g_a, g_b, atol=1e-6, rtol=1e-4)
+
+
+@pytest.fixture
+def shrunk(trained_dir, char_data_dir, tmp_path):
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=24, kind="pca",
+                                         data_dir=char_data_dir, eval_iters=0))
+    return str(tmp_path / "t")
+
+
+def test_distillation_finetunes_from_the_recorded_source_and_logs_both_terms(shrunk, trained_dir, tmp_path):
+    summary = finetune(load_config(FinetuneConfig, FT + [f"--in_dir={shrunk}", f"--out_dir={tmp_path / 'kd'}",
+                                                         "--max_iters=20", "--eval_interval=10", "--distill=True",
+                                                         "--distill_alpha=0.5", "--learning_rate=1e-3"]))
+    assert summary["curve"][-1][1] < summary["curve"][0][1]
+    saved = json.load(open(tmp_path / "kd" / "finetune.json"))
+    assert saved["config"]["distill"] is True
+    records = read_metrics(os.path.join(tmp_path, "kd", "metrics.jsonl"))
+    assert any("train/kd_loss" in r and "train/lm_loss" in r for r in records)
+
+
+def test_distillation_resumes_exactly(shrunk, tmp_path):
+    common = FT + [f"--in_dir={shrunk}", "--eval_interval=5", "--lr_decay_iters=12", "--distill=True",
+                   "--distill_alpha=0.7", "--distill_temperature=2.0", "--log_interval=1"]
+    finetune(load_config(FinetuneConfig, common + [f"--out_dir={tmp_path / 'a'}", "--max_iters=12"]))
+    finetune(load_config(FinetuneConfig, common + [f"--out_dir={tmp_path / 'b'}", "--max_iters=5"]))
+    finetune(load_config(FinetuneConfig, common + [f"--out_dir={tmp_path / 'b'}", "--max_iters=12",
+                                                   "--init_from=resume"]))
+
+    def losses(d):
+        return {r["iter"]: r["train/kd_loss"] for r in read_metrics(os.path.join(tmp_path, d, "metrics.jsonl"))
+                if "train/kd_loss" in r}
+
+    assert losses("a") == losses("b") and sorted(losses("a")) == list(range(12))
+
+
+def test_a_missing_or_mismatched_teacher_is_one_clear_error(shrunk, trained_dir, char_data_dir, tmp_path):
+    with pytest.raises(ConfigError, match="needs a teacher"):
+        finetune(load_config(FinetuneConfig, FT + [f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 'x'}",
+                                                   "--distill=True", "--max_iters=2"]))
+    other = tmp_path / "other"
+    shutil.copytree(trained_dir, other)
+    ckpt = torch.load(other / "ckpt.pt", weights_only=False)
+    meta = dict(ckpt["meta"], stoi={k + "_": v for k, v in ckpt["meta"]["stoi"].items()})  # another alphabet
+    ckpt["meta"] = meta
+    torch.save(ckpt, other / "ckpt.pt")
+    with open(other / "meta.pkl", "wb") as f:
+        pickle.dump(meta, f)
+    with pytest.raises(ConfigError, match="another tokenizer or vocabulary"):
+        finetune(load_config(FinetuneConfig, FT + [f"--in_dir={shrunk}", f"--out_dir={tmp_path / 'y'}",
+                                                   "--distill=True", f"--teacher_dir={other}", "--max_iters=2"]))
+    assert not (tmp_path / "y").exists()
+    with pytest.raises(ConfigError, match="distill is off"):
+        load_config(FinetuneConfig, [f"--in_dir={shrunk}", "--out_dir=z", f"--teacher_dir={trained_dir}"])
+    with pytest.raises(ConfigError, match="distill_alpha must lie in"):
+        load_config(FinetuneConfig, [f"--in_dir={shrunk}", "--out_dir=z", "--distill_alpha=1.5"])
+
+
+@pytest.mark.slow
+def test_distillation_runs_under_ddp_with_two_gloo_processes(shrunk, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "finetune.py"), *FT, "--device=cpu", "--compile=False", "--dtype=float32",
+           f"--in_dir={shrunk}", f"--out_dir={tmp_path / 'ddp'}", "--max_iters=6", "--eval_interval=3",
+           "--distill=True", "--distill_alpha=0.5"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert json.load(open(tmp_path / "ddp" / "finetune.json"))["iter_num"] == 6
