@@ -161,14 +161,15 @@ def canonical(s: Setting, src: str, norms: str = "fold") -> str:
     return transformed(s, src, d, "truncate", "residual", norms)[0]
 
 
-def finetuned(s: Setting, src: str, seed: int = 0, control: str | None = None, iters: int | None = None) -> dict:
+def finetuned(s: Setting, src: str, seed: int = 0, control: str | None = None, iters: int | None = None,
+              extra: tuple[str, ...] = ()) -> dict:
     """A finetune with the experiments' one recipe (data order = seed; the eval batches are the same for every
     seed and every arm); with ``control`` (a finetuned control's directory) it also measures against it."""
     iters = iters or s.finetune_iters
     args = s.common + [f"--in_dir={src}", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
                        f"--eval_interval={s.finetune_eval_interval}", f"--eval_iters={s.finetune_eval_iters}",
                        "--eval_seed=0", f"--seed={1337 + seed}", f"--device={s.device}", "--log_interval=50",
-                       "--out_dir=unset"]
+                       "--out_dir=unset", *extra]
     if control:
         args.append(f"--control_dir={control}")
     cfg = load_config(FinetuneConfig, args)
@@ -181,13 +182,15 @@ def finetuned(s: Setting, src: str, seed: int = 0, control: str | None = None, i
     return cached("finetune", f"{os.path.basename(src).split('-', 1)[1][:40]}-s{seed}", spec_of(cfg), build)[1]
 
 
-def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | None = None) -> dict:
-    """Finetune ``src`` and its control (``control_src``: the untransformed model, canonical form) with each seed;
-    steps to recover and the gap are measured against the control of the same seed."""
+def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | None = None,
+             extra: tuple[str, ...] = ()) -> dict:
+    """Finetune ``src`` (with ``extra`` finetune options, e.g. distillation) and its control (``control_src``: the
+    untransformed model, canonical form, plain LM finetuning) with each seed; steps to recover and the gap are
+    measured against the control of the same seed."""
     runs = []
     for seed in seeds or s.seeds:
         control = finetuned(s, control_src, seed)
-        run = finetuned(s, src, seed, control=control["out_dir"])
+        run = finetuned(s, src, seed, control=control["out_dir"], extra=extra)
         runs.append({"seed": seed, "steps_to_recover_vs_control": run["steps_to_recover_vs_control"],
                      "gap_to_control": run["gap_to_control"], "val_loss": run["val_loss"],
                      "control_val_loss": control["val_loss"], "curve": run["curve"], "control_curve": control["curve"]})

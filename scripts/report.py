@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -231,6 +232,37 @@ def shrink_quality(r: dict) -> str:
     return "\n".join(lines)
 
 
+def first_within(gaps: list, tol: float) -> int | None:
+    return next((step for step, gap in gaps if gap <= tol), None)
+
+
+def recovery(r: dict) -> str:
+    tokens, base_tokens = r["tokens_per_iter"], r["base_training_tokens"]
+
+    def tokens_cell(per_seed):
+        hit = [x for x in per_seed if x is not None]
+        if len(hit) < len(per_seed):
+            return "—"
+        mean = statistics.fmean(hit) * tokens
+        return f"{mean:,.0f} ({100 * mean / base_tokens:.2f}%)"
+
+    lines = [recovery_intro(r["finetune"]) + " CE = the LM loss alone; KD = distillation from the original "
+             "(α·τ²·KL + (1 − α)·CE, τ = 1). One control per seed for all three losses (the untransformed model, CE). "
+             f"Tokens: steps × {tokens} tokens, and as a share of the original's {base_tokens:,} training tokens.", "",
+             "| transform | loss | zero-shot (full val) | steps to 1% of control | steps to 0.5% | tokens to 1% "
+             "(share of pretraining) | gap at step 20 | final gap |", "|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        half = [first_within(run["gap_to_control"], 0.005) for run in row["seeds"]]
+        at20 = [dict(map(tuple, run["gap_to_control"])).get(20) for run in row["seeds"]]
+        gap20 = (f"{100 * statistics.fmean(at20):+.2f}% ± {100 * statistics.stdev(at20):.2f}"
+                 if None not in at20 and len(at20) > 1 else "—")
+        lines.append(f"| {row['transform']} | {row['loss']} | {row['zero_shot']:.3f} | "
+                     f"{steps(row['steps_to_recover_vs_control'])} | {steps(half)} | "
+                     f"{tokens_cell(row['steps_to_recover_vs_control'])} | {gap20} | {pct(row['final_gap'])} |")
+    lines += ["", "![recovery](results/recovery/recovery.png)", "", provenance(r)]
+    return "\n".join(lines)
+
+
 def worked_example(_: dict | None) -> str:
     base = os.path.join(RESULTS, "worked_example")
     if not os.path.exists(os.path.join(base, "transform.json")):
@@ -310,7 +342,7 @@ def benchmarks(_: dict | None) -> str:
 
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
-                                    quantization, shrink_quality)}
+                                    quantization, shrink_quality, recovery)}
 
 
 def render(name: str) -> str:

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Reproduce results/recovery/: finetune the best shrink and the paper's sandwich by CE, KD and KD+CE against the control. QUICK=1 (or --quick): CPU sizes.
+# See scripts/experiments.py (recovery) for what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python scripts/experiments.py recovery "$@"
