@@ -347,11 +347,21 @@ SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, a
 
 def render(name: str) -> str:
     if name == "worked_example":
-        return worked_example(None)
+        try:
+            return worked_example(None)
+        except (KeyError, FileNotFoundError):  # made before the worked example had a control
+            return ("*Stale: results/worked_example/ was made before the worked example had a control; "
+                    "`scripts/worked_example.sh` re-runs it.*")
     if name == "benchmarks":
         return benchmarks(None)
     r = load(name)
-    return SECTIONS[name](r) if r is not None else missing(name)
+    if r is None:
+        return missing(name)
+    try:
+        return SECTIONS[name](r)
+    except (KeyError, TypeError):  # written by an older harness: say so instead of showing it as current
+        return (f"*Stale: results/{name}/results.json was written by an older version of the harness; "
+                f"`QUICK=1 scripts/{name}.sh` re-runs it.*")
 
 
 def main() -> None:
@@ -378,7 +388,10 @@ def main() -> None:
     for name in PLOTS:
         payload = load(name)
         if payload is not None:
-            replot(name, payload)
+            try:
+                replot(name, payload)
+            except (KeyError, TypeError):
+                print(f"{name}: results.json predates the current harness; its figure is left as it is")
     with open(path, "w") as f:
         f.write(new)
     print("README.md results regenerated")
