@@ -172,6 +172,7 @@ def model_report(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor, cfg: G
         "int8_rtn_error": sum(geo.rtn_error(w, 8) for w in weights.values()) / len(weights),
         "int4_rtn_error": sum(geo.rtn_error(w, 4) for w in weights.values()) / len(weights),
         "intrinsic_dimension": [geo.intrinsic_dimension(h[:4096]) for h in layer_states],
+        "twonn_dimension": [geo.twonn_dimension(h[:2048]) for h in layer_states],
         "ndcg": ndcg_report(model, hidden[-1], cfg.ndcg_k),
         "logit_lens": logit_lens(model, hidden, x),
         "throughput": throughput(model, x[: cfg.batch_size]),
@@ -258,11 +259,13 @@ def layer_plots(reports: dict[str, dict], path: str) -> str:
         layers = range(len(lens["rank"]))
         axes[0].plot(layers, lens["rank"], marker="o", label=name)
         axes[1].plot(layers, lens["prob"], marker="o", label=name)
-        axes[2].plot(layers, rep["intrinsic_dimension"], marker="o", label=name)
+        pca_line = axes[2].plot(layers, rep["intrinsic_dimension"], marker="o", label=f"{name}: PCA 95%")[0]
+        axes[2].plot(layers, rep["twonn_dimension"], "--", marker="x", color=pca_line.get_color(),
+                     label=f"{name}: TwoNN")
         axes[3].plot(layers, rep["activation_kurtosis"], marker="o", label=name)
     titles = [("logit lens: mean rank of the next token", "rank (log)"),
               ("logit lens: mean probability of the next token", "probability"),
-              ("intrinsic dimension (95% variance)", "principal components"),
+              ("intrinsic dimension: PCA 95% variance, TwoNN", "dimension"),
               ("excess kurtosis of hidden states", "kurtosis")]
     for ax, (title, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=10)

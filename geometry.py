@@ -170,6 +170,26 @@ def intrinsic_dimension(H: torch.Tensor, threshold: float = 0.95) -> int:
     return int((cumulative < threshold).sum().item()) + 1
 
 
+def twonn_dimension(X: torch.Tensor, discard: float = 0.1, chunk: int = 1024) -> float:
+    """TwoNN intrinsic dimension (Facco et al. 2017): with r1, r2 each point's two nearest-neighbour distances,
+    μ = r2/r1 is Pareto with exponent d, so −log(1 − F(μ)) = d·log μ; d is the slope through the origin of that
+    line over the empirical F, after discarding the largest ``discard`` fraction of μ (noise-dominated)."""
+    X = X.double()
+    n = len(X)
+    nearest = []
+    for start in range(0, n, chunk):
+        dist = torch.cdist(X[start:start + chunk], X)
+        dist[torch.arange(len(dist)), torch.arange(start, start + len(dist))] = float("inf")  # not itself
+        nearest.append(dist.topk(2, largest=False).values)
+    r = torch.cat(nearest)
+    keep = r[:, 0] > 0  # duplicates have no defined ratio
+    mu = (r[keep, 1] / r[keep, 0]).sort().values
+    count = int(len(mu) * (1 - discard))
+    F_emp = torch.arange(1, len(mu) + 1, dtype=torch.float64) / len(mu)
+    x, y = mu[:count].log(), -torch.log1p(-F_emp[:count])
+    return ((x * y).sum() / (x * x).sum()).item()
+
+
 def similarity_scores(h: torch.Tensor, E: torch.Tensor, kind: str) -> torch.Tensor:
     """Similarity of hidden states h (N×d) to every token embedding E (V×d): 'neg_euclidean' −‖h−e‖,
     'inv_euclidean' 1/‖h−e‖, 'cosine', 'dot'."""

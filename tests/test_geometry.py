@@ -201,3 +201,15 @@ def test_shrink_loses_geometry_and_wandb_logs_offline(trained_dir, char_data_dir
     assert m["jl"]["empirical_eps"]["max"] > 0
     import glob
     assert glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
+
+
+@pytest.mark.parametrize("dim", [3, 6])
+def test_twonn_recovers_the_dimension_of_a_curved_manifold_within_ten_percent(dim):
+    """Uniform points on a dim-dimensional patch, bent by a smooth map and embedded in 40 dimensions."""
+    g = torch.Generator().manual_seed(dim)
+    u = torch.rand(3000, dim, generator=g, dtype=torch.float64)
+    bent = torch.cat([u, torch.sin(3 * u), u.pow(2)], dim=1)  # a smooth embedding of the patch
+    Q, _ = torch.linalg.qr(torch.randn(40, 3 * dim, generator=g, dtype=torch.float64))
+    X = bent @ Q.T
+    estimate = geo.twonn_dimension(X)
+    assert abs(estimate - dim) < 0.1 * dim, estimate
