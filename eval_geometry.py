@@ -313,6 +313,65 @@ def reader_alignment(ref: GPT, new: GPT, record: dict) -> float:
                                 record["T"].double())
 
 
+def model_circuits(model: GPT) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per layer and head, (W_QK, W_OV) in residual space (``geometry.head_circuits``)."""
+    cfg = model.config
+    return [geo.head_circuits(b.attn.c_attn.weight.detach(), b.attn.c_proj.weight.detach(),
+                              getattr(b.ln_1, "weight", None), cfg.n_head, cfg.head_dim) for b in model.transformer.h]
+
+
+def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str, k: int = 10) -> dict:
+    """Which heads' QK and OV circuits survive the transform: per head, the spectrum distance and the overlap of
+    decoded top tokens between the canonical reference and the transformed model (heads kept: residual porting);
+    a heatmap of the token overlap. Exact ports score distance 0 and overlap 1."""
+    from transform import canonical_model
+    if (new.config.n_head, new.config.head_dim) != (ref.config.n_head, ref.config.head_dim):
+        return {"skipped": "the port re-split the heads (sandwich, paper_code): no head-to-head correspondence"}
+    base = ref if record["norms"] == "kept" else canonical_model(ref, record["norms"])[0]
+    E_ref, E_new = base.transformer.wte.weight.detach(), new.transformer.wte.weight.detach()
+    heads = []
+    for layer, (a, b) in enumerate(zip(model_circuits(base), model_circuits(new))):
+        for head, (ra, rb) in enumerate(zip(a, b)):
+            heads.append({"layer": layer, "head": head,
+                          **geo.circuit_stability(ra, rb, E_ref, E_new, rank=ref.config.head_dim, k=k)})
+    keys = ("qk_spectrum_distance", "ov_spectrum_distance", "qk_token_overlap", "ov_token_overlap")
+    summary = {key: sum(h[key] for h in heads) / len(heads) for key in keys}
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    L, H = ref.config.n_layer, ref.config.n_head
+    for ax, key in zip(axes, ("qk_token_overlap", "ov_token_overlap")):
+        grid = torch.tensor([h[key] for h in heads]).view(L, H)
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(f"{key.replace('_', ' ')} (top-{k} decoded tokens)", fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "circuits.png"), dpi=110)
+    plt.close(fig)
+    return {"heads": heads, "mean": summary, "k": k}
+
+
+def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoader, ref_hidden: list[torch.Tensor],
+                       centre: bool, n_features: int) -> dict:
+    """FA of the most frequent tokens' embeddings and of the top principal directions of the reference's hidden
+    states (``geometry.feature_alignment``), and, with a transformed model, of its readers (``reader_alignment``)."""
+    T, T_pinv = record["T"].double(), record["T_pinv"].double()
+    freq = torch.bincount(torch.from_numpy(loader.tokens("train")[:1_000_000].astype("int64")),
+                          minlength=ref.config.vocab_size)
+    frequent = freq.argsort(descending=True)[:n_features]
+    E_ref = ref.transformer.wte.weight.detach().double()
+    if centre:
+        E_ref = E_ref - E_ref.mean(1, keepdim=True)
+    hidden_all = torch.cat([h.reshape(-1, h.shape[-1]) for h in ref_hidden]).double()
+    _, _, Vh = torch.linalg.svd(hidden_all - hidden_all.mean(0), full_matrices=False)
+    out = {"frequent_tokens": geo.feature_alignment(E_ref[frequent], T, T_pinv),
+           "principal_directions": geo.feature_alignment(Vh[:n_features], T, T_pinv)}
+    if new is not None:
+        out["readers"] = reader_alignment(ref, new, record)
+    return out
+
+
 def evaluate_geometry(cfg: GeometryConfig) -> dict:
     """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb."""
     check_writable_dir(cfg.out_dir)
@@ -366,24 +425,15 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     # the transform's effect on geometry
     maps = {}
     if record is not None:
-        T, T_pinv = record["T"].double(), record["T_pinv"].double()
+        T = record["T"].double()
         maps["map"] = X @ T.T
         counts = geo.jl_distortion(X, T, seed=cfg.seed)
         metrics["jl"] = {"empirical_eps": counts, "bound_eps": geo.jl_epsilon_bound(len(X), record["m"]),
                          "n_points": len(X), "m": record["m"]}
-        freq = torch.bincount(torch.from_numpy(loader.tokens("train")[:1_000_000].astype("int64")),
-                              minlength=ref.config.vocab_size)
-        frequent = freq.argsort(descending=True)[: cfg.n_features]
-        E_ref = ref.transformer.wte.weight.detach().double()
-        if centre:
-            E_ref = E_ref - E_ref.mean(1, keepdim=True)
-        hidden_all = torch.cat([h.reshape(-1, h.shape[-1]) for h in probes["ref_hidden"]]).double()
-        _, _, Vh = torch.linalg.svd(hidden_all - hidden_all.mean(0), full_matrices=False)
-        metrics["feature_alignment"] = {
-            "frequent_tokens": geo.feature_alignment(E_ref[frequent], T, T_pinv),
-            "principal_directions": geo.feature_alignment(Vh[: cfg.n_features], T, T_pinv)}
+        metrics["feature_alignment"] = feature_alignments(ref, new, record, loader, probes["ref_hidden"], centre,
+                                                          cfg.n_features)
         if new is not None:
-            metrics["feature_alignment"]["readers"] = reader_alignment(ref, new, record)
+            metrics["circuits"] = circuit_report(ref, new, record, cfg.out_dir)
     if new is not None:
         maps["model"] = probes["Y"]
     metrics["angular_error"], metrics["concordance"] = {}, {}
@@ -417,6 +467,8 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
         figures["concordance"] = concordance_plot(X, {("map-level T·u" if k == "map" else "model-level"): Y
                                                       for k, Y in maps.items()},
                                                   os.path.join(cfg.out_dir, "concordance.png"), cfg.seed)
+    if "heads" in metrics.get("circuits", {}):
+        figures["circuits"] = os.path.join(cfg.out_dir, "circuits.png")
     metrics["figures"] = {k: os.path.basename(v) for k, v in figures.items()}
 
     with open(os.path.join(cfg.out_dir, "metrics.json.tmp"), "w") as f:

@@ -190,6 +190,46 @@ def twonn_dimension(X: torch.Tensor, discard: float = 0.1, chunk: int = 1024) ->
     return ((x * y).sum() / (x * x).sum()).item()
 
 
+def head_circuits(c_attn: torch.Tensor, c_proj: torch.Tensor, gain: torch.Tensor | None, n_head: int,
+                  head_dim: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per head, the bilinear QK form and the OV map in residual space, on unit-RMS norm outputs:
+    W_QK = n·(W_Q·G)ᵀ(W_K·G) and W_OV = √n·W_O·W_V·G, with G = diag(gain) the input norm's gain and n the width
+    (so the forms of a model and of its exact port to another width have equal spectra)."""
+    n = c_attn.shape[1]
+    G = torch.ones(n, dtype=torch.float64) if gain is None else gain.double().expand(n)
+    inner = n_head * head_dim
+    Wq, Wk, Wv = (w.double() * G for w in c_attn.split(inner))
+    Wo = c_proj.double()
+    out = []
+    for h in range(n_head):
+        rows = slice(h * head_dim, (h + 1) * head_dim)
+        out.append((n * Wq[rows].T @ Wk[rows], math.sqrt(n) * Wo[:, rows] @ Wv[rows]))
+    return out
+
+
+def decoded_tokens(vector: torch.Tensor, E: torch.Tensor, k: int) -> list[int]:
+    """The k tokens whose embeddings have the largest |e·v| (a singular vector's sign is arbitrary)."""
+    return (E.double() @ vector.double()).abs().topk(k).indices.tolist()
+
+
+def circuit_stability(ref: tuple[torch.Tensor, torch.Tensor], new: tuple[torch.Tensor, torch.Tensor],
+                      E_ref: torch.Tensor, E_new: torch.Tensor, rank: int, k: int = 10) -> dict:
+    """How much of one head's circuits survives a transform: for W_QK and W_OV, the relative distance of the top
+    ``rank`` singular values, and the overlap (fraction of k) of the top tokens decoded from the top singular
+    vectors (QK: query and key sides; OV: input side; through each model's own embeddings)."""
+    out = {}
+    for name, A, B in (("qk", ref[0], new[0]), ("ov", ref[1], new[1])):
+        Ua, Sa, Vha = torch.linalg.svd(A)
+        Ub, Sb, Vhb = torch.linalg.svd(B)
+        out[f"{name}_spectrum_distance"] = ((Sa[:rank] - Sb[:rank]).norm() / Sa[:rank].norm().clamp_min(1e-30)).item()
+        sides = [(Ua[:, 0], Ub[:, 0]), (Vha[0], Vhb[0])] if name == "qk" else [(Vha[0], Vhb[0])]
+        overlaps = [len(set(decoded_tokens(a, E_ref, k)) & set(decoded_tokens(b, E_new, k))) / k for a, b in sides]
+        out[f"{name}_token_overlap"] = sum(overlaps) / len(overlaps)
+        out[f"{name}_top_tokens"] = {"ref": decoded_tokens(sides[0][0], E_ref, k),
+                                     "new": decoded_tokens(sides[0][1], E_new, k)}
+    return out
+
+
 def similarity_scores(h: torch.Tensor, E: torch.Tensor, kind: str) -> torch.Tensor:
     """Similarity of hidden states h (N×d) to every token embedding E (V×d): 'neg_euclidean' −‖h−e‖,
     'inv_euclidean' 1/‖h−e‖, 'cosine', 'dot'."""

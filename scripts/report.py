@@ -263,6 +263,24 @@ def recovery(r: dict) -> str:
     return "\n".join(lines)
 
 
+def circuits_table(zero_shot: dict, finetuned: dict) -> list[str]:
+    """Per layer, the mean circuit stability of its heads: zero-shot → finetuned."""
+    if "heads" not in zero_shot.get("circuits", {}):
+        return []
+    lines = ["Which heads' circuits survive (per layer, mean over heads; spectrum distance of the top singular values, "
+             "overlap of the top-10 decoded tokens; zero-shot → after finetuning; an exact port gives 0 and 1):", "",
+             "| layer | QK spectrum distance | OV spectrum distance | QK token overlap | OV token overlap |",
+             "|---|---|---|---|---|"]
+    layers = sorted({h["layer"] for h in zero_shot["circuits"]["heads"]})
+    for layer in layers:
+        cells = []
+        for key in ("qk_spectrum_distance", "ov_spectrum_distance", "qk_token_overlap", "ov_token_overlap"):
+            a, b = ([h[key] for h in m["circuits"]["heads"] if h["layer"] == layer] for m in (zero_shot, finetuned))
+            cells.append(f"{statistics.fmean(a):.3f} → {statistics.fmean(b):.3f}")
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def worked_example(_: dict | None) -> str:
     base = os.path.join(RESULTS, "worked_example")
     if not os.path.exists(os.path.join(base, "transform.json")):
@@ -295,7 +313,9 @@ def worked_example(_: dict | None) -> str:
         "|---|---|---|---|---|---|---|---|---|",
         f"| reference | {zs['loss']['ref']['val_loss']:.4f} | 0 | 1 | 0 | 0 | 1 | 1 | 1 |",
         row("m=64 zero-shot", zs), row(f"m=64 + {ft['config']['max_iters']} steps", fm), "",
+        *circuits_table(zs, fm),
         "![layers](results/worked_example/finetuned/layers.png)",
+        "![circuits](results/worked_example/finetuned/circuits.png)",
         "![concordance](results/worked_example/finetuned/concordance.png)",
         "![norms](results/worked_example/finetuned/norm_heatmap.png)"])
 

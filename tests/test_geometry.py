@@ -168,6 +168,9 @@ def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_
     assert m["kl"] < 1e-8 and m["top1_agreement"] == 1.0
     assert m["feature_alignment"]["frequent_tokens"] == pytest.approx(1.0, abs=1e-6)
     assert m["feature_alignment"]["readers"] == pytest.approx(1.0, abs=1e-6)  # readers W·Tᵀ = images T·w
+    circuits = m["circuits"]["mean"]  # an exact port keeps every head's circuits
+    assert circuits["qk_spectrum_distance"] < 1e-4 and circuits["ov_spectrum_distance"] < 1e-4
+    assert circuits["qk_token_overlap"] == 1.0 and circuits["ov_token_overlap"] == 1.0
     saved = json.load(open(tmp_path / "g" / "metrics.json"))
     assert saved["loss"]["new"]["val_loss"] == pytest.approx(saved["loss"]["ref"]["val_loss"], abs=1e-5)
     for name in saved["figures"].values():
@@ -198,6 +201,8 @@ def test_shrink_loses_geometry_and_wandb_logs_offline(trained_dir, char_data_dir
     assert m["angular_error"]["map"] > 0.01 and m["concordance"]["map"]["pearson"] < 0.999
     assert 0 < m["feature_alignment"]["principal_directions"] < 1
     assert 0 < m["feature_alignment"]["readers"] < 0.99
+    circuits = m["circuits"]["mean"]  # a Gaussian shrink to half width does not
+    assert circuits["qk_spectrum_distance"] > 0.01 and circuits["ov_token_overlap"] < 1.0
     assert m["jl"]["empirical_eps"]["max"] > 0
     import glob
     assert glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
@@ -213,3 +218,21 @@ def test_twonn_recovers_the_dimension_of_a_curved_manifold_within_ten_percent(di
     X = bent @ Q.T
     estimate = geo.twonn_dimension(X)
     assert abs(estimate - dim) < 0.1 * dim, estimate
+
+
+def test_head_circuits_match_naive_and_are_invariant_under_an_orthogonal_port():
+    g = torch.Generator().manual_seed(3)
+    n, H, hd = 8, 2, 4
+    c_attn, c_proj = torch.randn(3 * H * hd, n, generator=g), torch.randn(n, H * hd, generator=g)
+    gain = torch.rand(n, generator=g) + 0.5
+    (qk, ov), _ = geo.head_circuits(c_attn, c_proj, gain, H, hd)
+    Wq, Wk, Wv = (c_attn[i * H * hd:i * H * hd + hd].double() * gain.double() for i in range(3))
+    torch.testing.assert_close(qk, n * Wq.T @ Wk)
+    torch.testing.assert_close(ov, math.sqrt(n) * c_proj[:, :hd].double() @ Wv)
+    Q, _ = torch.linalg.qr(torch.randn(12, n, generator=g, dtype=torch.float64))  # orthonormal columns, m = 12
+    E = torch.randn(20, n, generator=g, dtype=torch.float64)
+    ported = geo.head_circuits(c_attn.double() * gain.double() @ Q.T * math.sqrt(n / 12), Q @ c_proj.double(), None,
+                               H, hd)
+    stable = geo.circuit_stability((qk, ov), ported[0], E, E @ Q.T, rank=hd)
+    assert stable["qk_spectrum_distance"] < 1e-9 and stable["ov_spectrum_distance"] < 1e-9
+    assert stable["qk_token_overlap"] == 1.0 and stable["ov_token_overlap"] == 1.0
