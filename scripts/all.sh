@@ -15,6 +15,6 @@ lanes() {  # run the two command lines given as $1 and $2 side by side; fail if 
 }
 e="python scripts/experiments.py"
 lanes "$e models --lane 0 --lanes 2 $*" "$e models --lane 1 --lanes 2 $*"
-lanes "$e ppl_vs_width shrink_quality geometry_vs_width heatmaps $*" \
-  "$e arch_ablation heads quantization grow_staging recovery $* && bash scripts/worked_example.sh"
+lanes "$e ppl_vs_width shrink_quality geometry_vs_width heatmaps recovery $* && bash scripts/worked_example.sh" \
+  "$e arch_ablation heads quantization grow_staging $*"
 python scripts/report.py
