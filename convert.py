@@ -19,7 +19,7 @@ import torch
 from checkpoint import check_output_dir, clean_state_dict, load_checkpoint, load_model, save_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import GPT2_META, dataset_dir, load_meta
+from dataset import GPT2_META, dataset_dir, gpt2_encoding, load_meta
 from errors import CheckpointError, ConfigError, ConversionError
 from model import GPT, GPTConfig
 
@@ -189,6 +189,87 @@ def export_hf(model: GPT, out_dir: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# The tokenizer, exported beside the model (built offline: nothing is downloaded)
+
+
+def gpt2_byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable-character map (the alphabet of its vocab.json and merges)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def bpe_merge_of(ranks: dict[bytes, int], token: bytes) -> tuple[bytes, bytes]:
+    """The merge that creates ``token``: run BPE on its bytes with only the merges ranked below it."""
+    limit = ranks[token]
+    parts = [bytes([b]) for b in token]
+    while len(parts) > 2:
+        candidates = [(ranks.get(a + b), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))
+                      if ranks.get(a + b, limit) < limit]
+        if not candidates:
+            break
+        _, i = min(candidates)
+        parts = parts[:i] + [parts[i] + parts[i + 1]] + parts[i + 2:]
+    if len(parts) != 2:
+        raise ConversionError(f"internal: token {token!r} is not one merge of two tokens")
+    return parts[0], parts[1]
+
+
+def gpt2_tokenizer_object():
+    """GPT-2's byte-level BPE as a ``tokenizers.Tokenizer``, from tiktoken's cached ranks (vocab and merges are
+    recovered from the ranks; ids are tiktoken's)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    enc = gpt2_encoding()
+    ranks = enc._mergeable_ranks
+    to_char = gpt2_byte_to_unicode()
+
+    def text(b: bytes) -> str:
+        return "".join(to_char[x] for x in b)
+
+    vocab = {text(tok): rank for tok, rank in ranks.items()}
+    merges = [(text(a), text(b)) for a, b in (bpe_merge_of(ranks, tok) for tok, _ in
+                                              sorted(ranks.items(), key=lambda kv: kv[1]) if len(tok) > 1)]
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(["<|endoftext|>"])
+    return tokenizer
+
+
+def char_tokenizer_object(meta: dict):
+    """A character-level tokenizer with the checkpoint's stoi: each character one token, decoding concatenates."""
+    from tokenizers import Tokenizer, decoders, models
+    tokenizer = Tokenizer(models.BPE(vocab=dict(meta["stoi"]), merges=[]))  # no merges: characters stay apart
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
+
+
+def export_tokenizer(meta: dict | None, out_dir: str) -> str:
+    """Write the model's tokenizer (tokenizer.json + config) so that AutoTokenizer.from_pretrained(out_dir) loads
+    it offline; returns its kind."""
+    transformers = _transformers()
+    if meta is None:
+        raise ConversionError("the checkpoint records no tokenizer (meta); it cannot be exported with the model")
+    kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
+    if kind == "char":
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=char_tokenizer_object(meta),
+                                                    clean_up_tokenization_spaces=False)
+    else:
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=gpt2_tokenizer_object(),
+                                                    bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                                    unk_token="<|endoftext|>", clean_up_tokenization_spaces=False)
+    fast.save_pretrained(out_dir)
+    return kind
+
+
+# ----------------------------------------------------------------------------------------------
 # CLI
 
 
@@ -215,8 +296,11 @@ class ConvertConfig:
 
 def convert(cfg: ConvertConfig) -> str:
     if cfg.to_hf:
-        model, _ = load_model(cfg.in_dir)
+        model, ckpt = load_model(cfg.in_dir)
+        if ckpt.get("meta") is None:  # checked before anything is written
+            raise ConversionError(f"{cfg.in_dir} records no tokenizer (meta): the export would have no tokenizer")
         export_hf(model, cfg.to_hf)
+        export_tokenizer(ckpt.get("meta"), cfg.to_hf)
         return cfg.to_hf
     check_output_dir(cfg.out_dir, cfg.from_nanogpt, cfg.overwrite)
     if cfg.from_hf:

@@ -146,3 +146,47 @@ def test_init_from_gpt2_in_train_and_finetune(char_data_dir, tmp_path, tmp_path_
     summary = finetune(load_config(FinetuneConfig, common + [f"--data_dir={bpe_dir}", "--init_from=gpt2",
                                                               f"--out_dir={tmp_path / 'f'}"]))
     assert summary["iter_num"] == 4
+
+
+def test_hf_export_with_char_tokenizer_loads_offline_and_matches(trained_dir, tmp_path):
+    """`convert.py --to_hf` writes model + tokenizer: AutoModelForCausalLM and AutoTokenizer load the directory with
+    no network, the tokenizer gives our ids and text back, and the logits are ours."""
+    from dataset import Tokenizer
+    out = str(tmp_path / "hf")
+    convert(ConvertConfig(in_dir=trained_dir, to_hf=out))
+    ours, ckpt = load_model(trained_dir)
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    text = "The king shall not love thee.\nMy lord"
+    ids = Tokenizer(ckpt["meta"]).encode(text)
+    assert tok(text)["input_ids"] == ids and tok.decode(ids) == text
+    x = torch.tensor([ids[:16]])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(x).logits, ours(x, all_logits=True)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_gpt2_bpe_tokenizer_is_built_offline_and_equals_tiktoken(tmp_path):
+    import tiktoken
+
+    from convert import export_tokenizer
+    from dataset import GPT2_META
+    export_tokenizer(GPT2_META, str(tmp_path))
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    enc = tiktoken.get_encoding("gpt2")
+    text = "First Citizen:\nBefore we proceed any further, hear me speak.  héllo 🎉 <|endoftext|> 1234567"
+    ids = enc.encode(text, allowed_special={"<|endoftext|>"})
+    assert tok(text)["input_ids"] == ids
+    assert tok.decode(ids, skip_special_tokens=False) == text
+    assert tok.eos_token_id == 50256 and len(tok) == 50257
+
+
+def test_export_refuses_a_checkpoint_without_a_tokenizer_and_writes_nothing(trained_dir, tmp_path):
+    import shutil
+    src = tmp_path / "src"
+    shutil.copytree(trained_dir, src)
+    ckpt = torch.load(src / "ckpt.pt", weights_only=False)
+    ckpt["meta"] = None
+    torch.save(ckpt, src / "ckpt.pt")
+    with pytest.raises(ConversionError, match="records no tokenizer"):
+        convert(ConvertConfig(in_dir=str(src), to_hf=str(tmp_path / "hf")))
+    assert not (tmp_path / "hf").exists()
