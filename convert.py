@@ -19,7 +19,7 @@ import torch
 from checkpoint import check_output_dir, clean_state_dict, load_checkpoint, load_model, save_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import GPT2_META, dataset_dir, gpt2_encoding, load_meta
+from dataset import GPT2_META, data_dir_for_checkpoint, dataset_dir, gpt2_encoding, load_meta
 from errors import CheckpointError, ConfigError, ConversionError
 from model import GPT, GPTConfig
 
@@ -269,6 +269,43 @@ def export_tokenizer(meta: dict | None, out_dir: str) -> str:
     return kind
 
 
+LM_EVAL_TASK = """task: nanolgpt_val
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+  - metric: byte_perplexity
+  - metric: bits_per_byte
+metadata:
+  version: 1.0
+"""
+
+
+def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str) -> str:
+    """An lm-evaluation-harness task over the model's own val split (one document, the decoded val text), so lm-eval
+    runs offline and its perplexity can be checked against ours: ``lm_eval --include_path out_dir --tasks
+    nanolgpt_val``. Returns the task directory."""
+    import json
+
+    from dataset import BatchLoader, Tokenizer
+    tokens = BatchLoader(data_dir, 1, 1).tokens("val")
+    text = Tokenizer(ckpt["meta"]).decode(tokens.tolist())
+    task_dir = os.path.join(out_dir, "lm_eval")
+    os.makedirs(task_dir, exist_ok=True)
+    data = os.path.abspath(os.path.join(task_dir, "val.jsonl"))
+    with open(data, "w") as f:
+        f.write(json.dumps({"text": text}) + "\n")
+    with open(os.path.join(task_dir, "nanolgpt_val.yaml"), "w") as f:
+        f.write(LM_EVAL_TASK.format(data=data))
+    return task_dir
+
+
 # ----------------------------------------------------------------------------------------------
 # CLI
 
@@ -278,9 +315,10 @@ class ConvertConfig:
     # conversion (one of from_hf, from_nanogpt, to_hf)
     from_hf: str = ""  # a Hugging Face GPT-2 name or save_pretrained directory
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
-    data_dir: str = ""  # with from_nanogpt: the dataset whose meta.pkl is the model's tokenizer ('' → data/<dataset>)
+    data_dir: str = ""  # from_nanogpt: the dataset whose meta.pkl is its tokenizer; lm_eval_task: whose val split
     in_dir: str = ""  # with to_hf: our checkpoint to export
-    to_hf: str = ""  # directory for the exported GPT2LMHeadModel
+    to_hf: str = ""  # directory for the exported GPT2LMHeadModel and its tokenizer
+    lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
     overwrite: bool = False  # replace a checkpoint already in out_dir
 
@@ -299,8 +337,11 @@ def convert(cfg: ConvertConfig) -> str:
         model, ckpt = load_model(cfg.in_dir)
         if ckpt.get("meta") is None:  # checked before anything is written
             raise ConversionError(f"{cfg.in_dir} records no tokenizer (meta): the export would have no tokenizer")
+        data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir") if cfg.lm_eval_task else ""
         export_hf(model, cfg.to_hf)
         export_tokenizer(ckpt.get("meta"), cfg.to_hf)
+        if cfg.lm_eval_task:
+            write_lm_eval_task(ckpt, data_dir, cfg.to_hf)
         return cfg.to_hf
     check_output_dir(cfg.out_dir, cfg.from_nanogpt, cfg.overwrite)
     if cfg.from_hf:
