@@ -171,13 +171,27 @@ class CausalSelfAttention(nn.Module):
         if self.use_rope:
             self.rope_cos, self.rope_sin = rope_tables(*self.rope_args, device=device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of shape (B, n_head, T, head_dim), RoPE applied."""
         B, T, _ = x.size()
         q, k, v = self.c_attn(x).split(self.n_head * self.head_dim, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.use_rope:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q, k, v
+
+    def pattern(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention probabilities (B, n_head, T, T) that forward uses (for analysis, not for speed)."""
+        q, k, _ = self.heads(x)
+        T = x.size(1)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.size()
+        q, k, v = self.heads(x)
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(B, T, self.n_head * self.head_dim)
@@ -384,6 +398,29 @@ class GPT(nn.Module):
         if return_hidden:
             return logits, loss, hidden
         return logits, loss
+
+    @torch.no_grad()
+    def run_with_cache(self, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(logits, cache) with TransformerLens's names, so analysis code runs on either: ``hook_embed`` (+
+        ``hook_pos_embed``), ``blocks.{l}.hook_resid_pre`` / ``hook_resid_mid`` (after attention) /
+        ``hook_resid_post``, ``blocks.{l}.attn.hook_pattern`` (B, n_head, T, T), ``ln_final.hook_normalized``."""
+        cache: dict[str, torch.Tensor] = {"hook_embed": self.transformer.wte(idx)}
+        x = cache["hook_embed"]
+        if "wpe" in self.transformer:
+            cache["hook_pos_embed"] = self.transformer.wpe(torch.arange(idx.size(1), device=idx.device))[None]
+            x = x + cache["hook_pos_embed"]
+        for l, block in enumerate(self.transformer.h):
+            cache[f"blocks.{l}.hook_resid_pre"] = x
+            normed = block.ln_1(x)
+            cache[f"blocks.{l}.attn.hook_pattern"] = block.attn.pattern(normed)
+            attn = block.attn(normed)
+            x = x + (block.ln_1_out(attn) if block.peri else attn)
+            cache[f"blocks.{l}.hook_resid_mid"] = x
+            mlp = block.mlp(block.ln_2(x))
+            x = x + (block.ln_2_out(mlp) if block.peri else mlp)
+            cache[f"blocks.{l}.hook_resid_post"] = x
+        cache["ln_final.hook_normalized"] = self.transformer.ln_f(x)
+        return self.lm_head(cache["ln_final.hook_normalized"]), cache
 
     def norm_regularizer(self, hidden_states: list[torch.Tensor]) -> torch.Tensor:
         """R = λ · mean_{layers 1..L, tokens} max(0, ‖h‖₂ − (μ_E + 1.5·σ_E))."""

@@ -77,3 +77,20 @@ def rolling_loss(model, tokens, prefix: int) -> float:
             logits = model(context[None], all_logits=True)[0][0]
         total += torch.nn.functional.cross_entropy(logits.double(), target, reduction="sum").item()
     return total / len(ids)
+
+
+@pytest.mark.slow
+def test_our_run_with_cache_uses_transformer_lens_names_and_values(exported):
+    """Analysis code written against TransformerLens runs on our GPT: same hook names, same tensors."""
+    bridge_module = pytest.importorskip("transformer_lens.model_bridge")
+    src, hf_dir = exported["trained"]
+    ours, _ = load_model(src)
+    bridge = bridge_module.TransformerBridge.boot_transformers(hf_dir, device="cpu")
+    x = torch.randint(0, ours.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
+    logits, cache = ours.run_with_cache(x)
+    tl_logits, tl_cache = bridge.run_with_cache(x)
+    torch.testing.assert_close(logits, tl_logits, atol=1e-4, rtol=1e-4)
+    for layer in range(ours.config.n_layer):
+        for hook in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_pattern"):
+            name = f"blocks.{layer}.{hook}"
+            torch.testing.assert_close(cache[name], tl_cache[name], atol=1e-4, rtol=1e-4, msg=name)

@@ -170,3 +170,19 @@ def test_model_imports_nothing_from_the_project():
     loaded = set(subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                                 check=True).stdout.split())
     assert not loaded & ours, loaded & ours
+
+
+@pytest.mark.parametrize("variant", [{}, {"norm_placement": "peri", "pos": "rope", "mlp": "swiglu", "head": "tied"}])
+def test_run_with_cache_matches_forward_and_return_hidden(variant):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, **variant)).eval()
+    x = torch.randint(0, 11, (2, 8))
+    logits, cache = model.run_with_cache(x)
+    with torch.no_grad():
+        ref, _, hidden = model(x, all_logits=True, return_hidden=True)
+    torch.testing.assert_close(logits, ref)
+    for layer in range(2):
+        torch.testing.assert_close(cache[f"blocks.{layer}.hook_resid_post"], hidden[layer + 1])
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
+        torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 2, 8))
+        assert pattern.triu(1).abs().max() == 0  # causal
