@@ -54,6 +54,7 @@ from cli import run_cli
 from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
 from errors import ConfigError, TransformError
+from grow import GROW_MODES, check_growth, grow_heads, grow_mlp
 from model import GPT, GPTConfig
 from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
 
@@ -85,6 +86,11 @@ class TransformConfig:
     seed: int = 0  # seed of the random map (and of the growth symmetry breaking)
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
+    # growing heads and MLP too (grow.py), function-preserving; 0 keeps the model's
+    n_head: int = 0  # more attention heads (same head size)
+    mlp_hidden: int = 0  # more MLP neurons
+    grow_mode: str = "zero"  # 'zero' (fresh inputs, zero outputs) | 'clone' (copies, split outputs, ± noise)
+    clone_noise: float = 0.0  # σ of the cancelling noise on cloned output columns
     # corrections after porting (refit.py), fitted on the calibration text; porting='residual'
     refit: str = "none"  # 'none' | 'gains' (LS norm gains) | 'readers' (sequential LS readers) | 'all' (+ writers)
     refit_ridge: float = 1e-4  # ridge of the least-squares refit, relative to the input's mean energy
@@ -108,24 +114,20 @@ class TransformConfig:
             raise ConfigError("out_dir is required: --out_dir=DIR (where the transformed ckpt.pt goes)")
         if self.width <= 0:
             raise ConfigError(f"width must be a positive integer (the new residual width m), got {self.width}")
-        for name, allowed in (("kind", KINDS), ("norms", NORM_MODES)):
+        for name, allowed in (("kind", KINDS), ("norms", NORM_MODES), ("refit", REFIT_MODES),
+                              ("grow_mode", GROW_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
         if PORTING_ALIASES.get(self.porting, self.porting) not in PORTINGS:
             raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
-        if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1:
-            raise ConfigError("jl_eps and jl_delta must lie in (0, 1)")
-        if self.grow_noise < 0:
-            raise ConfigError(f"grow_noise must be >= 0, got {self.grow_noise}")
+        if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
+            raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
+        for name in ("grow_noise", "n_head", "mlp_hidden", "clone_noise", "learn_steps", "refit_ridge"):
+            if getattr(self, name) < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("calib_batches", "calib_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.refit not in REFIT_MODES:
-            raise ConfigError(f"refit={self.refit!r} is not one of {REFIT_MODES}")
-        if self.learn_steps < 0:
-            raise ConfigError(f"learn_steps must be >= 0 (0: keep the map of --kind), got {self.learn_steps}")
-        if self.refit_ridge < 0 or self.learn_lr <= 0:
-            raise ConfigError("refit_ridge must be >= 0 and learn_lr > 0")
         if self.eval_iters is not None and self.eval_iters < 0:
             raise ConfigError(f"eval_iters must be >= 0 (0 skips evaluation) or None (full val split), "
                               f"got {self.eval_iters}")
@@ -133,7 +135,8 @@ class TransformConfig:
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
                     keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False,
-                    refit: str = "none", learn_steps: int = 0) -> str:
+                    refit: str = "none", learn_steps: int = 0, n_head: int = 0, mlp_hidden: int = 0,
+                    grow_mode: str = "zero") -> str:
     """Every check of a transform request against the model it applies to, in one place (every path calls
     it before any work). Returns the canonical porting name."""
     d, m = cfg.n_embd, width
@@ -157,6 +160,10 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
             raise TransformError("porting='paper_code' takes no keep_layernorm or grow_noise (the paper's code has "
                                  "neither); drop them")
     check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm)
+    check_growth(cfg, n_head, mlp_hidden, grow_mode)
+    if (n_head or mlp_hidden) and keep_layernorm:
+        raise TransformError("keep_layernorm exports to GPT-2, whose attention width equals its residual width; "
+                             "grow heads/MLP without --keep_layernorm")
     if restore_attn_scale and porting == "residual":
         raise TransformError("restore_attn_scale applies to porting='sandwich' or 'paper_code' (porting='residual' "
                              "keeps the head size, so the scale never changes); drop --restore_attn_scale")
@@ -760,11 +767,12 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     calib_batches: int = 8, grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
                     pca_damping: float = 1e-6, keep_layernorm: bool = False, restore_attn_scale: bool = False,
                     refit: str = "none", refit_ridge: float = 1e-4, learn_steps: int = 0,
-                    learn_lr: float = 1e-3) -> tuple[GPT, dict]:
+                    learn_lr: float = 1e-3, n_head: int = 0, mlp_hidden: int = 0, grow_mode: str = "zero",
+                    clone_noise: float = 0.0) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
     started = time.perf_counter()
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
-                              restore_attn_scale, refit, learn_steps)
+                              restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode)
     d, m = model.config.n_embd, width
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0)):
@@ -809,6 +817,12 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if restore_attn_scale:
         restore_attention_scale(new_sd, new_cfg, d)
         notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
+    if n_head or mlp_hidden:
+        g = torch.Generator().manual_seed(seed + 2)
+        grow_heads(new_sd, new_cfg, n_head, grow_mode, clone_noise, g)
+        grow_mlp(new_sd, new_cfg, mlp_hidden, grow_mode, clone_noise, g)
+        notes.append(f"grown ({grow_mode}): n_head {model.config.n_head} → {new_cfg.n_head}, mlp_hidden "
+                     f"{model.config.mlp_hidden} → {new_cfg.mlp_hidden}")
     if keep_layernorm:
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
@@ -867,7 +881,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     ckpt = load_checkpoint(cfg.in_dir)
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
-                    cfg.restore_attn_scale, cfg.refit, cfg.learn_steps)
+                    cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode)
     loader = None
     if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
@@ -878,7 +892,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         calibration_loader=loader, calib_batches=cfg.calib_batches, grow_noise=cfg.grow_noise, jl_eps=cfg.jl_eps,
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
-        learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr)
+        learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
+        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise)
     record["source"] = os.path.abspath(cfg.in_dir)
     if loader is not None and cfg.eval_iters != 0:
         if cfg.eval_reference:

@@ -75,7 +75,8 @@ def relative(path: str) -> str:
 
 NEUTRAL = (None, False, 0, "", "none")
 # options that matter only when another option is on: out of the key while that one is off
-ONLY_WITH = {"refit_ridge": "refit", "learn_lr": "learn_steps"}
+ONLY_WITH = {"refit_ridge": ("refit",), "learn_lr": ("learn_steps",), "grow_mode": ("n_head", "mlp_hidden"),
+             "clone_noise": ("n_head", "mlp_hidden")}
 
 
 def spec_of(cfg, **extra) -> dict:
@@ -90,7 +91,7 @@ def spec_of(cfg, **extra) -> dict:
 
     values = dataclasses.asdict(cfg)
     spec = {k: v for k, v in values.items() if k not in NOT_IN_KEY and not neutral_default(k, v)
-            and not (k in ONLY_WITH and neutral_default(ONLY_WITH[k], values[ONLY_WITH[k]]))}
+            and not (k in ONLY_WITH and all(neutral_default(o, values[o]) for o in ONLY_WITH[k] if o in values))}
     for k in ("in_dir", "ref_dir", "control_dir", "data_dir"):
         if spec.get(k):
             spec[k] = relative(spec[k])
