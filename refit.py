@@ -56,14 +56,21 @@ def _captured(model: GPT, name: str, store: dict) -> Iterator[None]:
 
 
 def module_io(model: GPT, name: str, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input, output) of submodule ``name`` on ``batch``, flattened to (tokens, features), in float64."""
+    """(input, output) of submodule ``name`` on ``batch``, flattened to (tokens, features), in its dtype."""
     store: dict = {}
     with _captured(model, name, store), torch.no_grad():
         try:
             model(batch, all_logits=True)
         except _Stop:
             pass
-    return store["x"].flatten(0, -2).double(), store["y"].flatten(0, -2).double()
+    return store["x"].flatten(0, -2), store["y"].flatten(0, -2)
+
+
+def _row_chunks(*tensors: torch.Tensor, rows: int = 2048):
+    """Float64 row chunks of equally long tensors: statistics accumulate in float64 without a float64 copy of a
+    whole (tokens × vocabulary) output."""
+    for start in range(0, len(tensors[0]), rows):
+        yield tuple(t[start:start + rows].double() for t in tensors)
 
 
 def readers_by_norm(model: GPT) -> list[tuple[str, list[str]]]:
@@ -103,12 +110,11 @@ def fit_gains(original: GPT, new: GPT, batches: list[torch.Tensor]) -> dict[str,
         for reader in readers:
             bias = getattr(new.get_submodule(reader), "bias", None)
             for batch in batches:
-                _, y = module_io(original, reader, batch)
-                _, z = module_io(new, reader, batch)
-                if bias is not None:
-                    y, z = y - bias.double(), z - bias.double()
-                num += (y * z).sum().item()
-                den += (z * z).sum().item()
+                for y, z in _row_chunks(module_io(original, reader, batch)[1], module_io(new, reader, batch)[1]):
+                    if bias is not None:
+                        y, z = y - bias.double(), z - bias.double()
+                    num += (y * z).sum().item()
+                    den += (z * z).sum().item()
         s = num / den if den > 0 else 1.0
         new.get_submodule(norm).weight.mul_(s)
         factors[norm] = s
@@ -135,15 +141,14 @@ def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.T
         gram = cross = None
         target_energy = 0.0
         for batch in batches:
-            _, y = module_io(original, name, batch)
-            x, _ = module_io(new, name, batch)
-            if role == "writer":
-                y = y @ T.T  # the writer's contribution should land where T puts the original's
-            if bias is not None:
-                y = y - bias
-            gram = x.T @ x if gram is None else gram + x.T @ x
-            cross = x.T @ y if cross is None else cross + x.T @ y
-            target_energy += (y * y).sum().item()
+            for x, y in _row_chunks(module_io(new, name, batch)[0], module_io(original, name, batch)[1]):
+                if role == "writer":
+                    y = y @ T.T  # the writer's contribution should land where T puts the original's
+                if bias is not None:
+                    y = y - bias
+                gram = x.T @ x if gram is None else gram + x.T @ x
+                cross = x.T @ y if cross is None else cross + x.T @ y
+                target_energy += (y * y).sum().item()
         weight_t = ridge_solve(gram, cross, ridge)  # (k, out)
         module.weight.copy_(weight_t.T.to(module.weight.dtype))
         # residual ‖XW − Y‖² = ‖Y‖² − 2⟨W, C⟩ + ⟨W, G W⟩, from the accumulated statistics

@@ -1,9 +1,10 @@
 """Porting speed and memory on a GPT-2-small shape (12 layers, n_embd 768, 12 heads, vocab 50257, context 1024).
 
     python bench/transform_speed.py
-Each (kind, width) runs in a fresh subprocess so that its peak RSS is its own. Timed: canonicalize +
-projection + port + building the new model (a PCA's calibration forward passes are excluded by
-construction: this benchmark uses data-free kinds). Results: bench/results/transform_speed.json.
+Each case runs in a fresh subprocess so that its peak RSS is its own. Timed: canonicalize + projection +
+port + building the new model; for the calibrated cases (pca, --refit, --learn_steps) also the calibration
+forward passes, the fits and the learned map, on a few batches of random tokens (the weights are random too:
+this measures cost, not quality). Results: bench/results/transform_speed.json.
 """
 from __future__ import annotations
 
@@ -15,11 +16,25 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = [("orthogonal", 768, "head"), ("orthogonal", 1536, "head"), ("gaussian", 384, "head"),
-         ("srht", 768, "head"), ("gaussian", 768, "sandwich")]
+CASES = [("orthogonal", 768, "head", ""), ("orthogonal", 1536, "head", ""), ("gaussian", 384, "head", ""),
+         ("srht", 768, "head", ""), ("gaussian", 768, "sandwich", ""),
+         ("pca", 384, "residual", "refit=all"), ("pca", 384, "residual", "refit=all,learn_steps=20")]
+CALIBRATION = {"calib_batches": 4, "batch_size": 2}  # 4 × 2 sequences of 1024 tokens
 
 
-def one_case(kind: str, width: int, porting: str) -> dict:
+def random_token_data(vocab: int) -> str:
+    """A throwaway dataset directory of random token ids (train.bin, val.bin) for the calibrated cases."""
+    import tempfile
+
+    import numpy as np
+    path = tempfile.mkdtemp(prefix="bench-calib-")
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        rng.integers(0, vocab, 200_000, dtype=np.uint16).tofile(os.path.join(path, f"{split}.bin"))
+    return path
+
+
+def one_case(kind: str, width: int, porting: str, options: str = "") -> dict:
     sys.path.insert(0, ROOT)
     import torch
 
@@ -31,27 +46,44 @@ def one_case(kind: str, width: int, porting: str) -> dict:
     size_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
-    with torch.no_grad():
-        new, record = transform_model(model, width, kind=kind, porting=porting, norms="fold", seed=0)
+    extra = {k: (v if k == "refit" else int(v)) for k, v in (o.split("=") for o in options.split(",") if o)}
+    if kind == "pca" or extra:
+        from dataset import BatchLoader
+        loader = BatchLoader(random_token_data(50257), 1024, CALIBRATION["batch_size"])
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        t0 = time.perf_counter()
+        new, record = transform_model(model, width, kind=kind, porting=porting, norms="fold", seed=0,
+                                      calibration_loader=loader, calib_batches=CALIBRATION["calib_batches"], **extra)
+    else:
+        with torch.no_grad():
+            new, record = transform_model(model, width, kind=kind, porting=porting, norms="fold", seed=0)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"kind": kind, "m": width, "porting": porting, "seconds": round(seconds, 2),
+    return {"kind": kind, "m": width, "porting": porting, "options": options, "seconds": round(seconds, 2),
             "model_mb": round(size_mb), "peak_rss_mb": round(peak), "rss_before_mb": round(rss_before),
             "extra_peak_over_model": round((peak - rss_before) / size_mb, 2),
             "total_peak_over_model": round(peak / size_mb, 2)}
 
 
 def main() -> None:
-    if len(sys.argv) == 4:
-        print(json.dumps(one_case(sys.argv[1], int(sys.argv[2]), sys.argv[3])))
+    if len(sys.argv) == 5:
+        print(json.dumps(one_case(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])))
         return
+    only = sys.argv[1] if len(sys.argv) == 2 else ""  # e.g. 'refit': run the cases whose options mention it
+    path = os.path.join(ROOT, "bench", "results", "transform_speed.json")
     results = {"threads": os.environ.get("OMP_NUM_THREADS", "default"), "cases": []}
-    for kind, width, porting in CASES:
-        out = subprocess.run([sys.executable, __file__, kind, str(width), porting], capture_output=True, text=True,
-                             check=True).stdout
+    if only and os.path.exists(path):
+        with open(path) as f:
+            results = json.load(f)
+    for kind, width, porting, options in CASES:
+        if only and only not in options:
+            continue
+        out = subprocess.run([sys.executable, __file__, kind, str(width), porting, options], capture_output=True,
+                             text=True, check=True).stdout
+        results["cases"] = [c for c in results["cases"] if (c["kind"], c["m"], c["porting"], c.get("options", ""))
+                            != (kind, width, porting, options)]
         results["cases"].append(json.loads(out.strip().splitlines()[-1]))
         print(results["cases"][-1])
-    path = os.path.join(ROOT, "bench", "results", "transform_speed.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(results, f, indent=2)

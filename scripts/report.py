@@ -344,10 +344,11 @@ def benchmarks(_: dict | None) -> str:
         t = json.load(open(path))
         lines += ["", "Porting a GPT-2-small-shaped model (fold + projection + port + building the new model; "
                       "fresh process per row; 'extra peak' = peak RSS growth during the transform / model size):", "",
-                  "| kind | m | porting | seconds | extra peak / model size | model MB |", "|---|---|---|---|---|---|"]
+                  "| kind | m | porting | options | seconds | extra peak / model size | model MB |",
+                  "|---|---|---|---|---|---|---|"]
         for c in t["cases"]:
-            lines.append(f"| {c['kind']} | {c['m']} | {c['porting']} | {c['seconds']:.1f} | "
-                         f"{c['extra_peak_over_model']:.2f}× | {c['model_mb']} |")
+            lines.append(f"| {c['kind']} | {c['m']} | {c['porting']} | {c.get('options') or '—'} | "
+                         f"{c['seconds']:.1f} | {c['extra_peak_over_model']:.2f}× | {c['model_mb']} |")
     path = os.path.join(ROOT, "bench", "results", "geometry_speed.json")
     if os.path.exists(path):
         g = json.load(open(path))

@@ -52,8 +52,8 @@ def test_the_first_reader_refit_is_the_least_squares_solution(setup):
                                 refit_ridge=0.0)
     original = canonical_model(model)[0]
     name = "transformer.h.0.attn.c_attn"
-    X = torch.cat([refit.module_io(plain, name, b)[0] for b in batches])
-    Y = torch.cat([refit.module_io(original, name, b)[1] for b in batches])
+    X = torch.cat([refit.module_io(plain, name, b)[0] for b in batches]).double()
+    Y = torch.cat([refit.module_io(original, name, b)[1] for b in batches]).double()
     bias = plain.get_submodule(name).bias
     if bias is not None:
         Y = Y - bias.double()
