@@ -523,6 +523,22 @@ def savefig(fig, experiment: str, name: str) -> None:
     plt().close(fig)
 
 
+def zero_shot_curve(ax, rows: list[dict], label: str) -> None:
+    """Zero-shot loss (mean ± std over seeds) against m/d."""
+    if rows:
+        ax.errorbar([p["ratio"] for p in rows], [p["zero_shot"]["mean"] for p in rows],
+                    yerr=[p["zero_shot"]["std"] for p in rows], marker="o", capsize=3, label=label)
+
+
+def finish_zero_shot_axis(ax, reference: float, title: str) -> None:
+    ax.axhline(reference, color="k", lw=1, label="original model (width d)")
+    plain_log_axis(ax)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("m / d")
+    ax.set_ylabel("zero-shot val loss (full val split, log scale)")
+    ax.legend(fontsize=7)
+
+
 def rule_label(row: dict) -> str:
     return row["porting"] + (" (attention scale restored)" if row.get("restore_attn_scale") else "")
 
@@ -532,16 +548,8 @@ def plot_ppl_vs_width(r: dict) -> None:
     fig, axes = plt().subplots(1, len(rules) + 1, figsize=(5.5 * (len(rules) + 1), 4.8), sharey=False)
     for ax, rule in zip(axes, rules):
         for kind in dict.fromkeys(row["kind"] for row in r["rows"]):
-            pts = [row for row in r["rows"] if row["kind"] == kind and rule_label(row) == rule]
-            if pts:
-                ax.errorbar([p["ratio"] for p in pts], [p["zero_shot"]["mean"] for p in pts],
-                            yerr=[p["zero_shot"]["std"] for p in pts], marker="o", label=kind, capsize=3)
-        ax.axhline(r["reference_val_loss"], color="k", lw=1, label="original model")
-        plain_log_axis(ax)
-        ax.set_title(f"zero-shot, porting = {rule}", fontsize=9)
-        ax.set_xlabel("m / d")
-        ax.set_ylabel("val loss (full val split, log scale)")
-        ax.legend(fontsize=7)
+            zero_shot_curve(ax, [row for row in r["rows"] if row["kind"] == kind and rule_label(row) == rule], kind)
+        finish_zero_shot_axis(ax, r["reference_val_loss"], f"zero-shot, porting = {rule}")
     ax = axes[-1]
     for row in r["recovery"]:
         steps = [p[0] for p in row["seeds"][0]["gap_to_control"]]
@@ -627,17 +635,11 @@ def plot_shrink_quality(r: dict) -> None:
     fig, axes = plt().subplots(1, len(SHRINK_KINDS), figsize=(5.5 * len(SHRINK_KINDS), 4.6), sharey=True)
     for ax, kind in zip(axes, SHRINK_KINDS):
         for label in CORRECTIONS:
-            pts = [row for row in r["rows"] if row["kind"] == kind and row["correction"] == label]
-            ax.errorbar([p["ratio"] for p in pts], [p["zero_shot"]["mean"] for p in pts],
-                        yerr=[p["zero_shot"]["std"] for p in pts], marker="o", capsize=3, label=label)
+            zero_shot_curve(ax, [row for row in r["rows"] if row["kind"] == kind and row["correction"] == label],
+                            label)
         ax.plot([p["ratio"] for p in r["scratch"]], [p["val_loss"] for p in r["scratch"]], "k--", marker="s",
                 label="width m trained from scratch")
-        ax.axhline(r["reference_val_loss"], color="k", lw=1, label="original (width d)")
-        plain_log_axis(ax)
-        ax.set_title(f"{kind} map, residual porting", fontsize=10)
-        ax.set_xlabel("m / d")
-        ax.set_ylabel("zero-shot val loss (full val split, log scale)")
-        ax.legend(fontsize=7)
+        finish_zero_shot_axis(ax, r["reference_val_loss"], f"{kind} map, residual porting")
     fig.tight_layout()
     savefig(fig, "shrink_quality", "shrink_quality.png")
 
