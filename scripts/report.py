@@ -309,6 +309,8 @@ def worked_example(_: dict | None) -> str:
         f"{'not within the budget' if vs_control is None else vs_control}** (within 1% of the un-finetuned "
         f"original's {ft['reference_val_loss']:.4f}: "
         f"{'never' if ft['steps_to_recover'] is None else ft['steps_to_recover']}).", "",
+        f"Geometry (`eval_geometry.py`, its own {zs['config']['eval_iters']} fixed val batches — another basis than the "
+        "finetuning curve's):", "",
         "| model | val loss | KL(ref‖new) | top-1 agree | AE map | AE model | HC map | HC model | FA tokens |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| reference | {zs['loss']['ref']['val_loss']:.4f} | 0 | 1 | 0 | 0 | 1 | 1 | 1 |",
