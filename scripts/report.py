@@ -309,8 +309,8 @@ def worked_example(_: dict | None) -> str:
         f"{'not within the budget' if vs_control is None else vs_control}** (within 1% of the un-finetuned "
         f"original's {ft['reference_val_loss']:.4f}: "
         f"{'never' if ft['steps_to_recover'] is None else ft['steps_to_recover']}).", "",
-        f"Geometry (`eval_geometry.py`, its own {zs['config']['eval_iters']} fixed val batches — another basis than the "
-        "finetuning curve's):", "",
+        f"Geometry (`eval_geometry.py`, its own {zs['config']['eval_iters']} fixed val batches — another basis than "
+        "the finetuning curve's):", "",
         "| model | val loss | KL(ref‖new) | top-1 agree | AE map | AE model | HC map | HC model | FA tokens |",
         "|---|---|---|---|---|---|---|---|---|",
         f"| reference | {zs['loss']['ref']['val_loss']:.4f} | 0 | 1 | 0 | 0 | 1 | 1 | 1 |",
@@ -351,6 +351,13 @@ def benchmarks(_: dict | None) -> str:
         for c in t["cases"]:
             lines.append(f"| {c['kind']} | {c['m']} | {c['porting']} | {c.get('options') or '—'} | "
                          f"{c['seconds']:.1f} | {c['extra_peak_over_model']:.2f}× | {c['model_mb']} |")
+    path = os.path.join(ROOT, "bench", "results", "distill_speed.json")
+    if os.path.exists(path):
+        ds = json.load(open(path))
+        lines += ["", "Distillation's cost per finetuning step (`python bench/distill_speed.py`, the char model shape, "
+                      f"{ds['rounds']} alternating rounds of {ds['iters']} steps in one process, median): plain LM "
+                      f"finetuning {ds['lm']:.1f} ms/iter, `--distill` {ds['distill']:.1f} ms/iter — "
+                      f"{ds['ratio']:.2f}× (the teacher's forward and the chunked KL)."]
     path = os.path.join(ROOT, "bench", "results", "geometry_speed.json")
     if os.path.exists(path):
         g = json.load(open(path))

@@ -20,7 +20,8 @@ CONFIG_SCRIPTS = {"train": "TrainConfig", "finetune": "FinetuneConfig", "transfo
 OTHER_ENTRY_POINTS = ["data/shakespeare_char/prepare.py", "data/shakespeare/prepare.py", "data/openwebtext/prepare.py",
                       "scripts/report.py", "scripts/experiments.py", "bench/train_throughput.py",
                       "bench/transform_speed.py", "bench/geometry_speed.py", "checkpoint.py",
-                      "scripts/all.sh", "scripts/worked_example.sh", "scripts/heads.sh"]
+                      "scripts/all.sh", "scripts/worked_example.sh", "scripts/heads.sh", "scripts/shrink_quality.sh",
+                      "scripts/recovery.sh", "bench/distill_speed.py"]
 
 
 def _listing(path) -> list[str]:
