@@ -150,8 +150,9 @@ def arch_ablation(r: dict) -> str:
 
 def heads(r: dict) -> str:
     sims = list(r["rows"][0]["ndcg"])
-    n = r["rows"][0]["val_loss"]["n"]
-    lines = [f"Mean ± std over n = {n} training seeds. Val loss on the full val split; NDCG@{r['ndcg_k']} (gain "
+    n = ", ".join(f"{h} n = {next(row['val_loss']['n'] for row in r['rows'] if row['head'] == h)}"
+                  for h in dict.fromkeys(row["head"] for row in r["rows"]))
+    lines = [f"Mean ± std over training seeds ({n}). Val loss on the full val split; NDCG@{r['ndcg_k']} (gain "
              "2^rel − 1) of each similarity between the final normed hidden state and the token embeddings, against "
              "the model's own next-token distribution; μ_E, σ_E: mean and population std of the embedding norms.", "",
              "| head | norm_reg λ | val loss | μ_E | σ_E | mean ‖h‖ layers 1..L (seed mean) | "
