@@ -76,7 +76,8 @@ def relative(path: str) -> str:
 NEUTRAL = (None, False, 0, "", "none")
 # options that matter only when another option is on: out of the key while that one is off
 ONLY_WITH = {"refit_ridge": ("refit",), "learn_lr": ("learn_steps",), "grow_mode": ("n_head", "mlp_hidden"),
-             "clone_noise": ("n_head", "mlp_hidden")}
+             "clone_noise": ("n_head", "mlp_hidden"), "distill_alpha": ("distill",),
+             "distill_temperature": ("distill",), "distill_chunk": ("distill",)}
 
 
 def spec_of(cfg, **extra) -> dict:

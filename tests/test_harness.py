@@ -109,3 +109,6 @@ def test_a_new_option_that_defaults_to_off_keeps_existing_keys():
     assert "refit_ridge" not in harness.spec_of(TransformConfig()) and "learn_lr" not in harness.spec_of(
         TransformConfig())
     assert harness.spec_of(TransformConfig(refit="all"))["refit_ridge"] == 1e-4
+    from finetune import FinetuneConfig
+    assert not {"distill_alpha", "distill_temperature", "distill_chunk"} & set(harness.spec_of(FinetuneConfig()))
+    assert harness.spec_of(FinetuneConfig(distill=True))["distill_alpha"] == 1.0
