@@ -117,8 +117,9 @@ def geometry_vs_width(r: dict) -> str:
 
 
 def heatmaps(r: dict) -> str:
-    lines = ["One map seed each (n = 1: illustrations; seed-averaged geometry: [Geometry vs width](#geometry-vs-width)). The first "
-             "two rows share T (Gaussian, seed 0, m/d = 0.75): only the porting rule differs.", "",
+    lines = ["One map seed each (n = 1: illustrations; seed-averaged geometry: "
+             "[Geometry vs width](#geometry-vs-width)). The first two rows share T (Gaussian, seed 0, m/d = 0.75): "
+             "only the porting rule differs.", "",
              "| transform | zero-shot val loss (full val) | AE model (rad) | HC model |", "|---|---|---|---|"]
     for label, row in r["runs"].items():
         lines.append(f"| {label} | {row['zero_shot']:.4f} | {row['ae_model']:.4f} | {row['hc_model']:.4f} |")
