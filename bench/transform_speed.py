@@ -84,9 +84,9 @@ def main() -> None:
                             != (kind, width, porting, options)]
         results["cases"].append(json.loads(out.strip().splitlines()[-1]))
         print(results["cases"][-1])
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:  # after every case: a long run stopped early keeps what it measured
+            json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":
