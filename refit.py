@@ -23,7 +23,6 @@ no original counterpart to be fitted to.
 """
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -216,7 +215,3 @@ def orthonormal_rows(T: torch.Tensor) -> torch.Tensor:
 def calibration_batches(loader, batches: int, seed: int) -> list[torch.Tensor]:
     """``batches`` training batches (inputs only), fixed by ``seed``: the same text every correction sees."""
     return [loader.get_batch("train", seed=seed + 10_000 + k)[0] for k in range(batches)]
-
-
-def clone_model(model: GPT) -> GPT:
-    return copy.deepcopy(model)
