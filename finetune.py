@@ -102,7 +102,7 @@ def reference_loss(cfg: FinetuneConfig, record: dict | None, loader: BatchLoader
 # the settings that make two finetunes comparable step for step (same data order, eval batches and schedule)
 RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "learning_rate", "min_lr", "warmup_iters",
           "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
-          "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir")
+          "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir", "init_state", "rewarm_iters")
 
 
 def load_teacher(cfg: FinetuneConfig, ckpt: dict):
@@ -135,7 +135,9 @@ def read_control(cfg: FinetuneConfig) -> list:
         ours[key] = cfg.eval_batch_seed() if key == "eval_seed" else os.path.abspath(cfg.resolved_data_dir())
         theirs[key] = (theirs.get("seed") if theirs.get("eval_seed", -1) < 0 else theirs["eval_seed"]
                        ) if key == "eval_seed" else os.path.abspath(theirs.get("data_dir") or "")
-    differ = [f"{k}: {theirs.get(k)!r} there vs {ours[k]!r} here" for k in RECIPE if theirs.get(k) != ours[k]]
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}  # a control older than a setting
+    differ = [f"{k}: {theirs.get(k, defaults[k])!r} there vs {ours[k]!r} here" for k in RECIPE
+              if theirs.get(k, defaults[k]) != ours[k]]
     if differ:
         raise ConfigError(f"--control_dir={cfg.control_dir} ran another recipe ({'; '.join(differ)}); a control "
                           "must match it exactly")

@@ -15,6 +15,9 @@ Heads keep their size (head_dim) and the attention scale; the residual width is 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from errors import TransformError
@@ -47,52 +50,70 @@ def _split_columns(W: torch.Tensor, k: int, sigma: float, g: torch.Generator) ->
     return torch.cat([W / k + noise[i] for i in range(k)], dim=1)
 
 
-def grow_heads(sd: dict, cfg: GPTConfig, n_head: int, mode: str, sigma: float, g: torch.Generator) -> None:
-    """Q, K, V get rows and c_proj gets columns for the new heads (in place; ``cfg.n_head`` updated)."""
+@dataclass
+class UnitGrowth:
+    """How one tensor of the grown units is made, given the old units' tensor and the new unit count along its
+    unit axis: ``inputs`` for the rows of Q/K/V or c_fc (weights and biases), ``outputs`` for c_proj's columns."""
+    inputs: Callable[[torch.Tensor, int], torch.Tensor]
+    outputs: Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def weight_growth(mode: str, sigma: float, g: torch.Generator) -> UnitGrowth:
+    """The weights of the new units: ``zero`` (fresh inputs, zero outputs) or ``clone`` (copies, split outputs)."""
+    if mode == "clone":
+        return UnitGrowth(inputs=lambda t, n: t.repeat(n // len(t), *[1] * (t.dim() - 1)),
+                          outputs=lambda W, n: _split_columns(W, n // W.shape[1], sigma, g))
+
+    def fresh_inputs(t: torch.Tensor, n: int) -> torch.Tensor:
+        extra = t.new_zeros(n - len(t)) if t.dim() == 1 else _fresh(n - len(t), t.shape[1], g, t)
+        return torch.cat([t, extra])
+
+    return UnitGrowth(inputs=fresh_inputs, outputs=_zero_columns)
+
+
+def moment_growth(mode: str, power: int) -> UnitGrowth:
+    """AdamW's moments of the new units, as their gradients map (``power`` 1: exp_avg, 2: exp_avg_sq).
+    ``zero``: new units start with no history (zeros). ``clone``: each copy's input rows get gradient/k (k copies
+    share the output, each carrying 1/k of it), so moments/k^power; each split output column sees the same
+    activation and upstream gradient as the original column, so its moments are the original's."""
+    if mode == "clone":
+        return UnitGrowth(inputs=lambda t, n: t.repeat(n // len(t), *[1] * (t.dim() - 1)) / (n // len(t)) ** power,
+                          outputs=lambda W, n: W.repeat(1, n // W.shape[1]))
+    return UnitGrowth(inputs=lambda t, n: torch.cat([t, t.new_zeros(n - len(t), *t.shape[1:])]),
+                      outputs=_zero_columns)
+
+
+def _zero_columns(W: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.cat([W, W.new_zeros(W.shape[0], n - W.shape[1])], dim=1)
+
+
+def grow_heads(sd: dict, cfg: GPTConfig, n_head: int, growth: UnitGrowth) -> None:
+    """Q, K, V get rows and c_proj gets columns for the new heads (in place; ``cfg.n_head`` updated). Tensors
+    missing from ``sd`` are skipped (an optimizer may hold no state for some)."""
     old, hd = cfg.n_head, cfg.head_dim
     if n_head <= old:
         return
-    k = n_head // old
     for i in range(cfg.n_layer):
         a = f"transformer.h.{i}.attn"
-        W, Wo = sd[f"{a}.c_attn.weight"], sd[f"{a}.c_proj.weight"]
-        blocks = W.split(old * hd)  # Q, K, V
-        bias = sd.get(f"{a}.c_attn.bias")
-        if mode == "clone":
-            sd[f"{a}.c_attn.weight"] = torch.cat([b.repeat(k, 1) for b in blocks])
-            if bias is not None:
-                sd[f"{a}.c_attn.bias"] = torch.cat([b.repeat(k) for b in bias.split(old * hd)])
-            sd[f"{a}.c_proj.weight"] = _split_columns(Wo, k, sigma, g)
-        else:
-            extra = (n_head - old) * hd
-            sd[f"{a}.c_attn.weight"] = torch.cat([torch.cat([b, _fresh(extra, W.shape[1], g, W)]) for b in blocks])
-            if bias is not None:
-                sd[f"{a}.c_attn.bias"] = torch.cat([torch.cat([b, b.new_zeros(extra)]) for b in bias.split(old * hd)])
-            sd[f"{a}.c_proj.weight"] = torch.cat([Wo, Wo.new_zeros(Wo.shape[0], extra)], dim=1)
+        for name in (f"{a}.c_attn.weight", f"{a}.c_attn.bias"):
+            if name in sd:  # Q, K and V each grow from old·hd to n_head·hd rows
+                sd[name] = torch.cat([growth.inputs(block, n_head * hd) for block in sd[name].split(old * hd)])
+        if f"{a}.c_proj.weight" in sd:
+            sd[f"{a}.c_proj.weight"] = growth.outputs(sd[f"{a}.c_proj.weight"], n_head * hd)
     cfg.n_head = n_head
 
 
-def grow_mlp(sd: dict, cfg: GPTConfig, mlp_hidden: int, mode: str, sigma: float, g: torch.Generator) -> None:
+def grow_mlp(sd: dict, cfg: GPTConfig, mlp_hidden: int, growth: UnitGrowth) -> None:
     """c_fc rows (both halves for SwiGLU) and c_proj columns for the new neurons (in place; config updated)."""
     old = cfg.mlp_hidden
     if mlp_hidden <= old:
         return
-    k = mlp_hidden // old
     halves = 2 if cfg.mlp == "swiglu" else 1  # SwiGLU's c_fc is [gate; up]
     for i in range(cfg.n_layer):
         m = f"transformer.h.{i}.mlp"
-        W, Wo = sd[f"{m}.c_fc.weight"], sd[f"{m}.c_proj.weight"]
-        bias = sd.get(f"{m}.c_fc.bias")
-        if mode == "clone":
-            sd[f"{m}.c_fc.weight"] = torch.cat([h.repeat(k, 1) for h in W.chunk(halves)])
-            if bias is not None:
-                sd[f"{m}.c_fc.bias"] = torch.cat([h.repeat(k) for h in bias.chunk(halves)])
-            sd[f"{m}.c_proj.weight"] = _split_columns(Wo, k, sigma, g)
-        else:
-            extra = mlp_hidden - old
-            sd[f"{m}.c_fc.weight"] = torch.cat([torch.cat([h, _fresh(extra, W.shape[1], g, W)])
-                                                for h in W.chunk(halves)])
-            if bias is not None:
-                sd[f"{m}.c_fc.bias"] = torch.cat([torch.cat([h, h.new_zeros(extra)]) for h in bias.chunk(halves)])
-            sd[f"{m}.c_proj.weight"] = torch.cat([Wo, Wo.new_zeros(Wo.shape[0], extra)], dim=1)
+        for name in (f"{m}.c_fc.weight", f"{m}.c_fc.bias"):
+            if name in sd:
+                sd[name] = torch.cat([growth.inputs(half, mlp_hidden) for half in sd[name].chunk(halves)])
+        if f"{m}.c_proj.weight" in sd:
+            sd[f"{m}.c_proj.weight"] = growth.outputs(sd[f"{m}.c_proj.weight"], mlp_hidden)
     cfg.mlp_hidden = mlp_hidden

@@ -440,14 +440,20 @@ class GPT(nn.Module):
                 block.attn.rope_cos = block.attn.rope_cos[:block_size]
                 block.attn.rope_sin = block.attn.rope_sin[:block_size]
 
+    def optimizer_groups(self) -> tuple[list[str], list[str]]:
+        """Names of the trainable parameters with and without weight decay, in the optimizer's order (its state
+        is indexed by position in this order: ``carry.py`` maps it by name)."""
+        names = [n for n, p in self.named_parameters() if p.requires_grad]
+        params = dict(self.named_parameters())
+        return [n for n in names if params[n].dim() >= 2], [n for n in names if params[n].dim() < 2]
+
     def configure_optimizers(self, weight_decay: float, learning_rate: float, betas, device_type: str,
                              optimizer: str = "adamw") -> torch.optim.Optimizer:
         """AdamW (or Adafactor) with weight decay on matrices and embeddings only, not on gains or biases."""
-        params = {n: p for n, p in self.named_parameters() if p.requires_grad}
-        decay = [p for p in params.values() if p.dim() >= 2]
-        no_decay = [p for p in params.values() if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+        params = dict(self.named_parameters())
+        decay, no_decay = self.optimizer_groups()
+        groups = [{"params": [params[n] for n in decay], "weight_decay": weight_decay},
+                  {"params": [params[n] for n in no_decay], "weight_decay": 0.0}]
         if optimizer == "adafactor":
             return torch.optim.Adafactor(groups, lr=learning_rate)
         if optimizer != "adamw":

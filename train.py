@@ -88,6 +88,10 @@ class TrainConfig(GPTConfig):
     warmup_iters: int = 100  # linear warmup steps
     lr_decay_iters: int = 2000  # the cosine reaches min_lr here
     min_lr: float = 1e-4  # the floor of the cosine, ≤ learning_rate
+    # continuing a run's state from an init checkpoint (finetune.py --in_dir, e.g. a grown model)
+    init_state: bool = False  # keep its iter_num (the schedule goes on from there; max_iters counts from the
+    #                           original run's start) and the AdamW moments it carries (transform.py --carry_optimizer)
+    rewarm_iters: int = 0  # with init_state: ramp the LR linearly from 0 back onto the schedule over this many steps
     # system
     device: str = "auto"  # 'auto' (cuda if available, else cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
     dtype: str = "auto"  # 'auto' (bfloat16 on a GPU that has it, float32 on CPU) | 'float32' | 'bfloat16' | 'float16'
@@ -102,7 +106,7 @@ class TrainConfig(GPTConfig):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("max_iters", "warmup_iters", "lr_decay_iters"):
+        for name in ("max_iters", "warmup_iters", "lr_decay_iters", "rewarm_iters", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.dtype not in DTYPES:
@@ -117,12 +121,13 @@ class TrainConfig(GPTConfig):
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        if self.rewarm_iters and not self.init_state:
+            raise ConfigError("rewarm_iters re-warms the LR after a continued state: add --init_state=True (with "
+                              "finetune.py --in_dir) or drop --rewarm_iters")
         if self.eval_seed < -1:
             raise ConfigError(f"eval_seed must be >= 0, or -1 for the run's seed; got {self.eval_seed}")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.init_from == "scratch":
             GPTConfig(**self.model_args(vocab_size=self.vocab_size or 50304))  # fail early on model fields
 
@@ -138,16 +143,20 @@ class TrainConfig(GPTConfig):
         return dataset_dir(self.dataset, self.data_dir)
 
 
-def get_lr(it: int, cfg: TrainConfig) -> float:
-    """Linear warmup for warmup_iters, cosine decay to min_lr at lr_decay_iters, min_lr after."""
+def get_lr(it: int, cfg: TrainConfig, rewarm_from: int = 0) -> float:
+    """Linear warmup for warmup_iters, cosine decay to min_lr at lr_decay_iters, min_lr after; with rewarm_iters,
+    times a linear ramp over the rewarm_iters steps after ``rewarm_from`` (where a continued state started)."""
+    ramp = 1.0
+    if cfg.rewarm_iters and rewarm_from <= it < rewarm_from + cfg.rewarm_iters:
+        ramp = (it - rewarm_from + 1) / (cfg.rewarm_iters + 1)
     if not cfg.decay_lr:
-        return cfg.learning_rate
+        return cfg.learning_rate * ramp
     if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1) * ramp
     if it >= cfg.lr_decay_iters:
-        return cfg.min_lr
+        return cfg.min_lr * ramp
     ratio = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+    return (cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)) * ramp
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +266,7 @@ class TrainState:
     losses: dict = field(default_factory=dict)
     stop_signal: str | None = None  # 'SIGINT' / 'SIGTERM' once a stop was requested
     last_eval_iter: int = -1  # a resumed run does not evaluate again the step its checkpoint evaluated
+    rewarm_from: int = 0  # the iteration a continued state (init_state) started at: the re-warmup's origin
 
 
 @dataclass
@@ -308,6 +318,8 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
     extra_checkpoint = dict(extra_checkpoint or {})
     if resume_ckpt is not None:
         restore(resume_ckpt, optimizer, state, extra_checkpoint, rt.master)
+    elif cfg.init_state:
+        continue_state(cfg, init_checkpoint, model, optimizer, state, rt.master)
     elif cfg.overwrite and rt.master and os.path.exists(os.path.join(cfg.out_dir, logger_name)):
         os.remove(os.path.join(cfg.out_dir, logger_name))  # a new run: never append to the replaced run's metrics
     train_model = torch.compile(model) if cfg.compile and rt.device_type == "cuda" else model
@@ -327,6 +339,27 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
                grad_accum, tokens_per_iter, on_eval, state)
 
 
+def continue_state(cfg: TrainConfig, ckpt: dict | None, model: GPT, optimizer: torch.optim.Optimizer,
+                   state: TrainState, master: bool) -> None:
+    """init_state: the init checkpoint's iter_num (the schedule's position) and its carried AdamW moments."""
+    if ckpt is None:
+        raise ConfigError("init_state continues an init checkpoint's state: use it with finetune.py --in_dir=DIR "
+                          "(train.py resumes its own runs with --init_from=resume)")
+    state.iter_num = state.rewarm_from = int(ckpt.get("iter_num") or 0)
+    if cfg.max_iters <= state.iter_num:
+        raise ConfigError(f"max_iters={cfg.max_iters} is not beyond the checkpoint's iter_num={state.iter_num}: with "
+                          "init_state, max_iters counts from the original run's start; raise --max_iters")
+    carried = ckpt.get("optimizer_moments")
+    if carried is not None:
+        if cfg.optimizer != "adamw":
+            raise ConfigError("the checkpoint carries AdamW moments: use --optimizer=adamw with --init_state")
+        from carry import load_moments
+        load_moments(optimizer, model, carried)
+    if master:
+        print(f"continuing at iter {state.iter_num} with "
+              + ("the carried AdamW moments" if carried is not None else "a fresh optimizer (none carried)"))
+
+
 def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, extra: dict, master: bool) -> None:
     """Resume: optimizer, iteration, best loss, RNG and the records a checkpoint carries (transform, finetune)."""
     if ckpt.get("optimizer") is not None:
@@ -335,6 +368,7 @@ def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, ext
         print("note: the checkpoint has no optimizer state (a transform or import output): a fresh optimizer starts")
     state.iter_num, state.best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
     state.last_eval_iter = ckpt.get("last_eval_iter", -1)
+    state.rewarm_from = ckpt.get("rewarm_from", 0)
     if "rng" in ckpt:
         set_rng_state(ckpt["rng"])
     for key in ("transform", "finetune"):
@@ -352,7 +386,8 @@ def save(run: Run, val_loss: float, complete: bool) -> None:
     ckpt = {"model": run.model.state_dict(), "model_args": run.model.config.to_dict(),
             "config": dataclasses.asdict(run.cfg), "iter_num": st.iter_num, "best_val_loss": st.best_val_loss,
             "val_loss": val_loss, "optimizer": run.optimizer.state_dict(), "rng": rng_state(), "meta": run.meta,
-            "complete": complete, "interrupted": st.stop_signal, "last_eval_iter": st.last_eval_iter}
+            "complete": complete, "interrupted": st.stop_signal, "last_eval_iter": st.last_eval_iter,
+            "rewarm_from": st.rewarm_from}
     ckpt.update(run.extra_checkpoint)
     save_checkpoint(ckpt, run.cfg.out_dir)
 
@@ -380,7 +415,8 @@ def eval_and_save(run: Run, final: bool = False) -> None:
     cfg, st = run.cfg, run.state
     st.losses = evaluate(run)
     st.last_eval_iter = st.iter_num
-    record = {"train/loss": st.losses["train"], "val/loss": st.losses["val"], "lr": get_lr(st.iter_num, cfg)}
+    record = {"train/loss": st.losses["train"], "val/loss": st.losses["val"],
+              "lr": get_lr(st.iter_num, cfg, st.rewarm_from)}
     if run.on_eval is not None:
         record.update(run.on_eval(st.iter_num, st.losses) or {})
     print(f"step {st.iter_num}: train loss {st.losses['train']:.4f}, val loss {st.losses['val']:.4f}")
@@ -396,7 +432,7 @@ def optimisation_step(run: Run) -> float:
     cfg, rt, it = run.cfg, run.rt, run.state.iter_num
     t0 = time.perf_counter()
     for group in run.optimizer.param_groups:
-        group["lr"] = get_lr(it, cfg)
+        group["lr"] = get_lr(it, cfg, run.state.rewarm_from)
     if cfg.dropout > 0:  # dropout's randomness is a function of (seed, iter, rank) too: exact resume
         torch.manual_seed(batch_seed(cfg.seed, it, -1, rt.rank))
     x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, 0, rt.rank))
@@ -426,7 +462,7 @@ def optimisation_step(run: Run) -> float:
 def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> None:
     """The console line and metrics record of one step (loss terms, lr, speed, MFU on GPU)."""
     terms = {k: v.item() for k, v in run.model.last_loss_terms.items()}
-    lr = get_lr(run.state.iter_num, run.cfg)
+    lr = get_lr(run.state.iter_num, run.cfg, run.state.rewarm_from)
     record = {"train/lm_loss": terms["lm"], "lr": lr, "ms_per_iter": dt * 1000,
               "tokens_per_s": run.tokens_per_iter / dt}
     line = f"iter {run.state.iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, " \

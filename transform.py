@@ -54,7 +54,7 @@ from cli import run_cli
 from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
 from errors import ConfigError, TransformError
-from grow import GROW_MODES, check_growth, grow_heads, grow_mlp
+from grow import GROW_MODES, check_growth, grow_heads, grow_mlp, weight_growth
 from model import GPT, GPTConfig
 from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
 
@@ -91,6 +91,7 @@ class TransformConfig:
     mlp_hidden: int = 0  # more MLP neurons
     grow_mode: str = "zero"  # 'zero' (fresh inputs, zero outputs) | 'clone' (copies, split outputs, ± noise)
     clone_noise: float = 0.0  # σ of the cancelling noise on cloned output columns
+    carry_optimizer: bool = False  # map the AdamW moments and keep iter_num (carry.py): finetune.py --init_state
     # corrections after porting (refit.py), fitted on the calibration text; porting='residual'
     refit: str = "none"  # 'none' | 'gains' (LS norm gains) | 'readers' (sequential LS readers) | 'all' (+ writers)
     refit_ridge: float = 1e-4  # ridge of the least-squares refit, relative to the input's mean energy
@@ -818,9 +819,9 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         restore_attention_scale(new_sd, new_cfg, d)
         notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
     if n_head or mlp_hidden:
-        g = torch.Generator().manual_seed(seed + 2)
-        grow_heads(new_sd, new_cfg, n_head, grow_mode, clone_noise, g)
-        grow_mlp(new_sd, new_cfg, mlp_hidden, grow_mode, clone_noise, g)
+        growth = weight_growth(grow_mode, clone_noise, torch.Generator().manual_seed(seed + 2))
+        grow_heads(new_sd, new_cfg, n_head, growth)
+        grow_mlp(new_sd, new_cfg, mlp_hidden, growth)
         notes.append(f"grown ({grow_mode}): n_head {model.config.n_head} → {new_cfg.n_head}, mlp_hidden "
                      f"{model.config.mlp_hidden} → {new_cfg.mlp_hidden}")
     if keep_layernorm:
@@ -882,6 +883,10 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
                     cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode)
+    if cfg.carry_optimizer:
+        from carry import check_carry
+        check_carry(ckpt, cfg.porting, cfg.norms, cfg.kind, model.config.n_embd, cfg.width, cfg.keep_layernorm,
+                    cfg.refit, cfg.learn_steps)
     loader = None
     if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
@@ -895,14 +900,22 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise)
     record["source"] = os.path.abspath(cfg.in_dir)
+    carried = None
+    if cfg.carry_optimizer:
+        from carry import carry_moments
+        carried = carry_moments(model, ckpt["optimizer"], record["T"], new_model, cfg.n_head, cfg.mlp_hidden,
+                                cfg.grow_mode)
+        record["optimizer"] = {"carried": True, "step": carried["step"], "iter_num": ckpt.get("iter_num", 0),
+                               "exp_avg": "exact on range(T)", "exp_avg_sq": "diagonal approximation (T∘T)"}
     if loader is not None and cfg.eval_iters != 0:
         if cfg.eval_reference:
             record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
         record["val_loss_after"] = evaluate_loss(new_model, loader, "val", cfg.eval_iters)
     out = {"model": new_model.state_dict(), "model_args": new_model.config.to_dict(),
            "config": dict(ckpt.get("config", {}), **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
-           "iter_num": 0, "best_val_loss": record.get("val_loss_after", float("inf")), "optimizer": None,
-           "meta": ckpt.get("meta"), "transform": record}
+           "iter_num": ckpt.get("iter_num", 0) if carried else 0,
+           "best_val_loss": record.get("val_loss_after", float("inf")), "optimizer": None,
+           "optimizer_moments": carried, "meta": ckpt.get("meta"), "transform": record}
     save_checkpoint(out, cfg.out_dir)
     return record
 
