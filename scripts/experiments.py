@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import geometry as geo  # noqa: E402
 from checkpoint import load_checkpoint, load_model  # noqa: E402
 from cli import run_cli  # noqa: E402
-from configurator import config_from_dict, load_config  # noqa: E402
+from configurator import load_config  # noqa: E402
 from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss  # noqa: E402
 from finetune import FinetuneConfig, finetune  # noqa: E402
 from harness import (  # noqa: E402
@@ -52,7 +52,7 @@ from harness import (  # noqa: E402
     width,
 )
 from logger import read_metrics  # noqa: E402
-from train import TrainConfig, get_lr  # noqa: E402
+from train import TrainConfig  # noqa: E402
 
 RATIOS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 RANDOM_KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal")
@@ -105,7 +105,7 @@ def models(s: Setting, lane: int = 0, lanes: int = 1) -> None:
         if i % lanes == lane:
             model(s, *variants, seed=seed)
     if lanes - 1 == lane:
-        grow_models(s)
+        grow_runs(s, reverse=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -366,80 +366,117 @@ def heads(s: Setting) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# grow_staging: train at d, grow to 2d (with / without symmetry breaking), continue; vs 2d from scratch
+# grow_staging: train at d, grow everything to the standard 2d model, continue; vs the 2d model from scratch
+
+
+GROW_ARMS = [{"grow_mode": mode, "carry_optimizer": carry, "rewarm_iters": rewarm}
+             for mode in ("zero", "clone") for carry in (False, True) for rewarm in (0, 100)]
+GROW_NOISE, CLONE_NOISE = 0.1, 0.02  # residual symmetry breaking (both modes); cancelling noise of the clones
+
+
+def arm_label(arm: dict) -> str:
+    return (f"{arm['grow_mode']}, {'carried' if arm['carry_optimizer'] else 'fresh'} AdamW, "
+            + (f"re-warm {arm['rewarm_iters']}" if arm["rewarm_iters"] else "no re-warm"))
 
 
 def grow_settings(s: Setting) -> tuple[int, list[str], list[str]]:
-    iters = 1000 if s.quick else 2500
-    # stage 1 stops halfway through its cosine (lr_decay_iters = 2·iters)
-    small = ["--n_embd=64", "--n_head=4", "--mlp_hidden=256", f"--max_iters={iters}", f"--lr_decay_iters={2 * iters}"]
-    # the grown model keeps heads and MLP: from scratch we train exactly that architecture at 2d
-    big = ["--n_embd=128", "--n_head=4", "--head_dim=16", "--mlp_hidden=256", f"--max_iters={2 * iters}",
-           f"--lr_decay_iters={2 * iters}"]
-    return iters, small, big
+    """(iterations per stage, stage-1 args, 2d-from-scratch args). Both models are the canonical architecture
+    (RMSNorm, scalar gains), so the grown model is exactly the scratch model; stage 1 has half the width and half
+    the heads (same head size) and stops halfway through the 2·iters cosine the whole staged run follows."""
+    iters = s.grow_iters
+    base = load_config(TrainConfig, s.base)
+    arch = ["--norm_type=rmsnorm", "--norm_gain=scalar", *s.curve_eval]
+    small = arch + [f"--n_embd={base.n_embd // 2}", f"--n_head={base.n_head // 2}", f"--max_iters={iters}",
+                    f"--lr_decay_iters={2 * iters}"]
+    return iters, small, arch + [f"--max_iters={2 * iters}", f"--lr_decay_iters={2 * iters}"]
 
 
-def grow_models(s: Setting) -> tuple[str, str]:
+def grow_models(s: Setting, seed: int = 0) -> tuple[str, str]:
     _, small, big = grow_settings(s)
-    return trained(s, "grow_stage1", args=small), trained(s, "grow_scratch", args=big)
+    return trained(s, "grow_stage1", args=small, seed=seed), trained(s, "grow_scratch", args=big, seed=seed)
 
 
-GROWTHS = {"grown, no symmetry breaking": 0.0, "grown, symmetry breaking σ=0.1": 0.1,
-           "grown, symmetry breaking σ=1": 1.0}
+def grow_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
+    """Stage 1 grown to the 2d model by ``arm`` and trained on to 2·iters along stage 1's schedule."""
+    base = load_model(stage1)[0].config
+    run_cfg = load_checkpoint(stage1)["config"]
+    grown, record = transformed(s, stage1, 2 * base.n_embd, "orthogonal", seed=seed, n_head=2 * base.n_head,
+                                mlp_hidden=2 * base.mlp_hidden, grow_mode=arm["grow_mode"], grow_noise=GROW_NOISE,
+                                clone_noise=CLONE_NOISE if arm["grow_mode"] == "clone" else 0.0,
+                                carry_optimizer=arm["carry_optimizer"])
+    recipe = [f"--{k}={run_cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
+                                              "weight_decay", "beta1", "beta2", "batch_size", "grad_clip",
+                                              "gradient_accumulation_steps")]
+    cfg = load_config(FinetuneConfig, s.common + recipe + s.curve_eval + [
+        f"--in_dir={grown}", "--out_dir=unset", "--init_state=True", f"--max_iters={2 * s.grow_iters}",
+        f"--rewarm_iters={arm['rewarm_iters']}", f"--seed={run_cfg['seed']}", f"--device={s.device}",
+        "--log_interval=100"])
+
+    def build(out: str) -> dict:
+        cfg.out_dir, cfg.overwrite = out, True
+        summary = finetune(cfg)
+        return dict(summary, full_val_loss=full_val_loss(out, s.device), energy_in_range_T=range_energy(out),
+                    zero_shot=record["val_loss_after"])
+
+    return cached("finetune", f"grown-{arm['grow_mode']}-s{seed}", spec_of(cfg), build)[1]
+
+
+def val_curve(path: str) -> list[list[float]]:
+    return [[r["iter"], r["val/loss"]] for r in read_metrics(os.path.join(path, "metrics.jsonl")) if "val/loss" in r]
+
+
+def grow_runs(s: Setting, reverse: bool = False) -> None:
+    """Build every run grow_staging reads (the models lane builds them from the other end, sharing the cache)."""
+    order = [(seed, arm) for seed in s.seeds for arm in GROW_ARMS]
+    for seed, arm in reversed(order) if reverse else order:
+        grow_arm(s, grow_models(s, seed)[0], arm, seed)
 
 
 def grow_staging(s: Setting) -> None:
     t0 = time.time()
-    iters, _, _ = grow_settings(s)
-    stage1, scratch = grow_models(s)
-    run_cfg = load_checkpoint(stage1)["config"]
-    tokens = run_cfg["batch_size"] * run_cfg["block_size"] * run_cfg["gradient_accumulation_steps"]
-    lr_at_switch = get_lr(iters, config_from_dict(TrainConfig, run_cfg, "stage 1 config"))
-    # the continuation: a fresh cosine from the switch LR (no re-warmup), evaluated on the same 200 val batches
-    # (eval seed 1337) as stage 1 and the scratch run
-    continuation = [f"--learning_rate={lr_at_switch}", "--warmup_iters=0", f"--lr_decay_iters={iters}",
-                    f"--min_lr={run_cfg['min_lr']}", f"--weight_decay={run_cfg['weight_decay']}",
-                    f"--batch_size={run_cfg['batch_size']}", f"--eval_iters={run_cfg['eval_iters']}",
-                    f"--gradient_accumulation_steps={run_cfg['gradient_accumulation_steps']}",
-                    "--eval_interval=100", f"--eval_seed={run_cfg['seed']}"]
-    curves = {}
-    for label, noise in GROWTHS.items():
-        out, _ = transformed(s, stage1, 128, "orthogonal", grow_noise=noise)
-        done = continued(s, out, iters, continuation)
-        curves[label] = {"curve": done["curve"], "energy_in_range_T": done["energy_in_range_T"]}
-
-    def val_curve(path):
-        records = read_metrics(os.path.join(path, "metrics.jsonl"))
-        return [(r["iter"], r["val/loss"]) for r in records if "val/loss" in r]
-
-    flops_small, flops_big = (6 * load_model(p)[0].get_num_params() for p in (stage1, scratch))
-    result = {"iters_per_stage": iters, "flops_per_token": {"d": flops_small, "2d": flops_big},
-              "stage1": val_curve(stage1), "scratch": val_curve(scratch), "grown": curves, "tokens_per_iter": tokens,
-              "lr_at_switch": lr_at_switch, "eval_iters": run_cfg["eval_iters"]}
-    offset = iters * tokens * flops_small
-    result["staged_total_flops"] = offset + iters * tokens * flops_big  # stage 1 + continuation
-    result["scratch_loss_at_staged_compute"] = interpolate(
-        [(i * tokens * flops_big, v) for i, v in result["scratch"]], result["staged_total_flops"])
-    target = result["scratch"][-1][1]  # compute to reach the scratch model's final loss
-    result["target_val_loss"] = target
-    result["scratch_flops_to_target"] = (2 * iters) * tokens * flops_big
-    for c in curves.values():
-        hit = next((i for i, v in c["curve"] if v <= target), None)
-        c["flops_to_target"] = None if hit is None else offset + hit * tokens * flops_big
+    iters, _, big = grow_settings(s)
+    pairs = [grow_models(s, seed) for seed in s.seeds]
+    base = load_config(TrainConfig, s.base)
+    tokens = base.batch_size * base.block_size * base.gradient_accumulation_steps
+    flops = {"d": 6 * load_model(pairs[0][0])[0].get_num_params(),  # ≈ 6·N per token (N without wpe)
+             "2d": 6 * load_model(pairs[0][1])[0].get_num_params()}
+    staged_flops = iters * tokens * (flops["d"] + flops["2d"])  # stage 1 + continuation
+    scratch_flops = 2 * iters * tokens * flops["2d"]
+    equal_iters = round(staged_flops / (tokens * flops["2d"]))  # 2d from scratch, fully decayed, at staged compute
+    equal_args = [a for a in big if not a.startswith(("--max_iters", "--lr_decay"))] + [
+        f"--max_iters={equal_iters}", f"--lr_decay_iters={equal_iters}"]
+    equal = [trained(s, "grow_scratch_eq", args=equal_args, seed=seed) for seed in s.seeds]
+    scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
+    arms = []
+    for arm in GROW_ARMS:
+        per_seed = []
+        for seed, (stage1, _), ref in zip(s.seeds, pairs, scratch):
+            run = grow_arm(s, stage1, arm, seed)
+            curve = [[iters * tokens * flops["d"] + (i - iters) * tokens * flops["2d"], v] for i, v in run["curve"]]
+            target = ref["curve"][-1][1]  # the scratch model's final loss (same seed, same eval batches)
+            hit = next((f for f, v in curve if v <= target), None)
+            scratch_at = [interpolate([(i * tokens * flops["2d"], v) for i, v in ref["curve"]], f) for f, _ in curve]
+            per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
+                             "zero_shot": run["zero_shot"], "energy_outside_range_T": 1 - run["energy_in_range_T"],
+                             "flops_to_target": None if hit is None else hit / scratch_flops,
+                             "gap_to_scratch_at_equal_flops": [[f / scratch_flops, v / r - 1]
+                                                               for (f, v), r in zip(curve, scratch_at)]})
+        arms.append({**arm, "label": arm_label(arm), "seeds": per_seed,
+                     "full_val_loss": mean_spread([r["full_val_loss"] for r in per_seed]),
+                     "energy_outside_range_T": mean_spread([r["energy_outside_range_T"] for r in per_seed]),
+                     "flops_to_target": [r["flops_to_target"] for r in per_seed],
+                     "final_gap_to_scratch_curve": mean_spread([r["gap_to_scratch_at_equal_flops"][-1][1]
+                                                                for r in per_seed])})
+        print(arms[-1]["label"], arms[-1]["full_val_loss"]["mean"])
+    result = {"iters_per_stage": iters, "tokens_per_iter": tokens, "flops_per_token": flops,
+              "staged_flops_fraction": staged_flops / scratch_flops, "equal_compute_iters": equal_iters,
+              "grow_noise": GROW_NOISE, "clone_noise": CLONE_NOISE, "eval": s.curve_eval,
+              "stage1": [{"curve": val_curve(a), "full_val_loss": full_val_loss(a, s.device)} for a, _ in pairs],
+              "scratch": scratch, "scratch_full_val_loss": mean_spread([r["full_val_loss"] for r in scratch]),
+              "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
+              "arms": arms}
     plot_grow_staging(result)
     save("grow_staging", result, t0, s)
-
-
-def continued(s: Setting, src: str, iters: int, args: list[str]) -> dict:
-    """The grown model trained ``iters`` more steps (finetune.py's loop) + its energy in range(T)."""
-    cfg = load_config(FinetuneConfig, s.common + [f"--in_dir={src}", "--out_dir=unset", f"--max_iters={iters}",
-                                                  f"--device={s.device}", *args])
-
-    def build(out: str) -> dict:
-        cfg.out_dir, cfg.overwrite = out, True
-        return dict(finetune(cfg), energy_in_range_T=range_energy(out))
-
-    return cached("finetune", "grown", spec_of(cfg), build)[1]
 
 
 def interpolate(points: list[tuple[float, float]], x: float) -> float:
@@ -621,18 +658,33 @@ def plot_arch_ablation(r: dict) -> None:
 
 
 def plot_grow_staging(r: dict) -> None:
+    """Val loss against training compute (fraction of the scratch run's), mean over seeds; one panel per mode."""
     tokens, flops = r["tokens_per_iter"], r["flops_per_token"]
-    fig, ax = plt().subplots(figsize=(8, 5))
-    ax.plot([i * tokens * flops["2d"] for i, _ in r["scratch"]], [v for _, v in r["scratch"]], label="2d from scratch")
-    ax.plot([i * tokens * flops["d"] for i, _ in r["stage1"]], [v for _, v in r["stage1"]], label="stage 1 (d)")
-    offset = r["iters_per_stage"] * tokens * flops["d"]
-    for label, c in r["grown"].items():
-        ax.plot([offset + i * tokens * flops["2d"] for i, _ in c["curve"]], [v for _, v in c["curve"]], label=label)
-    ax.set_xlabel("training compute (FLOPs ≈ 6·N·tokens)")
-    ax.set_ylabel(f"val loss ({r['eval_iters']} fixed val batches)")
-    plain_log_axis(ax)
-    ax.set_title("Growing d → 2d (staging) vs training 2d from scratch")
-    ax.legend()
+    total = 2 * r["iters_per_stage"] * tokens * flops["2d"]
+
+    def mean_curve(curves: list, x) -> tuple[list, list]:
+        return [x(i) / total for i, _ in curves[0]], [statistics.fmean(c[k][1] for c in curves)
+                                                      for k in range(len(curves[0]))]
+
+    modes = sorted({a["grow_mode"] for a in r["arms"]})
+    fig, axes = plt().subplots(1, len(modes), figsize=(7 * len(modes), 5), sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        ax.plot(*mean_curve([c["curve"] for c in r["scratch"]], lambda i: i * tokens * flops["2d"]), "k-",
+                label="2d from scratch")
+        ax.plot(*mean_curve([c["curve"] for c in r["stage1"]], lambda i: i * tokens * flops["d"]), "k:",
+                label="stage 1 (d)")
+        ax.axhline(r["scratch_equal_compute_full_val_loss"]["mean"], color="grey", lw=0.8, ls="--",
+                   label="2d from scratch at the staged compute, full val")
+        offset = r["iters_per_stage"] * tokens * (flops["d"] - flops["2d"])  # stage 1 ran at d's cost
+        for arm in (a for a in r["arms"] if a["grow_mode"] == mode):
+            ax.plot(*mean_curve([c["curve"] for c in arm["seeds"]], lambda i, o=offset: o + i * tokens * flops["2d"]),
+                    label=arm["label"])
+        ax.set_xlabel("training compute / the 2d-from-scratch run's (stage 1 counted)")
+        ax.set_title(f"grown d → 2d, {mode} mode (mean of n = {len(r['scratch'])} seeds)")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("val loss (the same 50 fixed val batches for every curve)")
+    low, high = axes[0][0].get_ylim()
+    axes[0][0].set_ylim(top=min(high, low + 0.8))  # stage 1's first evaluations would flatten the rest
     fig.tight_layout()
     savefig(fig, "grow_staging", "grow_staging.png")
 

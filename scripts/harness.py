@@ -56,6 +56,8 @@ class Setting:
         self.finetune_iters = 200 if quick else 1000
         self.finetune_eval_interval = 10 if quick else 50
         self.finetune_eval_iters = 20 if quick else 50
+        self.grow_iters = 1000 if quick else 2500  # grow_staging: iterations per stage
+        self.curve_eval = ["--eval_interval=100", "--eval_iters=50", "--eval_seed=0"]  # training curves' one basis
         self.common = ["--progress_bar=False", "--wandb_log=" + os.environ.get("WANDB_LOG", "False")]
 
 

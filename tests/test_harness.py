@@ -63,7 +63,7 @@ def test_widths_are_multiples_of_the_head_count():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
-                                        "quantization", "shrink_quality", "recovery"])
+                                        "quantization", "shrink_quality", "recovery", "grow_staging"])
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
@@ -79,6 +79,8 @@ def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_d
     s.base += ["--n_layer=1", "--n_embd=16", "--n_head=2", "--max_iters=4", "--eval_iters=2", "--eval_interval=2",
                "--batch_size=4", "--block_size=16", f"--data_dir={char_data_dir}"]
     s.seeds, s.finetune_iters, s.finetune_eval_interval, s.finetune_eval_iters = (0, 1), 4, 2, 2
+    s.grow_iters, s.curve_eval = 4, ["--eval_interval=2", "--eval_iters=2", "--eval_seed=0"]
+    monkeypatch.setattr(experiments, "GROW_ARMS", experiments.GROW_ARMS[-3:])  # clone: fresh/carried, re-warm
     experiments.EXPERIMENTS[experiment](s)
     result = json.load(open(tmp_path / "results" / experiment / "results.json"))
     table = getattr(report, experiment)(result)
