@@ -367,10 +367,7 @@ class GPT(nn.Module):
         B, T = idx.size()
         if T > self.config.block_size:
             raise ValueError(f"sequence of length {T} is longer than block_size={self.config.block_size}")
-        x = self.transformer.wte(idx)
-        if "wpe" in self.transformer:
-            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
-        x = self.transformer.drop(x)
+        x = self.embed(idx)
         keep_hidden = return_hidden or features or (self.config.norm_reg > 0 and targets is not None)
         hidden = [x] if keep_hidden else None
         for block in self.transformer.h:
@@ -398,6 +395,13 @@ class GPT(nn.Module):
         if return_hidden:
             return logits, loss, hidden
         return logits, loss
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """The residual stream before the first block: token (+ learned position) embeddings, dropout."""
+        x = self.transformer.wte(idx)
+        if "wpe" in self.transformer:
+            x = x + self.transformer.wpe(torch.arange(idx.size(1), device=idx.device))
+        return self.transformer.drop(x)
 
     @torch.no_grad()
     def run_with_cache(self, idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -83,22 +83,6 @@ def readers_by_norm(model: GPT) -> list[tuple[str, list[str]]]:
     return pairs
 
 
-def refit_order(model: GPT, mode: str) -> list[tuple[str, str]]:
-    """(module, 'reader' | 'writer') in forward order: what ``refit_layers`` fits with ``mode``."""
-    order = []
-    for i in range(model.config.n_layer):
-        b = f"transformer.h.{i}"
-        order += [(f"{b}.attn.c_attn", "reader")]
-        if mode == "all":
-            order += [(f"{b}.attn.c_proj", "writer")]
-        order += [(f"{b}.mlp.c_fc", "reader")]
-        if mode == "all":
-            order += [(f"{b}.mlp.c_proj", "writer")]
-    if model.config.head == "linear":
-        order.append(("lm_head", "reader"))
-    return order
-
-
 @torch.no_grad()
 def fit_gains(original: GPT, new: GPT, batches: list[torch.Tensor]) -> dict[str, float]:
     """Multiply each reader-feeding norm's scalar gain by s = Σ⟨y − b, z⟩ / Σ⟨z, z⟩ (module docstring), in forward
@@ -127,32 +111,87 @@ def ridge_solve(gram: torch.Tensor, cross: torch.Tensor, ridge: float) -> torch.
     return torch.linalg.solve(gram + lam * torch.eye(k, dtype=gram.dtype), cross)
 
 
+def module_input(root: torch.nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+    """The input of submodule ``name`` of ``root`` when ``root(x)`` runs (the pass stops there)."""
+    store: dict = {}
+
+    def hook(module, inputs):
+        store["x"] = inputs[0].detach()
+        raise _Stop
+
+    handle = root.get_submodule(name).register_forward_pre_hook(hook)
+    try:
+        root(x)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    return store["x"]
+
+
+def _quadratic(A: torch.Tensor, S: torch.Tensor, rows: int = 4096) -> float:
+    """tr(A·S·Aᵀ) = Σ_rows a·S·aᵀ, a row chunk of A (out × k, e.g. a 50k-row head) at a time, in float64."""
+    return sum(((a @ S) * a).sum().item() for a in (A[i:i + rows].double() for i in range(0, len(A), rows)))
+
+
+@torch.no_grad()
+def fit_linear(module: torch.nn.Linear, target: torch.nn.Linear, inputs, T: torch.Tensor | None,
+               ridge: float) -> float:
+    """Refit ``module``'s weight (its bias kept) so that on its own inputs X′ it reproduces the original module's
+    output Y = X·Aᵀ + c (A, c: ``target``'s weight and bias, times T for a writer, ``T`` given): ridge least squares
+    W′ᵀ = (X′ᵀX′ + λI)⁻¹·X′ᵀ(Y − b′). Y is never formed: X′ᵀY = (X′ᵀX)·Aᵀ + (X′ᵀ1)·cᵀ and ‖Y‖² = tr(A·XᵀX·Aᵀ) +
+    2·(1ᵀX)·Aᵀc + N‖c‖², so a 50k-vocabulary head costs no (tokens × vocabulary) tensor. ``inputs`` yields
+    (X, X′) pairs. Returns the relative residual ‖X′W′ᵀ − (Y − b′)‖ / ‖Y − b′‖."""
+    A = target.weight.double()
+    c = target.bias.double() if target.bias is not None else A.new_zeros(A.shape[0])
+    if T is not None:  # a writer: its contribution should land where T puts the original's
+        A, c = T @ A, T @ c
+    if module.bias is not None:
+        c = c - module.bias.double()
+    gram = mixed = original_gram = None
+    sum_new = sum_original = 0.0
+    count = 0
+    for x, x_new in inputs:
+        for xo, xn in _row_chunks(x.flatten(0, -2), x_new.flatten(0, -2)):
+            gram = xn.T @ xn if gram is None else gram + xn.T @ xn
+            mixed = xn.T @ xo if mixed is None else mixed + xn.T @ xo
+            original_gram = xo.T @ xo if original_gram is None else original_gram + xo.T @ xo
+            sum_new, sum_original, count = sum_new + xn.sum(0), sum_original + xo.sum(0), count + len(xn)
+    cross = mixed @ A.T + torch.outer(sum_new, c)  # X′ᵀ(Y − b′), (k′, out)
+    target_energy = _quadratic(A, original_gram) + 2 * ((A @ sum_original) @ c).item() + count * (c @ c).item()
+    weight_t = ridge_solve(gram, cross, ridge)  # (k′, out)
+    module.weight.copy_(weight_t.T.to(module.weight.dtype))
+    # residual ‖X′W − Y‖² = ‖Y‖² − 2⟨W, C⟩ + ⟨W, G W⟩, from the accumulated statistics
+    residual = target_energy - 2 * (weight_t * cross).sum().item() + (weight_t * (gram @ weight_t)).sum().item()
+    return math.sqrt(max(residual, 0.0) / max(target_energy, 1e-30))
+
+
+BLOCK_REFITS = {"readers": (("attn.c_attn", "reader"), ("mlp.c_fc", "reader")),
+                "all": (("attn.c_attn", "reader"), ("attn.c_proj", "writer"), ("mlp.c_fc", "reader"),
+                        ("mlp.c_proj", "writer"))}
+
+
 @torch.no_grad()
 def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], mode: str,
                  ridge: float = 1e-4) -> dict[str, float]:
     """The sequential least-squares refit (module docstring). ``original`` is the canonical width-d model, ``new``
-    the ported width-m one (changed in place). Returns each module's relative residual error after its fit."""
+    the ported width-m one (changed in place). Block by block: both models' residual streams at the block's input
+    are kept for every calibration batch, each module's inputs come from running that one block (the new one with
+    the fits made so far), and the streams then move through the finished block — one forward of each model in
+    all, instead of one per module. Returns each module's relative residual error after its fit."""
     T = T.double()
     errors = {}
-    for name, role in refit_order(new, mode):
-        module = new.get_submodule(name)
-        bias = module.bias.double() if module.bias is not None else None
-        gram = cross = None
-        target_energy = 0.0
-        for batch in batches:
-            for x, y in _row_chunks(module_io(new, name, batch)[0], module_io(original, name, batch)[1]):
-                if role == "writer":
-                    y = y @ T.T  # the writer's contribution should land where T puts the original's
-                if bias is not None:
-                    y = y - bias
-                gram = x.T @ x if gram is None else gram + x.T @ x
-                cross = x.T @ y if cross is None else cross + x.T @ y
-                target_energy += (y * y).sum().item()
-        weight_t = ridge_solve(gram, cross, ridge)  # (k, out)
-        module.weight.copy_(weight_t.T.to(module.weight.dtype))
-        # residual ‖XW − Y‖² = ‖Y‖² − 2⟨W, C⟩ + ⟨W, G W⟩, from the accumulated statistics
-        residual = target_energy - 2 * (weight_t * cross).sum().item() + (weight_t * (gram @ weight_t)).sum().item()
-        errors[name] = math.sqrt(max(residual, 0.0) / max(target_energy, 1e-30))
+    streams = [(original.embed(b), new.embed(b)) for b in batches]
+    for i, (old_block, new_block) in enumerate(zip(original.transformer.h, new.transformer.h)):
+        for name, role in BLOCK_REFITS[mode]:
+            pairs = ((module_input(old_block, name, h), module_input(new_block, name, h_new)) for h, h_new in streams)
+            errors[f"transformer.h.{i}.{name}"] = fit_linear(new_block.get_submodule(name),
+                                                             old_block.get_submodule(name), pairs,
+                                                             T if role == "writer" else None, ridge)
+        streams = [(old_block(h), new_block(h_new)) for h, h_new in streams]
+    if new.config.head == "linear":
+        pairs = ((original.transformer.ln_f(h), new.transformer.ln_f(h_new)) for h, h_new in streams)
+        errors["lm_head"] = fit_linear(new.lm_head, original.lm_head, pairs, None, ridge)
     return errors
 
 

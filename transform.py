@@ -856,10 +856,17 @@ def cfg_at_width(cfg: GPTConfig, m: int) -> GPTConfig:
     return new
 
 
-def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor]) -> float:
-    with torch.no_grad():
-        return sum(kl_to_original(torch.log_softmax(original(b, all_logits=True)[0].float().flatten(0, -2), -1),
-                                  new(b, all_logits=True)[0]).item() for b in batches) / len(batches)
+@torch.no_grad()
+def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor], chunk: int = 1024) -> float:
+    """Mean over the calibration batches of KL(original ‖ new) per token, the heads applied ``chunk`` positions at
+    a time (a 50k vocabulary would otherwise hold several (tokens × vocabulary) tensors at once)."""
+    total = 0.0
+    for b in batches:
+        h_original, h_new = original(b, features=True)[0].flatten(0, -2), new(b, features=True)[0].flatten(0, -2)
+        total += sum(kl_to_original(torch.log_softmax(original.lm_head(h_original[i:i + chunk]).float(), -1),
+                                    new.lm_head(h_new[i:i + chunk])).item() * len(h_original[i:i + chunk])
+                     for i in range(0, len(h_original), chunk)) / len(h_original)
+    return total / len(batches)
 
 
 def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], refit: str,

@@ -61,6 +61,49 @@ def test_the_first_reader_refit_is_the_least_squares_solution(setup):
     torch.testing.assert_close(fitted.get_submodule(name).weight.double(), naive, atol=1e-4, rtol=1e-3)
 
 
+RIDGE = 1e-3  # the writers' problems are ill-conditioned on 512 rows without one
+
+
+def naive_sequential_refit(original, new, T, batches, mode):
+    """The refit as first written: every module's data from whole-model forward passes (its input in the new
+    model as refit so far, the original's output), Y formed explicitly, the ridge solved directly."""
+    names = []
+    for i in range(new.config.n_layer):
+        names += [(f"transformer.h.{i}.attn.c_attn", "reader"), (f"transformer.h.{i}.attn.c_proj", "writer"),
+                  (f"transformer.h.{i}.mlp.c_fc", "reader"), (f"transformer.h.{i}.mlp.c_proj", "writer")]
+    names.append(("lm_head", "reader"))
+    for name, role in names:
+        if role == "writer" and mode != "all":
+            continue
+        X = torch.cat([refit.module_io(new, name, b)[0] for b in batches]).double()
+        Y = torch.cat([refit.module_io(original, name, b)[1] for b in batches]).double()
+        if role == "writer":
+            Y = Y @ T.double().T
+        bias = new.get_submodule(name).bias
+        if bias is not None:
+            Y = Y - bias.double()
+        G = X.T @ X
+        G = G + RIDGE * torch.trace(G) / len(G) * torch.eye(len(G), dtype=G.dtype)
+        with torch.no_grad():
+            new.get_submodule(name).weight.copy_(torch.linalg.solve(G, X.T @ Y).T.float())
+    return new
+
+
+@pytest.mark.parametrize("mode", ["readers", "all"])
+def test_the_block_sequential_refit_equals_the_naive_whole_model_one(setup, mode):
+    """The refit keeps per-block streams and never forms the original outputs; the naive version runs the whole
+    model for every module. Same least-squares problems, so the same weights."""
+    model, loader = setup
+    batches = refit.calibration_batches(loader, 4, 3)  # the transform's seed picks its calibration batches
+    fitted, record = transform_model(model, 16, kind="gaussian", seed=3, calibration_loader=loader, calib_batches=4,
+                                     refit=mode, refit_ridge=RIDGE)
+    plain, _ = transform_model(model, 16, kind="gaussian", seed=3, calibration_loader=loader, calib_batches=4)
+    naive = naive_sequential_refit(canonical_model(model)[0], plain, record["T"], batches, mode)
+    for (name, got), (_, want) in zip(fitted.named_parameters(), naive.named_parameters()):
+        torch.testing.assert_close(got, want, atol=1e-5 * (1 + want.abs().max().item()), rtol=1e-3, msg=name)
+    assert all(0 <= e < 1 for e in record["corrections"]["relative_errors"].values())
+
+
 def test_refit_reduces_the_calibration_loss_of_a_shrink(setup):
     model, loader = setup
     _, readers = transform_model(model, 16, kind="gaussian", calibration_loader=loader, refit="readers")
@@ -116,3 +159,15 @@ def test_bad_correction_requests_fail_with_one_clear_error(setup):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=-2"])
     with pytest.raises(ConfigError, match="refit='x' is not one of"):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--refit=x"])
+
+
+def test_the_chunked_calibration_kl_equals_the_whole_batch_kl(setup):
+    from transform import calibration_kl
+    model, loader = setup
+    batches = refit.calibration_batches(loader, 2, 0)
+    new, _ = transform_model(model, 16, kind="gaussian", seed=1)
+    original = canonical_model(model)[0]
+    naive = sum(refit.kl_to_original(torch.log_softmax(logits(original, b).flatten(0, -2), -1), logits(new, b)).item()
+                for b in batches) / 2
+    assert naive > 0.01
+    assert calibration_kl(original, new, batches, chunk=7) == pytest.approx(naive, rel=1e-5)
