@@ -202,13 +202,15 @@ def kl_to_original(original_logp: torch.Tensor, logits: torch.Tensor) -> torch.T
 
 
 def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
-              seed: int = 0) -> tuple[torch.Tensor, dict]:
+              seed: int = 0, tokens_per_pass: int = 2048) -> tuple[torch.Tensor, dict]:
     """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
 
     ``port(T)`` returns (a GPT of width m, its parameters as a dict of tensors differentiable in T). Adam on the
     orthogonal parametrization's free parameter, one calibration batch per step (cycled). Returns the best of
     the initial and the final T on the whole calibration set (so never worse than the initialisation) and a
-    record of the losses."""
+    record of the losses. Memory: the original's targets are kept as its final hidden states (the head is
+    applied when needed), and a batch is processed ``tokens_per_pass`` tokens at a time with the gradient
+    accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held."""
     m, d = T_init.shape
     with torch.random.fork_rng():  # the parametrization completes T to a square orthogonal matrix at random
         torch.manual_seed(seed)
@@ -216,14 +218,25 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
         torch.nn.utils.parametrizations.orthogonal(holder)
         holder.weight = orthonormal_rows(T_init)
     with torch.no_grad():
-        targets = [F.log_softmax(original(b, all_logits=True)[0].float().flatten(0, -2), dim=-1) for b in batches]
+        targets = [original(b, features=True)[0] for b in batches]
     optimizer = torch.optim.Adam(holder.parameters(), lr=lr)
+    rows = max(1, tokens_per_pass // batches[0].shape[1])
+
+    def kl_of_rows(T: torch.Tensor, k: int, part: slice) -> torch.Tensor:
+        """KL(original ‖ port(T)) summed over the tokens of rows ``part`` of batch k."""
+        model, params = port(T)
+        logits = torch.func.functional_call(model, params, (batches[k][part],), {"all_logits": True})[0]
+        with torch.no_grad():
+            target = F.log_softmax(original.lm_head(targets[k][part]).float().flatten(0, -2), dim=-1)
+        return kl_to_original(target, logits) * len(target)
+
+    def parts(k: int) -> list[slice]:
+        return [slice(i, i + rows) for i in range(0, len(batches[k]), rows)]
 
     def calibration_loss(T: torch.Tensor) -> float:
         with torch.no_grad():
-            model, params = port(T)
-            return sum(kl_to_original(t, torch.func.functional_call(model, params, (b,), {"all_logits": True})[0])
-                       .item() for t, b in zip(targets, batches)) / len(batches)
+            return sum(sum(kl_of_rows(T, k, p).item() for p in parts(k)) / batches[k].numel()
+                       for k in range(len(batches))) / len(batches)
 
     start = orthonormal_rows(T_init)
     losses = {"initial": calibration_loss(start)}
@@ -231,11 +244,9 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     order = torch.randperm(len(batches), generator=generator).tolist()
     for step in range(steps):
         k = order[step % len(order)]
-        model, params = port(holder.weight)
-        logits = torch.func.functional_call(model, params, (batches[k],), {"all_logits": True})[0]
-        loss = kl_to_original(targets[k], logits)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        for part in parts(k):  # the port is rebuilt per pass: each backward frees its own graph
+            (kl_of_rows(holder.weight, k, part) / batches[k].numel()).backward()
         optimizer.step()
     learned = orthonormal_rows(holder.weight.detach())  # float64 retraction: orthonormal to rounding
     losses["learned"] = calibration_loss(learned)
