@@ -30,6 +30,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import torch  # noqa: E402
 
 import geometry as geo  # noqa: E402
+import harness  # noqa: E402
 from checkpoint import load_checkpoint, load_model  # noqa: E402
 from cli import run_cli  # noqa: E402
 from configurator import load_config  # noqa: E402
@@ -561,6 +562,9 @@ def plain_log_axis(ax) -> None:
 
 
 def savefig(fig, experiment: str, name: str) -> None:
+    if harness.TRACE is not None:  # --cost writes nothing
+        plt().close(fig)
+        return
     os.makedirs(os.path.join(RESULTS, experiment), exist_ok=True)
     fig.savefig(os.path.join(RESULTS, experiment, name), dpi=110)
     plt().close(fig)
@@ -747,15 +751,34 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--quick", action="store_true", help="CPU sizes (also QUICK=1)")
     parser.add_argument("--lane", type=int, default=0, help="with 'models': which share of the models to train")
     parser.add_argument("--lanes", type=int, default=1, help="with 'models': how many lanes share them")
+    parser.add_argument("--cost", action="store_true", help="build and write nothing: sum the recorded build "
+                        "times of the cached runs these experiments read (what they cost from an empty cache)")
     args = parser.parse_args(argv)
     quick = args.quick or os.environ.get("QUICK", "0") not in ("", "0")
     setting = Setting(quick)
+    if args.cost:
+        harness.TRACE = {}
+    costs = {}
     for name in args.experiments:
         torch.manual_seed(0)
+        before = set(harness.TRACE or ())
         if name == "models":
             models(setting, args.lane, args.lanes)
         else:
             EXPERIMENTS[name](setting)
+        if args.cost:
+            costs[name] = sum(v for k, v in harness.TRACE.items() if k not in before)
+    if args.cost:
+        total = sum(harness.TRACE.values())
+        for name, seconds in costs.items():
+            print(f"{name}: {seconds / 60:.1f} min of runs first read here")
+        stages = {}
+        for path, seconds in harness.TRACE.items():
+            stage = os.path.basename(path).split("-")[0]
+            stages[stage] = stages.get(stage, 0.0) + seconds
+        print("by stage: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in sorted(stages.items())))
+        print(f"{len(harness.TRACE)} runs, {total / 60:.1f} single-core minutes in all "
+              f"(two lanes: at best {total / 120:.1f} min)")
 
 
 if __name__ == "__main__":  # an interrupted run exits 130 and leaves no completion marker

@@ -43,6 +43,14 @@ MARKER = "done.json"
 NOT_IN_KEY = {"out_dir", "overwrite", "progress_bar", "wandb_log", "wandb_project", "wandb_run_name", "eval_reference"}
 
 
+class NotCached(Exception):
+    """A run that ``--cost`` needs has not been built: the estimate covers built runs only."""
+
+
+# experiments.py --cost: {run directory: its recorded build seconds} of every run read; nothing is built or saved
+TRACE: dict[str, float] | None = None
+
+
 class Setting:
     """QUICK (CPU) or full (GPU) sizes of everything an experiment runs."""
 
@@ -93,12 +101,21 @@ def spec_of(cfg, **extra) -> dict:
         return type(v) is type(defaults[k]) and v == defaults[k] and defaults[k] in NEUTRAL
 
     values = dataclasses.asdict(cfg)
-    spec = {k: v for k, v in values.items() if k not in NOT_IN_KEY and not neutral_default(k, v)
-            and not (k in ONLY_WITH and all(neutral_default(o, values[o]) for o in ONLY_WITH[k] if o in values))}
+    idle = {k for k in ONLY_WITH if k in values and all(neutral_default(o, values[o]) for o in ONLY_WITH[k]
+                                                         if o in values)}
+    spec = {k: v for k, v in values.items() if k not in NOT_IN_KEY and not neutral_default(k, v) and k not in idle}
     for k in ("in_dir", "ref_dir", "control_dir", "data_dir"):
         if spec.get(k):
             spec[k] = relative(spec[k])
-    return dict(spec, **extra)
+    spec = Spec(spec, **extra)
+    if idle:  # the key this run had before those options joined ONLY_WITH: its cached build is still found
+        spec.legacy = dict(spec, **{k: values[k] for k in idle if not neutral_default(k, values[k])})
+    return spec
+
+
+class Spec(dict):
+    """A run's key material; ``legacy``: the same run as keyed by an older version of ``spec_of``."""
+    legacy: dict | None = None
 
 
 @contextmanager
@@ -115,7 +132,20 @@ def locked(path: str):
 def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> tuple[str, dict]:
     """(out_dir, result) of the run ``spec``, building it with ``build(out_dir)`` unless its marker exists."""
     out = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(spec, stage=stage))}")
+    legacy = getattr(spec, "legacy", None)
+    if legacy is not None and legacy != spec and not os.path.exists(os.path.join(out, MARKER)):
+        older = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(legacy, stage=stage))}")
+        if os.path.exists(os.path.join(older, MARKER)):
+            out = older
     marker = os.path.join(out, MARKER)
+    if TRACE is not None:
+        if not os.path.exists(marker):
+            raise NotCached(f"{os.path.relpath(out, ROOT)} is not built: --cost sums the build times of built runs; "
+                            "run the experiment first")
+        with open(marker) as f:
+            done = json.load(f)
+        TRACE[out] = done["seconds"]
+        return out, done["result"]
     with locked(out):
         if not os.path.exists(marker):
             started = time.time()
@@ -237,6 +267,8 @@ def mean_spread(values: list[float]) -> dict:
 
 
 def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
+    if TRACE is not None:  # --cost: read the cache, write nothing
+        return
     out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
     payload = dict(payload, meta={"quick": s.quick, "seconds": round(time.time() - started),

@@ -114,3 +114,32 @@ def test_a_new_option_that_defaults_to_off_keeps_existing_keys():
     from finetune import FinetuneConfig
     assert not {"distill_alpha", "distill_temperature", "distill_chunk"} & set(harness.spec_of(FinetuneConfig()))
     assert harness.spec_of(FinetuneConfig(distill=True))["distill_alpha"] == 1.0
+
+
+def made(out: str, result: dict) -> dict:
+    os.makedirs(out, exist_ok=True)
+    return result
+
+
+def test_a_run_keyed_before_an_option_joined_only_with_is_still_found(runs):
+    """distill_* joined ONLY_WITH after runs had been cached with them in their key: spec_of's legacy key finds
+    those runs instead of building them again."""
+    from finetune import FinetuneConfig
+    cfg = FinetuneConfig(in_dir="in", out_dir="o")
+    spec = harness.spec_of(cfg)
+    assert "distill_alpha" not in spec and spec.legacy["distill_alpha"] == 1.0
+    old, _ = harness.cached("finetune", "f", dict(spec.legacy), lambda out: made(out, {"built": "then"}))
+    out, result = harness.cached("finetune", "f", spec, lambda out: {"built": "now"})
+    assert (out, result) == (old, {"built": "then"})
+
+
+def test_cost_mode_reads_recorded_build_times_and_builds_nothing(runs, monkeypatch):
+    built, _ = harness.cached("train", "t", {"a": 1}, lambda out: made(out, {"x": 1}))
+    monkeypatch.setattr(harness, "TRACE", {})
+    assert harness.cached("train", "t", {"a": 1}, lambda out: pytest.fail("built in cost mode"))[1] == {"x": 1}
+    assert list(harness.TRACE) == [built] and harness.TRACE[built] >= 0
+    with pytest.raises(harness.NotCached, match="is not built"):
+        harness.cached("train", "t", {"a": 2}, lambda out: pytest.fail("built in cost mode"))
+    monkeypatch.setattr(harness, "RESULTS", str(runs / "results"))
+    harness.save("e", {"v": 1}, 0.0, harness.Setting(quick=True))
+    assert not os.path.exists(runs / "results")
