@@ -175,6 +175,8 @@ SHRINK_KINDS = ("pca", "gaussian", "orthogonal")
 CORRECTIONS = {"none": {}, "gains": {"refit": "gains"}, "readers": {"refit": "readers"}, "all": {"refit": "all"},
                "learned T + all": {"refit": "all", "learn_steps": 100}}
 CALIBRATION = {"calib_batches": 16}  # 16 × 16 = 256 training sequences for PCA, the fits and the learned map
+# how far more work on the best recipe goes (PCA only): 4× the learned map's steps and 4× the calibration text
+LONGER = {"learned T ×4 steps + all, ×4 calibration": {"refit": "all", "learn_steps": 400, "calib_batches": 64}}
 
 
 def shrink_quality(s: Setting) -> None:
@@ -185,8 +187,8 @@ def shrink_quality(s: Setting) -> None:
     for ratio in SHRINK_RATIOS:
         m = width(ratio, d, n_head)
         for kind in SHRINK_KINDS:
-            for label, options in CORRECTIONS.items():
-                records = [transformed(s, base, m, kind, seed=seed, **CALIBRATION, **options)[1]
+            for label, options in [*CORRECTIONS.items(), *(LONGER.items() if kind == "pca" else ())]:
+                records = [transformed(s, base, m, kind, seed=seed, **{**CALIBRATION, **options})[1]
                            for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
                 rows.append({"ratio": ratio, "m": m, "kind": kind, "correction": label,
                              "zero_shot": mean_spread([r["val_loss_after"] for r in records]),

@@ -234,7 +234,7 @@ def shrink_quality(r: dict) -> str:
         for x in ratios:
             row = next(row for row in r["rows"] if (row["kind"], row["correction"]) == key and row["ratio"] == x)
             z = row["zero_shot"]
-            cells.append(f"{ms(z)} ({100 * (z['mean'] / ref - 1):+.1f}%)")
+            cells.append(f"{ms(z)} ({100 * (z['mean'] / ref - 1):+.2f}%)")
             if x == 0.5:
                 secs = f"{row['seconds']['mean']:.0f}"
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {secs} |")

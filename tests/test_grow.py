@@ -29,11 +29,16 @@ def test_growing_heads_and_mlp_preserves_the_function(variant, mode, noise, widt
 
 
 def test_the_grown_model_has_the_architecture_of_a_scratch_model_of_the_target_size():
-    model = random_model(0)
+    """Half width and half the heads (RMSNorm, scalar gains: the canonical form) grown to the standard model of
+    width 32 (as grow_staging does) is that model: same config (the norm ε, scaled for exactness, aside) and
+    the same tensors."""
+    model = random_model(0, norm_type="rmsnorm", norm_gain="scalar")  # 16 wide, 2 heads of 8, MLP 64
     grown, _ = transform_model(model, 32, kind="orthogonal", n_head=4, mlp_hidden=128)
-    scratch = GPT(GPTConfig(**{**grown.config.to_dict()}))
+    scratch = GPT(GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=8, vocab_size=11, norm_type="rmsnorm",
+                            norm_gain="scalar"))  # its defaults: head_dim 32 / 4 = 8, MLP 4 · 32 = 128
+    ours, theirs = grown.config.to_dict(), scratch.config.to_dict()
+    assert ours.pop("norm_eps") == theirs.pop("norm_eps") / 2 and ours == theirs
     assert {k: v.shape for k, v in grown.state_dict().items()} == {k: v.shape for k, v in scratch.state_dict().items()}
-    assert grown.config.head_dim == model.config.head_dim  # heads keep their size
 
 
 def test_new_units_learn_and_cloned_copies_differ_with_noise():

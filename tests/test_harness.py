@@ -75,6 +75,7 @@ def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_d
     monkeypatch.setattr(harness, "RUNS", str(tmp_path / "runs"))
     monkeypatch.setattr(experiments, "RATIOS", (0.5, 2.0))  # square random 16×16 maps can be singular
     monkeypatch.setitem(experiments.CORRECTIONS, "learned T + all", {"refit": "all", "learn_steps": 2})
+    monkeypatch.setattr(experiments, "LONGER", {"longer": {"refit": "all", "learn_steps": 3, "calib_batches": 2}})
     s = harness.Setting(quick=True)
     s.base += ["--n_layer=1", "--n_embd=16", "--n_head=2", "--max_iters=4", "--eval_iters=2", "--eval_interval=2",
                "--batch_size=4", "--block_size=16", f"--data_dir={char_data_dir}"]
