@@ -169,6 +169,9 @@ def test_bad_carry_and_continuation_requests_fail_with_one_clear_error(stage1, t
                                              carry_optimizer=True, eval_iters=0))
     assert not os.path.exists(tmp_path / "s")
     plain = grown_dir(stage1, tmp_path, carry=False)
+    assert load_checkpoint(plain)["iter_num"] == 20  # the schedule's position is kept without the moments too
+    fresh = continued(plain, str(tmp_path / "fresh"))
+    assert [step for step, _ in fresh["curve"]] == [20, 25, 30]
     with pytest.raises(TransformError, match="holds no optimizer state"):
         transform_checkpoint(TransformConfig(in_dir=plain, out_dir=str(tmp_path / "again"), width=64,
                                              carry_optimizer=True, eval_iters=0))
