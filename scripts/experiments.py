@@ -450,6 +450,10 @@ def grow_staging(s: Setting) -> None:
         f"--max_iters={equal_iters}", f"--lr_decay_iters={equal_iters}"]
     equal = [trained(s, "grow_scratch_eq", args=equal_args, seed=seed) for seed in s.seeds]
     scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
+    # the small model not grown: stage 1's run continued at width d to 2·iters (its first iters are stage 1's)
+    _, small, _ = grow_settings(s)
+    not_grown = [trained(s, "grow_small_full", args=[a for a in small if not a.startswith("--max_iters")]
+                         + [f"--max_iters={2 * iters}"], seed=seed) for seed in s.seeds]
     arms = []
     for arm in GROW_ARMS:
         per_seed = []
@@ -477,6 +481,7 @@ def grow_staging(s: Setting) -> None:
               "stage1": [{"curve": val_curve(a), "full_val_loss": full_val_loss(a, s.device)} for a, _ in pairs],
               "scratch": scratch, "scratch_full_val_loss": mean_spread([r["full_val_loss"] for r in scratch]),
               "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
+              "not_grown": [{"curve": val_curve(p), "full_val_loss": full_val_loss(p, s.device)} for p in not_grown],
               "arms": arms}
     plot_grow_staging(result)
     save("grow_staging", result, t0, s)
@@ -677,8 +682,8 @@ def plot_grow_staging(r: dict) -> None:
     for ax, mode in zip(axes[0], modes):
         ax.plot(*mean_curve([c["curve"] for c in r["scratch"]], lambda i: i * tokens * flops["2d"]), "k-",
                 label="2d from scratch")
-        ax.plot(*mean_curve([c["curve"] for c in r["stage1"]], lambda i: i * tokens * flops["d"]), "k:",
-                label="stage 1 (d)")
+        ax.plot(*mean_curve([c["curve"] for c in r["not_grown"]], lambda i: i * tokens * flops["d"]), "k:",
+                label="stage 1 (d), then not grown: continued at d")
         ax.axhline(r["scratch_equal_compute_full_val_loss"]["mean"], color="grey", lw=0.8, ls="--",
                    label="2d from scratch at the staged compute, full val")
         offset = r["iters_per_stage"] * tokens * (flops["d"] - flops["2d"])  # stage 1 ran at d's cost

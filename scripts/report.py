@@ -191,7 +191,9 @@ def grow_staging(r: dict) -> str:
              f"| 2d from scratch, {2 * it} iterations | 1.00 | {ms(r['scratch_full_val_loss'], 4)} | — | 1.00 | — |",
              f"| 2d from scratch, {r['equal_compute_iters']} iterations, fully decayed | {frac:.2f} | "
              f"{ms(r['scratch_equal_compute_full_val_loss'], 4)} | — | — | — |",
-             f"| stage 1 alone (d, {it} iterations) | {frac - 0.5:.2f} | {ms(stage1, 4)} | — | — | — |"]
+             f"| stage 1 alone (d, {it} iterations) | {frac - 0.5:.2f} | {ms(stage1, 4)} | — | — | — |",
+             f"| not grown: stage 1 continued at d to {2 * it} iterations | {2 * (frac - 0.5):.2f} | "
+             f"{ms(mean_spread_of([c['full_val_loss'] for c in r['not_grown']]), 4)} | — | — | — |"]
     for arm in r["arms"]:
         lines.append(f"| grown: {arm['label']} | {frac:.2f} | {ms(arm['full_val_loss'], 4)} | "
                      f"{pct(arm['final_gap_to_scratch_curve'])} | {reached(arm['flops_to_target'])} | "
