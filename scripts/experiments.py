@@ -463,11 +463,12 @@ def grow_staging(s: Setting) -> None:
             target = ref["curve"][-1][1]  # the scratch model's final loss (same seed, same eval batches)
             hit = next((f for f, v in curve if v <= target), None)
             scratch_at = [interpolate([(i * tokens * flops["2d"], v) for i, v in ref["curve"]], f) for f, _ in curve]
+            gaps = [[f / scratch_flops, v / r - 1] for (f, v), r in zip(curve, scratch_at)]
             per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
+                             "scratch_overtakes_at": next((f for f, gap in gaps if gap > 0), None),
                              "zero_shot": run["zero_shot"], "energy_outside_range_T": 1 - run["energy_in_range_T"],
                              "flops_to_target": None if hit is None else hit / scratch_flops,
-                             "gap_to_scratch_at_equal_flops": [[f / scratch_flops, v / r - 1]
-                                                               for (f, v), r in zip(curve, scratch_at)]})
+                             "gap_to_scratch_at_equal_flops": gaps})
         arms.append({**arm, "label": arm_label(arm), "seeds": per_seed,
                      "full_val_loss": mean_spread([r["full_val_loss"] for r in per_seed]),
                      "energy_outside_range_T": mean_spread([r["energy_outside_range_T"] for r in per_seed]),

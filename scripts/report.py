@@ -186,17 +186,20 @@ def grow_staging(r: dict) -> str:
              f"counted). Curves: the same 50 fixed val batches for every run; losses: the full val split. "
              f"n = {n} seeds (the same seeds' data order in both stages and in the baselines).", "",
              "| run | compute (× scratch) | val loss (full split) | gap to the scratch curve at equal compute "
-             "| compute to reach the scratch model's final loss (per seed) | residual energy outside range(T) |",
-             "|---|---|---|---|---|---|",
-             f"| 2d from scratch, {2 * it} iterations | 1.00 | {ms(r['scratch_full_val_loss'], 4)} | — | 1.00 | — |",
+             "| scratch overtakes at (× compute, per seed) | compute to reach the scratch model's final loss "
+             "(per seed) | residual energy outside range(T) |",
+             "|---|---|---|---|---|---|---|",
+             f"| 2d from scratch, {2 * it} iterations | 1.00 | {ms(r['scratch_full_val_loss'], 4)} | — | — | 1.00 "
+             "| — |",
              f"| 2d from scratch, {r['equal_compute_iters']} iterations, fully decayed | {frac:.2f} | "
-             f"{ms(r['scratch_equal_compute_full_val_loss'], 4)} | — | — | — |",
-             f"| stage 1 alone (d, {it} iterations) | {frac - 0.5:.2f} | {ms(stage1, 4)} | — | — | — |",
+             f"{ms(r['scratch_equal_compute_full_val_loss'], 4)} | — | — | — | — |",
+             f"| stage 1 alone (d, {it} iterations) | {frac - 0.5:.2f} | {ms(stage1, 4)} | — | — | — | — |",
              f"| not grown: stage 1 continued at d to {2 * it} iterations | {2 * (frac - 0.5):.2f} | "
-             f"{ms(mean_spread_of([c['full_val_loss'] for c in r['not_grown']]), 4)} | — | — | — |"]
+             f"{ms(mean_spread_of([c['full_val_loss'] for c in r['not_grown']]), 4)} | — | — | — | — |"]
     for arm in r["arms"]:
+        overtakes = reached([x["scratch_overtakes_at"] for x in arm["seeds"]]).replace("not reached", "never")
         lines.append(f"| grown: {arm['label']} | {frac:.2f} | {ms(arm['full_val_loss'], 4)} | "
-                     f"{pct(arm['final_gap_to_scratch_curve'])} | {reached(arm['flops_to_target'])} | "
+                     f"{pct(arm['final_gap_to_scratch_curve'])} | {overtakes} | {reached(arm['flops_to_target'])} | "
                      f"{ms(arm['energy_outside_range_T'], 3)} |")
     lines += ["", "![grow staging](results/grow_staging/grow_staging.png)", "", provenance(r)]
     return "\n".join(lines)
