@@ -769,6 +769,7 @@ def main(argv: list[str]) -> None:
     costs = {}
     for name in args.experiments:
         torch.manual_seed(0)
+        harness.READ.clear()
         before = set(harness.TRACE or ())
         if name == "models":
             models(setting, args.lane, args.lanes)

@@ -49,6 +49,8 @@ class NotCached(Exception):
 
 # experiments.py --cost: {run directory: its recorded build seconds} of every run read; nothing is built or saved
 TRACE: dict[str, float] | None = None
+# the same for the experiment running now (experiments.py resets it): its results record what they rest on
+READ: dict[str, float] = {}
 
 
 class Setting:
@@ -155,7 +157,9 @@ def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> 
                 json.dump({"spec": spec, "result": result, "seconds": time.time() - started}, f, default=str)
             os.replace(tmp, marker)
     with open(marker) as f:
-        return out, json.load(f)["result"]
+        done = json.load(f)
+    READ[out] = done["seconds"]
+    return out, done["result"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,7 +275,8 @@ def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
         return
     out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
-    payload = dict(payload, meta={"quick": s.quick, "seconds": round(time.time() - started),
+    payload = dict(payload, meta={"quick": s.quick, "seconds": round(time.time() - started), "runs": len(READ),
+                                  "build_minutes": round(sum(READ.values()) / 60, 1),
                                   "hardware": hardware(), "command": f"scripts/{experiment}.sh"
                                   + (" --quick" if s.quick else "")})
     tmp = os.path.join(out, "results.json.tmp")

@@ -34,6 +34,10 @@ def f4(x) -> str:
 
 def provenance(r: dict) -> str:
     meta = r["meta"]
+    if "build_minutes" in meta:  # the pass that wrote it may have found its runs cached: say what they cost
+        return (f"*Made by `{meta['command']}` on {meta['hardware']}{' (QUICK setting)' if meta['quick'] else ''}: "
+                f"{meta['runs']} cached runs that took {meta['build_minutes']:.0f} single-core minutes to build; "
+                f"this pass {meta['seconds'] / 60:.1f} min.*")
     return (f"*Made by `{meta['command']}` on {meta['hardware']} in {meta['seconds'] / 60:.1f} min"
             f"{' (QUICK setting)' if meta['quick'] else ''}.*")
 
@@ -200,7 +204,7 @@ def grow_staging(r: dict) -> str:
         overtakes = reached([x["scratch_overtakes_at"] for x in arm["seeds"]]).replace("not reached", "never")
         lines.append(f"| grown: {arm['label']} | {frac:.2f} | {ms(arm['full_val_loss'], 4)} | "
                      f"{pct(arm['final_gap_to_scratch_curve'])} | {overtakes} | {reached(arm['flops_to_target'])} | "
-                     f"{ms(arm['energy_outside_range_T'], 3)} |")
+                     f"{ms(arm['energy_outside_range_T'], 4)} |")
     lines += ["", "![grow staging](results/grow_staging/grow_staging.png)", "", provenance(r)]
     return "\n".join(lines)
 
