@@ -104,11 +104,17 @@ def fit_gains(original: GPT, new: GPT, batches: list[torch.Tensor]) -> dict[str,
     return factors
 
 
-def ridge_solve(gram: torch.Tensor, cross: torch.Tensor, ridge: float) -> torch.Tensor:
-    """W′ᵀ = (G + λI)⁻¹ C with λ = ridge · tr(G)/k: the ridge is relative to the input's mean energy."""
+def ridge_solver(gram: torch.Tensor, ridge: float):
+    """C ↦ (G + λI)⁻¹·C with λ = ridge · tr(G)/k (the ridge is relative to the input's mean energy), factorised
+    once (Cholesky); a singular G (ridge 0 on inputs that span less than k dimensions, e.g. an exact port at
+    m > d) gets the minimum-norm solution G⁺·C instead."""
     k = gram.shape[0]
-    lam = ridge * torch.trace(gram) / k
-    return torch.linalg.solve(gram + lam * torch.eye(k, dtype=gram.dtype), cross)
+    regularised = gram + ridge * torch.trace(gram) / k * torch.eye(k, dtype=gram.dtype)
+    factor, info = torch.linalg.cholesky_ex(regularised)
+    if info == 0:
+        return lambda cross: torch.cholesky_solve(cross, factor)
+    inverse = torch.linalg.pinv(regularised, hermitian=True)
+    return lambda cross: inverse @ cross
 
 
 def module_input(root: torch.nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -129,25 +135,15 @@ def module_input(root: torch.nn.Module, name: str, x: torch.Tensor) -> torch.Ten
     return store["x"]
 
 
-def _quadratic(A: torch.Tensor, S: torch.Tensor, rows: int = 4096) -> float:
-    """tr(A·S·Aᵀ) = Σ_rows a·S·aᵀ, a row chunk of A (out × k, e.g. a 50k-row head) at a time, in float64."""
-    return sum(((a @ S) * a).sum().item() for a in (A[i:i + rows].double() for i in range(0, len(A), rows)))
-
-
 @torch.no_grad()
 def fit_linear(module: torch.nn.Linear, target: torch.nn.Linear, inputs, T: torch.Tensor | None,
-               ridge: float) -> float:
+               ridge: float, rows: int = 4096) -> float:
     """Refit ``module``'s weight (its bias kept) so that on its own inputs X′ it reproduces the original module's
     output Y = X·Aᵀ + c (A, c: ``target``'s weight and bias, times T for a writer, ``T`` given): ridge least squares
     W′ᵀ = (X′ᵀX′ + λI)⁻¹·X′ᵀ(Y − b′). Y is never formed: X′ᵀY = (X′ᵀX)·Aᵀ + (X′ᵀ1)·cᵀ and ‖Y‖² = tr(A·XᵀX·Aᵀ) +
-    2·(1ᵀX)·Aᵀc + N‖c‖², so a 50k-vocabulary head costs no (tokens × vocabulary) tensor. ``inputs`` yields
-    (X, X′) pairs. Returns the relative residual ‖X′W′ᵀ − (Y − b′)‖ / ‖Y − b′‖."""
-    A = target.weight.double()
-    c = target.bias.double() if target.bias is not None else A.new_zeros(A.shape[0])
-    if T is not None:  # a writer: its contribution should land where T puts the original's
-        A, c = T @ A, T @ c
-    if module.bias is not None:
-        c = c - module.bias.double()
+    2·(1ᵀX)·Aᵀc + N‖c‖²; the output rows are solved ``rows`` at a time against one factorisation
+    (``ridge_solver``), so a 50k-vocabulary head holds no (tokens × vocabulary) and no (k × vocabulary) float64
+    tensor. ``inputs`` yields (X, X′) pairs. Returns the relative residual ‖X′W′ᵀ − (Y − b′)‖ / ‖Y − b′‖."""
     gram = mixed = original_gram = None
     sum_new = sum_original = 0.0
     count = 0
@@ -157,12 +153,25 @@ def fit_linear(module: torch.nn.Linear, target: torch.nn.Linear, inputs, T: torc
             mixed = xn.T @ xo if mixed is None else mixed + xn.T @ xo
             original_gram = xo.T @ xo if original_gram is None else original_gram + xo.T @ xo
             sum_new, sum_original, count = sum_new + xn.sum(0), sum_original + xo.sum(0), count + len(xn)
-    cross = mixed @ A.T + torch.outer(sum_new, c)  # X′ᵀ(Y − b′), (k′, out)
-    target_energy = _quadratic(A, original_gram) + 2 * ((A @ sum_original) @ c).item() + count * (c @ c).item()
-    weight_t = ridge_solve(gram, cross, ridge)  # (k′, out)
-    module.weight.copy_(weight_t.T.to(module.weight.dtype))
-    # residual ‖X′W − Y‖² = ‖Y‖² − 2⟨W, C⟩ + ⟨W, G W⟩, from the accumulated statistics
-    residual = target_energy - 2 * (weight_t * cross).sum().item() + (weight_t * (gram @ weight_t)).sum().item()
+    solve = ridge_solver(gram, ridge)
+    target_energy = residual = 0.0
+    for start in range(0, module.weight.shape[0], rows):
+        part = slice(start, start + rows)
+        if T is None:
+            A = target.weight[part].double()
+            c = target.bias[part].double() if target.bias is not None else A.new_zeros(len(A))
+        else:  # a writer: its contribution should land where T puts the original's
+            A = T[part] @ target.weight.double()
+            c = T[part] @ target.bias.double() if target.bias is not None else A.new_zeros(len(A))
+        if module.bias is not None:
+            c = c - module.bias[part].double()
+        cross = mixed @ A.T + torch.outer(sum_new, c)  # X′ᵀ(Y − b′) for these outputs, (k′, rows)
+        weight_t = solve(cross)
+        module.weight[part] = weight_t.T.to(module.weight.dtype)
+        energy = (((A @ original_gram) * A).sum() + 2 * (A @ sum_original) @ c + count * (c @ c)).item()
+        # residual ‖X′W − Y‖² = ‖Y‖² − 2⟨W, C⟩ + ⟨W, G W⟩, from the accumulated statistics
+        residual += energy - 2 * (weight_t * cross).sum().item() + (weight_t * (gram @ weight_t)).sum().item()
+        target_energy += energy
     return math.sqrt(max(residual, 0.0) / max(target_energy, 1e-30))
 
 
