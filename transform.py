@@ -857,7 +857,7 @@ def cfg_at_width(cfg: GPTConfig, m: int) -> GPTConfig:
 
 
 @torch.no_grad()
-def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor], chunk: int = 1024) -> float:
+def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor], chunk: int = 256) -> float:
     """Mean over the calibration batches of KL(original ‖ new) per token, the heads applied ``chunk`` positions at
     a time (a 50k vocabulary would otherwise hold several (tokens × vocabulary) tensors at once)."""
     total = 0.0
