@@ -345,7 +345,8 @@ def continue_state(cfg: TrainConfig, ckpt: dict | None, model: GPT, optimizer: t
     if ckpt is None:
         raise ConfigError("init_state continues an init checkpoint's state: use it with finetune.py --in_dir=DIR "
                           "(train.py resumes its own runs with --init_from=resume)")
-    state.iter_num = state.rewarm_from = int(ckpt.get("iter_num") or 0)
+    # a transform output records where its source stopped; a training checkpoint is its own position
+    state.iter_num = state.rewarm_from = int(ckpt.get("source_iter_num", ckpt.get("iter_num")) or 0)
     if cfg.max_iters <= state.iter_num:
         raise ConfigError(f"max_iters={cfg.max_iters} is not beyond the checkpoint's iter_num={state.iter_num}: with "
                           "init_state, max_iters counts from the original run's start; raise --max_iters")

@@ -143,7 +143,7 @@ def test_a_grown_checkpoint_carries_the_state_and_training_continues_the_schedul
     source = load_checkpoint(stage1)
     src = grown_dir(stage1, tmp_path)
     ckpt = load_checkpoint(src)
-    assert ckpt["iter_num"] == source["iter_num"] == 20 and ckpt["transform"]["optimizer"]["step"] == 20
+    assert ckpt["source_iter_num"] == source["iter_num"] == 20 and ckpt["transform"]["optimizer"]["step"] == 20
     grown_params = {n: p.shape for n, p in
                     __import__("checkpoint").model_from_checkpoint(ckpt).named_parameters()}
     assert {n: v["exp_avg"].shape for n, v in ckpt["optimizer_moments"]["moments"].items()} == grown_params
@@ -169,7 +169,7 @@ def test_bad_carry_and_continuation_requests_fail_with_one_clear_error(stage1, t
                                              carry_optimizer=True, eval_iters=0))
     assert not os.path.exists(tmp_path / "s")
     plain = grown_dir(stage1, tmp_path, carry=False)
-    assert load_checkpoint(plain)["iter_num"] == 20  # the schedule's position is kept without the moments too
+    assert load_checkpoint(plain)["source_iter_num"] == 20  # the schedule's position is kept without moments too
     fresh = continued(plain, str(tmp_path / "fresh"))
     assert [step for step, _ in fresh["curve"]] == [20, 25, 30]
     with pytest.raises(TransformError, match="holds no optimizer state"):
