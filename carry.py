@@ -34,7 +34,7 @@ import torch
 from errors import TransformError
 from grow import grow_heads, grow_mlp, moment_growth
 from model import GPT, GPTConfig
-from transform import PortMaps, porting_plan, residual_roles, scale_gain
+from transform import PortMaps, canonicalize, porting_plan, residual_roles, scale_gain
 
 MOMENTS = ("exp_avg", "exp_avg_sq")  # power 1 and power 2 of the gradient
 
@@ -133,10 +133,7 @@ def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model:
         raise TransformError("carry_optimizer needs a T with orthonormal columns (m ≥ d, kind orthogonal/truncate)")
     by_name, step = state_by_name(model, optimizer_state)
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    canonical_cfg = copy.deepcopy(model.config)
-    if canonical_cfg.norm_type == "layernorm":
-        canonical_cfg.norm_type = "rmsnorm"
-    canonical_cfg.norm_gain = "scalar"
+    canonical_cfg = canonicalize(weights, model.config, "fold")[1]  # the config the port starts from
     out: dict[str, dict[str, torch.Tensor]] = {}
     for power, key in enumerate(MOMENTS, start=1):
         moment = canonical_moments({n: v[key] for n, v in by_name.items()}, weights, model.config, power)

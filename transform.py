@@ -91,7 +91,7 @@ class TransformConfig:
     mlp_hidden: int = 0  # more MLP neurons
     grow_mode: str = "zero"  # 'zero' (fresh inputs, zero outputs) | 'clone' (copies, split outputs, ± noise)
     clone_noise: float = 0.0  # σ of the cancelling noise on cloned output columns
-    carry_optimizer: bool = False  # map the AdamW moments and keep iter_num (carry.py): finetune.py --init_state
+    carry_optimizer: bool = False  # map the AdamW moments (carry.py); finetune.py --init_state continues them
     # corrections after porting (refit.py), fitted on the calibration text; porting='residual'
     refit: str = "none"  # 'none' | 'gains' (LS norm gains) | 'readers' (sequential LS readers) | 'all' (+ writers)
     refit_ridge: float = 1e-4  # ridge of the least-squares refit, relative to the input's mean energy

@@ -394,6 +394,13 @@ def grow_settings(s: Setting) -> tuple[int, list[str], list[str]]:
     return iters, small, arch + [f"--max_iters={2 * iters}", f"--lr_decay_iters={2 * iters}"]
 
 
+def with_iters(args: list[str], max_iters: int, lr_decay_iters: int | None = None) -> list[str]:
+    """``args`` with its iteration settings replaced (the cosine ends at ``lr_decay_iters``, or where it did)."""
+    drop = ("--max_iters",) if lr_decay_iters is None else ("--max_iters", "--lr_decay_iters")
+    return [a for a in args if not a.startswith(drop)] + [f"--max_iters={max_iters}"] + (
+        [] if lr_decay_iters is None else [f"--lr_decay_iters={lr_decay_iters}"])
+
+
 def grow_models(s: Setting, seed: int = 0) -> tuple[str, str]:
     _, small, big = grow_settings(s)
     return trained(s, "grow_stage1", args=small, seed=seed), trained(s, "grow_scratch", args=big, seed=seed)
@@ -437,7 +444,7 @@ def grow_runs(s: Setting, reverse: bool = False) -> None:
 
 def grow_staging(s: Setting) -> None:
     t0 = time.time()
-    iters, _, big = grow_settings(s)
+    iters, small, big = grow_settings(s)
     pairs = [grow_models(s, seed) for seed in s.seeds]
     base = load_config(TrainConfig, s.base)
     tokens = base.batch_size * base.block_size * base.gradient_accumulation_steps
@@ -446,14 +453,11 @@ def grow_staging(s: Setting) -> None:
     staged_flops = iters * tokens * (flops["d"] + flops["2d"])  # stage 1 + continuation
     scratch_flops = 2 * iters * tokens * flops["2d"]
     equal_iters = round(staged_flops / (tokens * flops["2d"]))  # 2d from scratch, fully decayed, at staged compute
-    equal_args = [a for a in big if not a.startswith(("--max_iters", "--lr_decay"))] + [
-        f"--max_iters={equal_iters}", f"--lr_decay_iters={equal_iters}"]
-    equal = [trained(s, "grow_scratch_eq", args=equal_args, seed=seed) for seed in s.seeds]
+    equal = [trained(s, "grow_scratch_eq", args=with_iters(big, equal_iters, equal_iters), seed=seed)
+             for seed in s.seeds]
     scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
     # the small model not grown: stage 1's run continued at width d to 2·iters (its first iters are stage 1's)
-    _, small, _ = grow_settings(s)
-    not_grown = [trained(s, "grow_small_full", args=[a for a in small if not a.startswith("--max_iters")]
-                         + [f"--max_iters={2 * iters}"], seed=seed) for seed in s.seeds]
+    not_grown = [trained(s, "grow_small_full", args=with_iters(small, 2 * iters), seed=seed) for seed in s.seeds]
     arms = []
     for arm in GROW_ARMS:
         per_seed = []
