@@ -61,6 +61,7 @@ class TrainConfig(GPTConfig):
     log_interval: int = 10  # a console/metrics line every this many iterations
     eval_iters: int = 200  # fixed random batches per split at each evaluation
     eval_seed: int = -1  # seed of those fixed batches; -1: the run's seed (fix it to compare runs of other seeds)
+    eval_train: bool = True  # also evaluate the train split (False: val only, half the eval time; same val numbers)
     eval_only: bool = False  # evaluate once and exit
     always_save_checkpoint: bool = True  # save at every evaluation (False: only when val loss improves, and at the end)
     init_from: str = "scratch"  # 'scratch' | 'resume' | 'gpt2' | 'gpt2-medium' | 'gpt2-large' | 'gpt2-xl'
@@ -394,15 +395,27 @@ def save(run: Run, val_loss: float, complete: bool) -> None:
 
 
 def evaluate(run: Run) -> dict:
-    """Mean loss on the fixed eval batches of both splits; a non-finite loss stops the run."""
+    """Mean loss on the fixed eval batches of the val split (and the train split unless ``eval_train`` is off: each
+    split's batches have their own seeds, so the val numbers are the same either way); a non-finite loss stops the
+    run."""
     cfg = run.cfg
+    splits = ("train", "val") if cfg.eval_train else ("val",)
     losses = {split: evaluate_loss(run.eval_model, run.loader, split, cfg.eval_iters, cfg.eval_batch_seed(),
-                                   run.rt.autocast()) for split in ("train", "val")}
+                                   run.rt.autocast()) for split in splits}
     for split, value in losses.items():
         if not math.isfinite(value):
             raise TrainingDiverged(f"{split} loss is {value} at iter {run.state.iter_num}; {last_good(run)}. "
                                    "Lower learning_rate or raise warmup_iters.")
     return losses
+
+
+def loss_record(losses: dict[str, float]) -> dict[str, float]:
+    """The metrics of one evaluation: ``train/loss`` (when evaluated) and ``val/loss``."""
+    return {f"{split}/loss": value for split, value in losses.items()}
+
+
+def loss_line(iter_num: int, losses: dict[str, float]) -> str:
+    return f"step {iter_num}: " + ", ".join(f"{split} loss {value:.4f}" for split, value in losses.items())
 
 
 def last_good(run: Run) -> str:
@@ -416,11 +429,10 @@ def eval_and_save(run: Run, final: bool = False) -> None:
     cfg, st = run.cfg, run.state
     st.losses = evaluate(run)
     st.last_eval_iter = st.iter_num
-    record = {"train/loss": st.losses["train"], "val/loss": st.losses["val"],
-              "lr": get_lr(st.iter_num, cfg, st.rewarm_from)}
+    record = {**loss_record(st.losses), "lr": get_lr(st.iter_num, cfg, st.rewarm_from)}
     if run.on_eval is not None:
         record.update(run.on_eval(st.iter_num, st.losses) or {})
-    print(f"step {st.iter_num}: train loss {st.losses['train']:.4f}, val loss {st.losses['val']:.4f}")
+    print(loss_line(st.iter_num, st.losses))
     run.logger.log(record, step=st.iter_num)
     improved = st.losses["val"] < st.best_val_loss
     st.best_val_loss = min(st.best_val_loss, st.losses["val"])
@@ -536,9 +548,9 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
         with stop_on_signals(st, enabled=master), progress_bar(run) as bar:
             if cfg.eval_only:
                 st.losses = evaluate(run)
-                print(f"step {st.iter_num}: train loss {st.losses['train']:.4f}, val loss {st.losses['val']:.4f}")
-                run.logger.log({"train/loss": st.losses["train"], "val/loss": st.losses["val"]}, step=st.iter_num)
-                return {"iter_num": st.iter_num, "train_loss": st.losses["train"], "val_loss": st.losses["val"]}
+                print(loss_line(st.iter_num, st.losses))
+                run.logger.log(loss_record(st.losses), step=st.iter_num)
+                return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses["val"]}
             while st.iter_num < cfg.max_iters:
                 if st.iter_num % cfg.eval_interval == 0 and st.iter_num != st.last_eval_iter and master:
                     eval_and_save(run)

@@ -40,7 +40,9 @@ RUNS = os.path.join(ROOT, "runs")
 RESULTS = os.path.join(ROOT, "results")
 MARKER = "done.json"
 # settings that change where a run writes or how it reports, never what it computes: outside the cache key
-NOT_IN_KEY = {"out_dir", "overwrite", "progress_bar", "wandb_log", "wandb_project", "wandb_run_name", "eval_reference"}
+# (eval_train: the train-split evaluations no experiment reads; the val numbers are the same without them)
+NOT_IN_KEY = {"out_dir", "overwrite", "progress_bar", "wandb_log", "wandb_project", "wandb_run_name", "eval_reference",
+              "eval_train"}
 
 
 class NotCached(Exception):
@@ -68,7 +70,9 @@ class Setting:
         self.finetune_eval_iters = 20 if quick else 50
         self.grow_iters = 1000 if quick else 2500  # grow_staging: iterations per stage
         self.curve_eval = ["--eval_interval=100", "--eval_iters=50", "--eval_seed=0"]  # training curves' one basis
-        self.common = ["--progress_bar=False", "--wandb_log=" + os.environ.get("WANDB_LOG", "False")]
+        # val-only evaluations: every table reads val losses; the train split doubled the evaluation time
+        self.common = ["--progress_bar=False", "--eval_train=False",
+                       "--wandb_log=" + os.environ.get("WANDB_LOG", "False")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -55,6 +55,24 @@ def test_resume_is_exact(char_data_dir, tmp_path):
     assert load_checkpoint(str(tmp_path / "b"))["iter_num"] == 20
 
 
+def test_val_only_evaluation_changes_nothing_but_the_train_split_records(char_data_dir, tmp_path):
+    """--eval_train=False (what the experiment harness uses) skips the train-split evaluations: the val losses, the
+    kept checkpoint and every training loss are the same as with them."""
+    common = ["--max_iters=12", "--eval_interval=4", "--dropout=0.1", "--always_save_checkpoint=False"]
+    both = run(char_data_dir, tmp_path / "both", *common)
+    val_only = run(char_data_dir, tmp_path / "val", *common, "--eval_train=False")
+    assert val_only["train_loss"] is None and both["train_loss"] is not None
+    assert val_only["val_loss"] == both["val_loss"]
+    a, b = (read_metrics(os.path.join(tmp_path / d, "metrics.jsonl")) for d in ("both", "val"))
+    assert [(r["iter"], r["val/loss"]) for r in a if "val/loss" in r] == [(r["iter"], r["val/loss"]) for r in b
+                                                                        if "val/loss" in r]
+    assert any("train/loss" in r for r in a) and not any("train/loss" in r for r in b)
+    assert [r["train/lm_loss"] for r in a if "train/lm_loss" in r] == [r["train/lm_loss"] for r in b
+                                                                        if "train/lm_loss" in r]
+    wa, wb = (load_checkpoint(str(tmp_path / d))["model"] for d in ("both", "val"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(char_data_dir, tmp_path, monkeypatch):
     original = GPT.forward
     calls = {"n": 0}
