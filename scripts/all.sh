@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every experiment from an empty (or partial) cache in runs/, then the worked example and the README tables and
-# figures. Two lanes, one core each: first every trained model, then the experiments. QUICK=1: CPU sizes.
+# figures. Two lanes, one core each, sharing the work run by run. QUICK=1: CPU sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -h|--help) sed -n '2,3p' "$0" | sed 's/^# //'; echo "usage: [QUICK=1] scripts/all.sh [--quick]"; exit 0;; esac
@@ -13,8 +13,10 @@ lanes() {  # run the two command lines given as $1 and $2 side by side; fail if 
   wait "$b" || rb=$?
   return $((ra || rb))
 }
-e="python scripts/experiments.py"
-lanes "$e models --lane 0 --lanes 2 $*" "$e models --lane 1 --lanes 2 $*"
-lanes "$e ppl_vs_width shrink_quality geometry_vs_width heatmaps recovery $* && bash scripts/worked_example.sh" \
-  "$e arch_ablation heads quantization grow_staging $*"
+# each lane walks the whole list (lane 1 from the end) and builds what the other is not building; the trained
+# models come first for lane 0, grow_staging's long continuations first for lane 1
+all="models ppl_vs_width shrink_quality recovery geometry_vs_width heatmaps quantization heads arch_ablation grow_staging"
+e="python scripts/experiments.py $all"
+lanes "$e --lane 0 --lanes 2 $*" "$e --lane 1 --lanes 2 $*"
+bash scripts/worked_example.sh
 python scripts/report.py

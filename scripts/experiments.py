@@ -3,7 +3,7 @@ The experiments behind scripts/*.sh. Each is one short unit — its grid, its ru
 of scripts/harness.py; its table is scripts/report.py's function of the same name, its figure ``plot_<name>``.
 
     python scripts/experiments.py ppl_vs_width [more experiments] [--quick]      (QUICK=1 works too)
-    python scripts/experiments.py models --lane 0 --lanes 2                     (train every model, lane 0 of 2)
+    python scripts/experiments.py models ppl_vs_width --lane 0 --lanes 2        (lane 0 of 2 sharing the work)
 
 --quick: the CPU setting (configs/shakespeare_char.py). Default: the GPU setting (+ configs/gpu.py, longer
 finetunes, 5 seeds). Runs are cached in runs/ by a hash of their full configuration, so experiments share them
@@ -35,6 +35,7 @@ from checkpoint import load_checkpoint, load_model  # noqa: E402
 from cli import run_cli  # noqa: E402
 from configurator import load_config  # noqa: E402
 from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss  # noqa: E402
+from errors import ConfigError  # noqa: E402
 from finetune import FinetuneConfig, finetune  # noqa: E402
 from harness import (  # noqa: E402
     RESULTS,
@@ -42,6 +43,7 @@ from harness import (  # noqa: E402
     Setting,
     cached,
     canonical,
+    each,
     full_val_loss,
     geometry,
     mean_spread,
@@ -100,13 +102,10 @@ def model_list(s: Setting) -> list[tuple[tuple[str, ...], int]]:
     return list(dict.fromkeys([(("base",), 0)] + [((v,), 0) for v in VARIANTS] + heads))
 
 
-def models(s: Setting, lane: int = 0, lanes: int = 1) -> None:
-    """Train every model of ``model_list`` whose index is ``lane`` modulo ``lanes``; grow_staging's too."""
-    for i, (variants, seed) in enumerate(model_list(s)):
-        if i % lanes == lane:
-            model(s, *variants, seed=seed)
-    if lanes - 1 == lane:
-        grow_runs(s, reverse=True)
+def models(s: Setting) -> None:
+    """Train every model of ``model_list`` and build grow_staging's runs (lanes share them through ``each``)."""
+    each(model_list(s), lambda entry: model(s, *entry[0], seed=entry[1]))
+    grow_runs(s)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -135,26 +134,28 @@ def ppl_vs_width(s: Setting) -> None:
     t0 = time.time()
     base = model(s, "base")
     d, n_head = shape(base)
-    rows = []
-    for porting, kind, restore in zero_shot_grid():
-        for ratio in RATIOS:
-            if kind == "pca" and ratio > 1:
-                continue
-            m = width(ratio, d, n_head)
-            seeds = s.seeds if kind in RANDOM_KINDS else (0,)
-            zero_shot = [transformed(s, base, m, kind, porting, seed=seed, restore_attn_scale=restore)[1]
-                         ["val_loss_after"] for seed in seeds]
-            rows.append({"kind": kind, "porting": porting, "restore_attn_scale": restore, "ratio": ratio, "m": m,
-                         "in_paper_domain": paper_domain(kind, porting, ratio), "zero_shot": mean_spread(zero_shot)})
-            print({k: v for k, v in rows[-1].items() if k != "zero_shot"}, rows[-1]["zero_shot"]["mean"])
-    recoveries = []
-    for group, arms in FINETUNED.items():
-        for kind, porting, ratio in arms:
-            m = width(ratio, d, n_head)
-            src, record = transformed(s, base, m, kind, porting)
-            control = base if porting == "paper_code" else canonical(s, base)  # paper_code keeps the architecture
-            recoveries.append({"group": group, "kind": kind, "porting": porting, "ratio": ratio, "m": m,
-                               "zero_shot": record["val_loss_after"], **recovery(s, src, control)})
+
+    def row(cell: tuple) -> dict:
+        porting, kind, restore, ratio = cell
+        m = width(ratio, d, n_head)
+        seeds = s.seeds if kind in RANDOM_KINDS else (0,)
+        zero_shot = each(seeds, lambda seed: transformed(s, base, m, kind, porting, seed=seed,
+                                                         restore_attn_scale=restore)[1]["val_loss_after"])
+        return {"kind": kind, "porting": porting, "restore_attn_scale": restore, "ratio": ratio, "m": m,
+                "in_paper_domain": paper_domain(kind, porting, ratio), "zero_shot": mean_spread(zero_shot)}
+
+    rows = each([(porting, kind, restore, ratio) for porting, kind, restore in zero_shot_grid() for ratio in RATIOS
+                 if not (kind == "pca" and ratio > 1)], row)
+
+    def recovered(cell: tuple) -> dict:
+        group, (kind, porting, ratio) = cell
+        m = width(ratio, d, n_head)
+        src, record = transformed(s, base, m, kind, porting)
+        control = base if porting == "paper_code" else canonical(s, base)  # paper_code keeps the architecture
+        return {"group": group, "kind": kind, "porting": porting, "ratio": ratio, "m": m,
+                "zero_shot": record["val_loss_after"], **recovery(s, src, control)}
+
+    recoveries = each([(group, arm) for group, arms in FINETUNED.items() for arm in arms], recovered)
     payload = {"d": d, "reference_val_loss": full_val_loss(base, s.device), "rows": rows, "recovery": recoveries,
                "finetune": finetune_recipe(s)}
     plot_ppl_vs_width(payload)
@@ -183,20 +184,25 @@ def shrink_quality(s: Setting) -> None:
     t0 = time.time()
     base = model(s, "base")
     d, n_head = shape(base)
-    rows, scratch = [], []
-    for ratio in SHRINK_RATIOS:
+
+    def row(cell: tuple) -> dict:
+        ratio, kind, label, options = cell
         m = width(ratio, d, n_head)
-        for kind in SHRINK_KINDS:
-            for label, options in [*CORRECTIONS.items(), *(LONGER.items() if kind == "pca" else ())]:
-                records = [transformed(s, base, m, kind, seed=seed, **{**CALIBRATION, **options})[1]
-                           for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
-                rows.append({"ratio": ratio, "m": m, "kind": kind, "correction": label,
-                             "zero_shot": mean_spread([r["val_loss_after"] for r in records]),
-                             "seconds": mean_spread([r["seconds"] for r in records])})
-                print(ratio, kind, label, rows[-1]["zero_shot"]["mean"])
-        # the same architecture at width m (heads, head size and MLP of the base) trained with the base's budget
+        records = each(s.seeds if kind in RANDOM_KINDS else (0,),
+                       lambda seed: transformed(s, base, m, kind, seed=seed, **{**CALIBRATION, **options})[1])
+        return {"ratio": ratio, "m": m, "kind": kind, "correction": label,
+                "zero_shot": mean_spread([r["val_loss_after"] for r in records]),
+                "seconds": mean_spread([r["seconds"] for r in records])}
+
+    def scratch_model(ratio: float) -> dict:
+        """The same architecture at width m (heads, head size and MLP of the base) trained with the base's budget."""
+        m = width(ratio, d, n_head)
         src = trained(s, f"scratch_m{m}", args=[f"--n_embd={m}", f"--head_dim={d // n_head}", f"--mlp_hidden={4 * d}"])
-        scratch.append({"ratio": ratio, "m": m, "val_loss": full_val_loss(src, s.device)})
+        return {"ratio": ratio, "m": m, "val_loss": full_val_loss(src, s.device)}
+
+    rows = each([(ratio, kind, label, options) for ratio in SHRINK_RATIOS for kind in SHRINK_KINDS
+                 for label, options in [*CORRECTIONS.items(), *(LONGER.items() if kind == "pca" else ())]], row)
+    scratch = each(SHRINK_RATIOS, scratch_model)
     base_seeds = [full_val_loss(model(s, "base", seed=seed), s.device) for seed in s.seeds[:3]]
     payload = {"d": d, "reference_val_loss": full_val_loss(base, s.device), "rows": rows, "scratch": scratch,
                "base_training_seeds": mean_spread(base_seeds), "calibration_sequences": 16 * 16,
@@ -224,13 +230,15 @@ def recovery_curves(s: Setting) -> None:
     base = model(s, "base")
     d, n_head = shape(base)
     control = canonical(s, base)
-    rows = []
-    for label, (ratio, kind, porting, options) in RECOVERY_TRANSFORMS.items():
+
+    def row(cell: tuple) -> dict:
+        label, loss = cell
+        ratio, kind, porting, options = RECOVERY_TRANSFORMS[label]
         src, record = transformed(s, base, width(ratio, d, n_head), kind, porting, **options)
-        for loss, extra in RECOVERY_LOSSES.items():
-            rows.append({"transform": label, "loss": loss, "zero_shot": record["val_loss_after"],
-                         **recovery(s, src, control, extra=extra)})
-            print(label, loss, rows[-1]["steps_to_recover_vs_control"], rows[-1]["final_gap"]["mean"])
+        return {"transform": label, "loss": loss, "zero_shot": record["val_loss_after"],
+                **recovery(s, src, control, extra=RECOVERY_LOSSES[loss])}
+
+    rows = each([(label, loss) for label in RECOVERY_TRANSFORMS for loss in RECOVERY_LOSSES], row)
     cfg = load_checkpoint(base)["config"]
     payload = {"rows": rows, "finetune": finetune_recipe(s), "reference_val_loss": full_val_loss(base, s.device),
                "tokens_per_iter": cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"],
@@ -250,20 +258,21 @@ ABLATION_MAP = ("gaussian", 0.75)  # the paper's JL map, inside its domain (m < 
 def arch_ablation(s: Setting) -> None:
     t0 = time.time()
     kind, ratio = ABLATION_MAP
-    rows = []
-    for variant in VARIANTS:
+
+    def row(cell: tuple) -> dict:
+        variant, porting, norms = cell
         src = model(s, variant)
         d, n_head = shape(src)
-        arms = [("residual", "fold"), ("sandwich", "fold")]
-        if variant in ("tied_head", "knn_head"):  # fold unties them; scalar keeps the head the variant has
-            arms.append(("residual", "scalar"))
-        for porting, norms in arms:
-            out, record = transformed(s, src, width(ratio, d, n_head), kind, porting, norms)
-            head = load_model(out)[0].config.head
-            rows.append({"variant": variant, "porting": porting, "norms": norms, "head_after": head,
-                         "reference": full_val_loss(src, s.device), "zero_shot": record["val_loss_after"],
-                         "notes": record["notes"], **recovery(s, out, canonical(s, src, norms))})
-            print(variant, porting, norms, rows[-1]["steps_to_recover_vs_control"], rows[-1]["final_gap"]["mean"])
+        out, record = transformed(s, src, width(ratio, d, n_head), kind, porting, norms)
+        control = canonical(s, src, norms)
+        return {"variant": variant, "porting": porting, "norms": norms, "head_after": load_model(out)[0].config.head,
+                "zero_shot": record["val_loss_after"], "notes": record["notes"], **recovery(s, out, control),
+                "reference": full_val_loss(src, s.device)}  # last: a lane that finds a run busy skips it
+
+    # fold unties tied and KNN heads; scalar keeps the head the variant has
+    rows = each([(variant, porting, norms) for variant in VARIANTS for porting, norms in
+                 [("residual", "fold"), ("sandwich", "fold")]
+                 + ([("residual", "scalar")] if variant in ("tied_head", "knn_head") else [])], row)
     payload = {"map": {"kind": kind, "ratio": ratio}, "rows": rows, "finetune": finetune_recipe(s)}
     plot_arch_ablation(payload)
     save("arch_ablation", payload, t0, s)
@@ -280,22 +289,20 @@ def geometry_vs_width(s: Setting) -> None:
     t0 = time.time()
     base = model(s, "base")
     d, n_head = shape(base)
-    rows = []
-    for kind in GEOMETRY_KINDS:
-        for ratio in RATIOS:
-            if kind == "pca" and ratio > 1:
-                continue
-            m = width(ratio, d, n_head)
-            per_seed = []
-            for seed in (s.seeds if kind in RANDOM_KINDS else (0,)):
-                out, _ = transformed(s, base, m, kind, seed=seed)
-                per_seed.append(geometry_row(geometry(s, base, out, n_probes=2048, eval_iters=10)))
-            rows.append({"kind": kind, "m": m, "ratio": ratio,
-                         **{k: mean_spread([r[k] for r in per_seed]) for k in per_seed[0] if k != "jl_eps_bound"},
-                         "jl_eps_bound": per_seed[0]["jl_eps_bound"]})
-            print(kind, m, rows[-1]["hc_model"]["mean"])
+
+    def row(cell: tuple) -> dict:
+        kind, ratio = cell
+        m = width(ratio, d, n_head)
+        per_seed = each(s.seeds if kind in RANDOM_KINDS else (0,), lambda seed: geometry_row(
+            geometry(s, base, transformed(s, base, m, kind, seed=seed)[0], n_probes=2048, eval_iters=10)))
+        return {"kind": kind, "m": m, "ratio": ratio,
+                **{k: mean_spread([r[k] for r in per_seed]) for k in per_seed[0] if k != "jl_eps_bound"},
+                "jl_eps_bound": per_seed[0]["jl_eps_bound"]}
+
+    rows = each([(kind, ratio) for kind in GEOMETRY_KINDS for ratio in RATIOS if not (kind == "pca" and ratio > 1)],
+                row)
     plot_geometry_vs_width({"d": d, "rows": rows})
-    save("geometry_vs_width", {"d": d, "rows": rows, "n_points": per_seed[0]["n_points"]}, t0, s)
+    save("geometry_vs_width", {"d": d, "rows": rows, "n_points": rows[-1]["n_points"]["values"][0]}, t0, s)
 
 
 def geometry_row(metrics: dict) -> dict:
@@ -314,24 +321,18 @@ HEATMAPS = {  # the first two share T (Gaussian, seed 0, m/d = 0.75): only the r
 
 
 def heatmaps(s: Setting) -> None:
-    import shutil
     t0 = time.time()
     base = model(s, "base")
     d, n_head = shape(base)
-    out_dir = os.path.join(RESULTS, "heatmaps")
-    for old in os.listdir(out_dir) if os.path.isdir(out_dir) else []:
-        if old.endswith(".png"):
-            os.remove(os.path.join(out_dir, old))  # figures of transforms no longer in the grid
-    os.makedirs(out_dir, exist_ok=True)
-    summary = {}
+    summary, figures = {}, {}
     for label, (kind, porting, ratio) in HEATMAPS.items():
         src, record = transformed(s, base, width(ratio, d, n_head), kind, porting)
         metrics = geometry(s, base, src, eval_iters=10)
         for fig in ("cosine_heatmaps", "norm_heatmap"):
-            shutil.copy(os.path.join(metrics["out_dir"], metrics["figures"][fig]),
-                        os.path.join(out_dir, f"{label}_{fig}.png"))
+            figures[f"{label}_{fig}.png"] = os.path.join(metrics["out_dir"], metrics["figures"][fig])
         summary[label] = {"zero_shot": record["val_loss_after"], "ae_model": metrics["angular_error"]["model"],
                           "hc_model": metrics["concordance"]["model"]["pearson"]}
+    copy_figures("heatmaps", figures)
     save("heatmaps", {"runs": summary}, t0, s)
 
 
@@ -340,11 +341,8 @@ def heatmaps(s: Setting) -> None:
 
 
 def heads(s: Setting) -> None:
-    import shutil
     t0 = time.time()
-    out_dir = os.path.join(RESULTS, "heads")
-    os.makedirs(out_dir, exist_ok=True)
-    rows = []
+    rows, figures = [], {}
     for head, variants in HEADS.items():
         for reg in (0.0, 0.1):
             per_seed = []
@@ -356,8 +354,7 @@ def heads(s: Setting) -> None:
                                  "mu_e": ref["embedding_norms"]["mean"], "sigma_e": ref["embedding_norms"]["std"],
                                  "hidden_norm_mean": ref["hidden_norm_mean"], "geometry_dir": metrics["out_dir"]})
             name = f"head_{head}_reg{reg}"
-            shutil.copy(os.path.join(per_seed[0]["geometry_dir"], "norm_heatmap.png"),
-                        os.path.join(out_dir, f"{name}_norms.png"))
+            figures[f"{name}_norms.png"] = os.path.join(per_seed[0]["geometry_dir"], "norm_heatmap.png")
             rows.append({"head": head, "norm_reg": reg, "val_loss": mean_spread([r["val_loss"] for r in per_seed]),
                          "ndcg": {k: mean_spread([r["ndcg"][k] for r in per_seed]) for k in per_seed[0]["ndcg"]},
                          "mu_e": mean_spread([r["mu_e"] for r in per_seed]),
@@ -365,6 +362,7 @@ def heads(s: Setting) -> None:
                          "hidden_norm_mean": [statistics.fmean(col) for col in
                                               zip(*[r["hidden_norm_mean"] for r in per_seed])]})
             print(head, reg, rows[-1]["val_loss"]["mean"])
+    copy_figures("heads", figures)
     save("heads", {"rows": rows, "ndcg_k": 10}, t0, s)
 
 
@@ -435,11 +433,10 @@ def val_curve(path: str) -> list[list[float]]:
     return [[r["iter"], r["val/loss"]] for r in read_metrics(os.path.join(path, "metrics.jsonl")) if "val/loss" in r]
 
 
-def grow_runs(s: Setting, reverse: bool = False) -> None:
-    """Build every run grow_staging reads (the models lane builds them from the other end, sharing the cache)."""
-    order = [(seed, arm) for seed in s.seeds for arm in GROW_ARMS]
-    for seed, arm in reversed(order) if reverse else order:
-        grow_arm(s, grow_models(s, seed)[0], arm, seed)
+def grow_runs(s: Setting) -> None:
+    """Build every continued run grow_staging reads (with its stage-1 and scratch models)."""
+    each([(seed, arm) for seed in s.seeds for arm in GROW_ARMS],
+         lambda cell: grow_arm(s, grow_models(s, cell[0])[0], cell[1], cell[0]))
 
 
 def grow_staging(s: Setting) -> None:
@@ -573,8 +570,22 @@ def plain_log_axis(ax) -> None:
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
 
 
+def copy_figures(experiment: str, figures: dict[str, str]) -> None:
+    """Copy run figures ({name: path}) into results/<experiment>/, removing its figures no longer made."""
+    import shutil
+    if not harness.writes_results():
+        return
+    out_dir = os.path.join(RESULTS, experiment)
+    os.makedirs(out_dir, exist_ok=True)
+    for old in os.listdir(out_dir):
+        if old.endswith(".png") and old not in figures:
+            os.remove(os.path.join(out_dir, old))
+    for name, path in figures.items():
+        shutil.copy(path, os.path.join(out_dir, name))
+
+
 def savefig(fig, experiment: str, name: str) -> None:
-    if harness.TRACE is not None:  # --cost writes nothing
+    if not harness.writes_results():
         plt().close(fig)
         return
     os.makedirs(os.path.join(RESULTS, experiment), exist_ok=True)
@@ -757,28 +768,59 @@ EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps
                                        grow_staging, quantization, shrink_quality)} | {"recovery": recovery_curves}
 
 
+def run_experiment(name: str, s: Setting) -> None:
+    torch.manual_seed(0)
+    harness.READ.clear()
+    models(s) if name == "models" else EXPERIMENTS[name](s)
+
+
+def in_lanes(s: Setting, names: list[str], lane: int, lanes: int, poll: float = 15.0) -> None:
+    """Lane ``lane`` of ``lanes`` processes that share the work of ``names`` (scripts/all.sh runs two). Every lane
+    walks every experiment, odd lanes from the back of the list (and of each grid); the owner of an experiment
+    (position modulo ``lanes``) writes its results, the others only build its runs. A run another lane is building
+    is passed over (Busy), and its experiment is come back to once that run is done or its lane has died."""
+    harness.SKIP_BUSY, harness.LANE = True, lane
+    pending = {name: None for name in (names if lane % 2 == 0 else reversed(names))}  # name → run it waits for
+    while pending:
+        built = len(harness.BUILT)
+        for name, waiting_for in list(pending.items()):
+            if waiting_for is not None and harness.building_elsewhere(waiting_for):
+                continue
+            harness.PREFETCH = names.index(name) % lanes != lane
+            try:
+                run_experiment(name, s)
+                del pending[name]
+            except harness.Busy as busy:
+                pending[name] = busy.path
+                print(f"lane {lane}: {name} waits for {busy} (another lane is building it)", flush=True)
+        if pending and len(harness.BUILT) == built:
+            time.sleep(poll)
+    harness.PREFETCH = False
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiments", nargs="+", choices=sorted(EXPERIMENTS) + ["models"])
     parser.add_argument("--quick", action="store_true", help="CPU sizes (also QUICK=1)")
-    parser.add_argument("--lane", type=int, default=0, help="with 'models': which share of the models to train")
-    parser.add_argument("--lanes", type=int, default=1, help="with 'models': how many lanes share them")
+    parser.add_argument("--lane", type=int, default=0, help="which of --lanes processes this is (0-based)")
+    parser.add_argument("--lanes", type=int, default=1, help="how many processes share the work (scripts/all.sh: "
+                        "2, one per core); each builds what the others are not building")
     parser.add_argument("--cost", action="store_true", help="build and write nothing: sum the recorded build "
                         "times of the cached runs these experiments read (what they cost from an empty cache)")
     args = parser.parse_args(argv)
+    if not 0 <= args.lane < args.lanes:
+        raise ConfigError(f"--lane={args.lane} must be in 0..{args.lanes - 1} (--lanes={args.lanes})")
     quick = args.quick or os.environ.get("QUICK", "0") not in ("", "0")
     setting = Setting(quick)
+    if args.lanes > 1 and not args.cost:
+        in_lanes(setting, list(dict.fromkeys(args.experiments)), args.lane, args.lanes)
+        return
     if args.cost:
         harness.TRACE = {}
     costs = {}
     for name in args.experiments:
-        torch.manual_seed(0)
-        harness.READ.clear()
         before = set(harness.TRACE or ())
-        if name == "models":
-            models(setting, args.lane, args.lanes)
-        else:
-            EXPERIMENTS[name](setting)
+        run_experiment(name, setting)
         if args.cost:
             costs[name] = sum(v for k, v in harness.TRACE.items() if k not in before)
     if args.cost:

@@ -49,6 +49,40 @@ class NotCached(Exception):
     """A run that ``--cost`` needs has not been built: the estimate covers built runs only."""
 
 
+class Busy(Exception):
+    """Another lane is building the run at ``path``: do other work and come back (``SKIP_BUSY``)."""
+
+    def __init__(self, path: str):
+        super().__init__(os.path.relpath(path, ROOT))
+        self.path = path
+
+
+# lanes (experiments.py --lanes): a run another lane is building raises Busy instead of waiting for it, and
+# ``each`` walks its cells from the end that is LANE's (even lanes from the front, odd from the back)
+SKIP_BUSY = False
+LANE = 0
+PREFETCH = False  # lanes: building the runs of an experiment another lane owns; only the owner writes results/
+BUILT: list[str] = []  # runs this process built (the lane scheduler's measure of progress)
+
+
+def writes_results() -> bool:
+    """False in --cost mode and while prefetching: results/ is written only by the experiment's owner."""
+    return TRACE is None and not PREFETCH
+
+
+def building_elsewhere(path: str) -> bool:
+    """Whether another process holds the lock of the run at ``path`` (a lane that died holds none)."""
+    if os.path.exists(os.path.join(path, MARKER)) or not os.path.exists(path + ".lock"):
+        return False
+    with open(path + ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
 # experiments.py --cost: {run directory: its recorded build seconds} of every run read; nothing is built or saved
 TRACE: dict[str, float] | None = None
 # the same for the experiment running now (experiments.py resets it): its results record what they rest on
@@ -126,9 +160,13 @@ class Spec(dict):
 
 @contextmanager
 def locked(path: str):
+    """Hold the entry's lock; with SKIP_BUSY, raise Busy at once if another process holds it."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if SKIP_BUSY else 0))
+        except BlockingIOError:
+            raise Busy(path) from None
         try:
             yield
         finally:
@@ -160,6 +198,7 @@ def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> 
             with open(tmp, "w") as f:
                 json.dump({"spec": spec, "result": result, "seconds": time.time() - started}, f, default=str)
             os.replace(tmp, marker)
+            BUILT.append(out)
     with open(marker) as f:
         done = json.load(f)
     READ[out] = done["seconds"]
@@ -229,10 +268,12 @@ def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | No
     """Finetune ``src`` (with ``extra`` finetune options, e.g. distillation) and its control (``control_src``: the
     untransformed model, canonical form, plain LM finetuning) with each seed; steps to recover and the gap are
     measured against the control of the same seed."""
-    runs = []
-    for seed in seeds or s.seeds:
+    def pair(seed: int) -> tuple[dict, dict]:
         control = finetuned(s, control_src, seed)
-        run = finetuned(s, src, seed, control=control["out_dir"], extra=extra)
+        return control, finetuned(s, src, seed, control=control["out_dir"], extra=extra)
+
+    runs = []
+    for seed, (control, run) in zip(seeds or s.seeds, each(seeds or s.seeds, pair)):
         runs.append({"seed": seed, "steps_to_recover_vs_control": run["steps_to_recover_vs_control"],
                      "gap_to_control": run["gap_to_control"], "val_loss": run["val_loss"],
                      "control_val_loss": control["val_loss"], "curve": run["curve"], "control_curve": control["curve"]})
@@ -263,6 +304,22 @@ def full_val_loss(model_dir: str, device: str) -> float:
 # Small helpers shared by the experiments
 
 
+def each(cells: list | tuple, run: Callable) -> list:
+    """``[run(c) for c in cells]`` for cells that do not depend on each other. Odd lanes walk them from the back,
+    so two lanes building one experiment meet in the middle; with SKIP_BUSY a cell another lane is building is
+    passed over, and once every other cell is done Busy is raised (the scheduler comes back for it)."""
+    results, busy = {}, None
+    order = range(len(cells)) if LANE % 2 == 0 else reversed(range(len(cells)))
+    for i in order:
+        try:
+            results[i] = run(cells[i])
+        except Busy as e:
+            busy = e
+    if busy is not None:
+        raise busy
+    return [results[i] for i in range(len(cells))]
+
+
 def width(ratio: float, d: int, n_head: int) -> int:
     """m = ratio·d rounded to a multiple of n_head (the sandwich rules re-split the heads), the same everywhere."""
     return max(n_head, int(round(ratio * d / n_head)) * n_head)
@@ -275,7 +332,7 @@ def mean_spread(values: list[float]) -> dict:
 
 
 def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
-    if TRACE is not None:  # --cost: read the cache, write nothing
+    if not writes_results():  # --cost reads the cache; a prefetching lane builds runs; neither writes
         return
     out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
@@ -283,7 +340,7 @@ def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
                                   "build_minutes": round(sum(READ.values()) / 60, 1),
                                   "hardware": hardware(), "command": f"scripts/{experiment}.sh"
                                   + (" --quick" if s.quick else "")})
-    tmp = os.path.join(out, "results.json.tmp")
+    tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=2)
     os.replace(tmp, os.path.join(out, "results.json"))

@@ -144,3 +144,72 @@ def test_cost_mode_reads_recorded_build_times_and_builds_nothing(runs, monkeypat
     monkeypatch.setattr(harness, "RESULTS", str(runs / "results"))
     harness.save("e", {"v": 1}, 0.0, harness.Setting(quick=True))
     assert not os.path.exists(runs / "results")
+
+
+def test_each_walks_odd_lanes_from_the_back_and_comes_back_for_busy_cells(monkeypatch):
+    seen = []
+
+    def run(cell):
+        seen.append(cell)
+        if cell == "b":
+            raise harness.Busy(os.path.join(ROOT, "runs", "x"))
+        return cell.upper()
+
+    monkeypatch.setattr(harness, "LANE", 1)
+    with pytest.raises(harness.Busy):
+        harness.each(["a", "b", "c"], run)
+    assert seen == ["c", "b", "a"]  # the busy cell did not stop the others
+    monkeypatch.setattr(harness, "LANE", 0)
+    assert harness.each(["a", "c"], run) == ["A", "C"]
+
+
+def test_a_run_locked_by_another_lane_is_busy_instead_of_waited_for(runs, monkeypatch):
+    import fcntl
+    out = os.path.join(runs, "train-x-" + harness.key_of({"a": 1, "stage": "train"}))
+    with open(out + ".lock", "w") as other:  # another lane building it (a second open file holds its own lock)
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert harness.building_elsewhere(out)
+        monkeypatch.setattr(harness, "SKIP_BUSY", True)
+        with pytest.raises(harness.Busy) as busy:
+            harness.cached("train", "x", {"a": 1}, lambda o: pytest.fail("built while another lane builds it"))
+        assert busy.value.path == out
+    assert not harness.building_elsewhere(out)  # that lane is gone: build it here
+    assert harness.cached("train", "x", {"a": 1}, lambda o: made(o, {"v": 2}))[1] == {"v": 2}
+
+
+def test_two_lanes_share_the_work_build_every_run_once_and_the_owner_writes(runs, monkeypatch):
+    """Two processes run experiments.in_lanes over two experiments of slow runs: every run is built once, both
+    lanes build, and each experiment's results are written by its owner alone."""
+    import multiprocessing
+    import time
+
+    import experiments
+    monkeypatch.setattr(harness, "RESULTS", str(runs / "results"))
+
+    def experiment(name):
+        def run(s):
+            def build(out):
+                os.makedirs(out, exist_ok=True)
+                time.sleep(0.2)
+                with open(runs / "built.txt", "a") as f:
+                    f.write(f"{name} {os.getpid()}\n")
+                return {"pid": os.getpid()}
+            values = harness.each(range(6), lambda i: harness.cached("train", name, {"i": i}, build)[1]["pid"])
+            harness.save(name, {"values": values, "writer": os.getpid()}, time.time(), s)
+        return run
+
+    monkeypatch.setattr(experiments, "EXPERIMENTS", {"e1": experiment("e1"), "e2": experiment("e2")})
+    s = harness.Setting(quick=True)
+    ctx = multiprocessing.get_context("fork")
+    lanes = [ctx.Process(target=experiments.in_lanes, args=(s, ["e1", "e2"], lane, 2, 0.1)) for lane in (0, 1)]
+    for p in lanes:
+        p.start()
+    for p in lanes:
+        p.join(60)
+    assert [p.exitcode for p in lanes] == [0, 0]
+    built = open(runs / "built.txt").read().split("\n")[:-1]
+    assert sorted(line.split()[0] for line in built) == ["e1"] * 6 + ["e2"] * 6  # each run once
+    pids = {line.split()[1] for line in built}
+    assert len(pids) == 2  # both lanes built runs
+    writers = [json.load(open(runs / "results" / e / "results.json"))["writer"] for e in ("e1", "e2")]
+    assert writers[0] != writers[1] and set(map(str, writers)) == pids  # e1: lane 0's, e2: lane 1's
