@@ -267,7 +267,7 @@ def arch_ablation(s: Setting) -> None:
         control = canonical(s, src, norms)
         return {"variant": variant, "porting": porting, "norms": norms, "head_after": load_model(out)[0].config.head,
                 "zero_shot": record["val_loss_after"], "notes": record["notes"], **recovery(s, out, control),
-                "reference": full_val_loss(src, s.device)}  # last: a lane that finds a run busy skips it
+                "reference": full_val_loss(src, s.device)}  # uncached: evaluated only once the runs above are in
 
     # fold unties tied and KNN heads; scalar keeps the head the variant has
     rows = each([(variant, porting, norms) for variant in VARIANTS for porting, norms in

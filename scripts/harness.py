@@ -74,13 +74,11 @@ def building_elsewhere(path: str) -> bool:
     """Whether another process holds the lock of the run at ``path`` (a lane that died holds none)."""
     if os.path.exists(os.path.join(path, MARKER)) or not os.path.exists(path + ".lock"):
         return False
-    with open(path + ".lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+    try:
+        with locked(path, wait=False):
+            return False
+    except Busy:
+        return True
 
 
 # experiments.py --cost: {run directory: its recorded build seconds} of every run read; nothing is built or saved
@@ -159,12 +157,14 @@ class Spec(dict):
 
 
 @contextmanager
-def locked(path: str):
-    """Hold the entry's lock; with SKIP_BUSY, raise Busy at once if another process holds it."""
+def locked(path: str, wait: bool | None = None):
+    """Hold the entry's lock. Without ``wait`` (default: not SKIP_BUSY), raise Busy at once if another process
+    holds it."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    wait = not SKIP_BUSY if wait is None else wait
     with open(path + ".lock", "w") as f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if SKIP_BUSY else 0))
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             raise Busy(path) from None
         try:
