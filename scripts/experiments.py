@@ -70,7 +70,10 @@ def overlays(*variants: str) -> list[str]:
 def model(s: Setting, *variants: str, seed: int = 0) -> str:
     """The trained model of the base config + these variants (one cache entry per variant set and seed)."""
     names = [v for v in variants if v != "base"]
-    return trained(s, "+".join(names) or "base", overlays(*names), seed=seed)
+    # evaluated at the end only: no table reads these models' training curves, and train.py keeps the final
+    # weights whatever the eval schedule (eval batches have their own seeds), so the model is the same for less
+    iters = load_config(TrainConfig, s.base + overlays(*names)).max_iters
+    return trained(s, "+".join(names) or "base", overlays(*names), [f"--eval_interval={iters}"], seed=seed)
 
 
 def shape(src: str) -> tuple[int, int]:

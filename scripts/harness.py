@@ -97,10 +97,11 @@ class Setting:
             self.base.append(os.path.join(ROOT, "configs", "gpu.py"))
         self.device = "cpu" if quick else ("cuda" if torch.cuda.is_available() else "cpu")
         self.seeds = (0, 1, 2) if quick else (0, 1, 2, 3, 4)
-        self.finetune_iters = 200 if quick else 1000
+        # QUICK's budget: everything from an empty cache in under 90 min on 2 cores (README, "What it costs")
+        self.finetune_iters = 100 if quick else 1000
         self.finetune_eval_interval = 10 if quick else 50
         self.finetune_eval_iters = 20 if quick else 50
-        self.grow_iters = 1000 if quick else 2500  # grow_staging: iterations per stage
+        self.grow_iters = 500 if quick else 2500  # grow_staging: iterations per stage
         self.curve_eval = ["--eval_interval=100", "--eval_iters=50", "--eval_seed=0"]  # training curves' one basis
         # val-only evaluations: every table reads val losses; the train split doubled the evaluation time
         self.common = ["--progress_bar=False", "--eval_train=False",
@@ -257,10 +258,10 @@ def finetuned(s: Setting, src: str, seed: int = 0, control: str | None = None, i
 
     def build(out: str) -> dict:
         cfg.out_dir, cfg.overwrite = out, True
-        summary = finetune(cfg)
-        return dict(summary, out_dir=out)
+        return finetune(cfg)
 
-    return cached("finetune", f"{os.path.basename(src).split('-', 1)[1][:40]}-s{seed}", spec_of(cfg), build)[1]
+    out, result = cached("finetune", f"{os.path.basename(src).split('-', 1)[1][:40]}-s{seed}", spec_of(cfg), build)
+    return dict(result, out_dir=out)  # where the run is now: a moved clone's cache keeps its controls' keys
 
 
 def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | None = None,
@@ -288,16 +289,37 @@ def geometry(s: Setting, ref: str, new: str = "", **options) -> dict:
 
     def build(out: str) -> dict:
         cfg.out_dir = out
-        return dict(evaluate_geometry(cfg), out_dir=out)
+        return evaluate_geometry(cfg)
 
-    return cached("geometry", os.path.basename(new or ref).split("-", 1)[1][:40], spec_of(cfg), build)[1]
+    out, result = cached("geometry", os.path.basename(new or ref).split("-", 1)[1][:40], spec_of(cfg), build)
+    return dict(result, out_dir=out)
+
+
+FULL_VAL = "full_val_loss.json"  # a finished run's full-val loss, kept beside its checkpoint
 
 
 def full_val_loss(model_dir: str, device: str) -> float:
-    """Val loss over the whole val split (the zero-shot basis of every table)."""
+    """Val loss over the whole val split (the zero-shot basis of every table). A finished cached run keeps it in
+    FULL_VAL, tied to its checkpoint's size and mtime: experiments (and the lanes that prefetch them) ask for the
+    same models' losses again and again, and each evaluation costs seconds."""
+    ckpt_path = os.path.join(model_dir, "ckpt.pt")
+    memo = os.path.join(model_dir, FULL_VAL)
+    stat = os.stat(ckpt_path)
+    of = [stat.st_size, stat.st_mtime_ns]
+    if os.path.exists(os.path.join(model_dir, MARKER)) and os.path.exists(memo):
+        with open(memo) as f:
+            kept = json.load(f)
+        if kept["checkpoint"] == of:
+            return kept["loss"]
     model, ckpt = load_model(model_dir, device=device)
     loader = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 32, device)
-    return evaluate_loss(model, loader, "val", None)
+    loss = evaluate_loss(model, loader, "val", None)
+    if os.path.exists(os.path.join(model_dir, MARKER)):
+        tmp = f"{memo}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"checkpoint": of, "loss": loss}, f)
+        os.replace(tmp, memo)
+    return loss
 
 
 # ----------------------------------------------------------------------------------------------

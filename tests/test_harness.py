@@ -213,3 +213,19 @@ def test_two_lanes_share_the_work_build_every_run_once_and_the_owner_writes(runs
     assert len(pids) == 2  # both lanes built runs
     writers = [json.load(open(runs / "results" / e / "results.json"))["writer"] for e in ("e1", "e2")]
     assert writers[0] != writers[1] and set(map(str, writers)) == pids  # e1: lane 0's, e2: lane 1's
+
+
+def test_a_finished_runs_full_val_loss_is_kept_beside_its_checkpoint(runs, trained_dir, monkeypatch):
+    import shutil
+    run = runs / "train-x-s0-abc"
+    shutil.copytree(trained_dir, run)
+    evaluated = []
+    real = harness.evaluate_loss
+    monkeypatch.setattr(harness, "evaluate_loss", lambda *a, **k: evaluated.append(1) or real(*a, **k))
+    first = harness.full_val_loss(str(run), "cpu")  # no marker yet: a partial run is never memoised
+    assert not os.path.exists(run / harness.FULL_VAL)
+    (run / harness.MARKER).write_text("{}")
+    assert harness.full_val_loss(str(run), "cpu") == first == harness.full_val_loss(str(run), "cpu")
+    assert len(evaluated) == 2 and json.load(open(run / harness.FULL_VAL))["loss"] == first
+    os.utime(run / "ckpt.pt", ns=(1, 1))  # a rewritten checkpoint is evaluated again
+    assert harness.full_val_loss(str(run), "cpu") == first and len(evaluated) == 3
