@@ -76,6 +76,16 @@ def model(s: Setting, *variants: str, seed: int = 0) -> str:
     return trained(s, "+".join(names) or "base", overlays(*names), [f"--eval_interval={iters}"], seed=seed)
 
 
+def scratch_model(s: Setting, ratio: float) -> str:
+    """The base architecture at width m = ratio·d (the base's heads, head size and MLP) trained from scratch with
+    the base's budget (evaluated at the end only, as ``model``): shrink_quality's baseline."""
+    d, n_head = shape(model(s, "base"))
+    m = width(ratio, d, n_head)
+    iters = load_config(TrainConfig, s.base).max_iters
+    return trained(s, f"scratch_m{m}", args=[f"--n_embd={m}", f"--head_dim={d // n_head}", f"--mlp_hidden={4 * d}",
+                                            f"--eval_interval={iters}"])
+
+
 def shape(src: str) -> tuple[int, int]:
     cfg = load_model(src)[0].config
     return cfg.n_embd, cfg.n_head
@@ -106,8 +116,10 @@ def model_list(s: Setting) -> list[tuple[tuple[str, ...], int]]:
 
 
 def models(s: Setting) -> None:
-    """Train every model of ``model_list`` and build grow_staging's runs (lanes share them through ``each``)."""
+    """Train every model of ``model_list`` and shrink_quality's from-scratch models, and build grow_staging's runs
+    (lanes share them through ``each``): the long runs first, so no lane ends on one."""
     each(model_list(s), lambda entry: model(s, *entry[0], seed=entry[1]))
+    each(SHRINK_RATIOS, lambda ratio: scratch_model(s, ratio))
     grow_runs(s)
 
 
@@ -197,15 +209,13 @@ def shrink_quality(s: Setting) -> None:
                 "zero_shot": mean_spread([r["val_loss_after"] for r in records]),
                 "seconds": mean_spread([r["seconds"] for r in records])}
 
-    def scratch_model(ratio: float) -> dict:
-        """The same architecture at width m (heads, head size and MLP of the base) trained with the base's budget."""
-        m = width(ratio, d, n_head)
-        src = trained(s, f"scratch_m{m}", args=[f"--n_embd={m}", f"--head_dim={d // n_head}", f"--mlp_hidden={4 * d}"])
-        return {"ratio": ratio, "m": m, "val_loss": full_val_loss(src, s.device)}
+    def scratch_row(ratio: float) -> dict:
+        src = scratch_model(s, ratio)
+        return {"ratio": ratio, "m": width(ratio, d, n_head), "val_loss": full_val_loss(src, s.device)}
 
     rows = each([(ratio, kind, label, options) for ratio in SHRINK_RATIOS for kind in SHRINK_KINDS
                  for label, options in [*CORRECTIONS.items(), *(LONGER.items() if kind == "pca" else ())]], row)
-    scratch = each(SHRINK_RATIOS, scratch_model)
+    scratch = each(SHRINK_RATIOS, scratch_row)
     base_seeds = [full_val_loss(model(s, "base", seed=seed), s.device) for seed in s.seeds[:3]]
     payload = {"d": d, "reference_val_loss": full_val_loss(base, s.device), "rows": rows, "scratch": scratch,
                "base_training_seeds": mean_spread(base_seeds), "calibration_sequences": 16 * 16,
