@@ -229,3 +229,23 @@ def test_a_finished_runs_full_val_loss_is_kept_beside_its_checkpoint(runs, train
     assert len(evaluated) == 2 and json.load(open(run / harness.FULL_VAL))["loss"] == first
     os.utime(run / "ckpt.pt", ns=(1, 1))  # a rewritten checkpoint is evaluated again
     assert harness.full_val_loss(str(run), "cpu") == first and len(evaluated) == 3
+
+
+def test_a_moved_cache_still_finds_a_finetune_and_says_where_it_is_now(trained_dir, monkeypatch, tmp_path):
+    import shutil
+    runs = tmp_path / "runs"
+    monkeypatch.setattr(harness, "RUNS", str(runs))
+    s = harness.Setting(quick=True)
+    s.finetune_iters, s.finetune_eval_interval, s.finetune_eval_iters = 2, 1, 1
+    src = str(tmp_path / "train-tiny-s0")  # cached runs are named stage-label-...
+    shutil.copytree(trained_dir, src)
+    built = []
+    real = harness.finetune
+    monkeypatch.setattr(harness, "finetune", lambda cfg: built.append(cfg.out_dir) or real(cfg))
+    first = harness.finetuned(s, src)
+    moved = tmp_path / "moved"
+    shutil.move(str(runs), moved)
+    monkeypatch.setattr(harness, "RUNS", str(moved))
+    again = harness.finetuned(s, src)
+    assert len(built) == 1 and again["val_loss"] == first["val_loss"]
+    assert again["out_dir"].startswith(str(moved)) and os.path.exists(os.path.join(again["out_dir"], "ckpt.pt"))
