@@ -70,20 +70,16 @@ def overlays(*variants: str) -> list[str]:
 def model(s: Setting, *variants: str, seed: int = 0) -> str:
     """The trained model of the base config + these variants (one cache entry per variant set and seed)."""
     names = [v for v in variants if v != "base"]
-    # evaluated at the end only: no table reads these models' training curves, and train.py keeps the final
-    # weights whatever the eval schedule (eval batches have their own seeds), so the model is the same for less
-    iters = load_config(TrainConfig, s.base + overlays(*names)).max_iters
-    return trained(s, "+".join(names) or "base", overlays(*names), [f"--eval_interval={iters}"], seed=seed)
+    return trained(s, "+".join(names) or "base", overlays(*names), seed=seed, curve=False)  # no table reads curves
 
 
 def scratch_model(s: Setting, ratio: float) -> str:
     """The base architecture at width m = ratio·d (the base's heads, head size and MLP) trained from scratch with
-    the base's budget (evaluated at the end only, as ``model``): shrink_quality's baseline."""
+    the base's budget: shrink_quality's baseline."""
     d, n_head = shape(model(s, "base"))
     m = width(ratio, d, n_head)
-    iters = load_config(TrainConfig, s.base).max_iters
-    return trained(s, f"scratch_m{m}", args=[f"--n_embd={m}", f"--head_dim={d // n_head}", f"--mlp_hidden={4 * d}",
-                                            f"--eval_interval={iters}"])
+    return trained(s, f"scratch_m{m}", args=[f"--n_embd={m}", f"--head_dim={d // n_head}", f"--mlp_hidden={4 * d}"],
+                   curve=False)
 
 
 def shape(src: str) -> tuple[int, int]:
@@ -280,7 +276,7 @@ def arch_ablation(s: Setting) -> None:
         control = canonical(s, src, norms)
         return {"variant": variant, "porting": porting, "norms": norms, "head_after": load_model(out)[0].config.head,
                 "zero_shot": record["val_loss_after"], "notes": record["notes"], **recovery(s, out, control),
-                "reference": full_val_loss(src, s.device)}  # uncached: evaluated only once the runs above are in
+                "reference": full_val_loss(src, s.device)}  # last: evaluated once the runs above are in
 
     # fold unties tied and KNN heads; scalar keeps the head the variant has
     rows = each([(variant, porting, norms) for variant in VARIANTS for porting, norms in

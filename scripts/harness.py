@@ -210,10 +210,15 @@ def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> 
 # The runs
 
 
-def trained(s: Setting, name: str, overlays: list[str] = (), args: list[str] = (), seed: int = 0) -> str:
-    """A model of the base config + config ``overlays`` + ``args`` (training seed 1337 + seed)."""
+def trained(s: Setting, name: str, overlays: list[str] = (), args: list[str] = (), seed: int = 0,
+            curve: bool = True) -> str:
+    """A model of the base config + config ``overlays`` + ``args`` (training seed 1337 + seed). ``curve=False``:
+    evaluated at the start and the end only — for models whose training curve no table reads; train.py keeps the
+    final weights whatever the eval schedule (eval batches have their own seeds), so the model is the same."""
     argv = s.base + list(overlays) + list(args) + s.common + [f"--seed={1337 + seed}", f"--device={s.device}"]
     cfg = load_config(TrainConfig, argv)
+    if not curve:
+        cfg.eval_interval = cfg.max_iters
 
     def build(out: str) -> dict:
         cfg.out_dir, cfg.overwrite = out, True  # a directory without a marker is a partial run: start again
@@ -306,7 +311,8 @@ def full_val_loss(model_dir: str, device: str) -> float:
     memo = os.path.join(model_dir, FULL_VAL)
     stat = os.stat(ckpt_path)
     of = [stat.st_size, stat.st_mtime_ns]
-    if os.path.exists(os.path.join(model_dir, MARKER)) and os.path.exists(memo):
+    finished = os.path.exists(os.path.join(model_dir, MARKER))
+    if finished and os.path.exists(memo):
         with open(memo) as f:
             kept = json.load(f)
         if kept["checkpoint"] == of:
@@ -314,7 +320,7 @@ def full_val_loss(model_dir: str, device: str) -> float:
     model, ckpt = load_model(model_dir, device=device)
     loader = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 32, device)
     loss = evaluate_loss(model, loader, "val", None)
-    if os.path.exists(os.path.join(model_dir, MARKER)):
+    if finished:
         tmp = f"{memo}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump({"checkpoint": of, "loss": loss}, f)

@@ -249,3 +249,21 @@ def test_a_moved_cache_still_finds_a_finetune_and_says_where_it_is_now(trained_d
     again = harness.finetuned(s, src)
     assert len(built) == 1 and again["val_loss"] == first["val_loss"]
     assert again["out_dir"].startswith(str(moved)) and os.path.exists(os.path.join(again["out_dir"], "ckpt.pt"))
+
+
+def test_a_model_trained_without_its_curve_is_the_same_model(runs, char_data_dir):
+    """curve=False evaluates at the start and the end only; the weights must not depend on the eval schedule."""
+    import torch
+
+    from conftest import TINY_MODEL
+    s = harness.Setting(quick=True)
+    s.base = TINY_MODEL + [f"--data_dir={char_data_dir}", "--max_iters=12", "--eval_interval=3", "--eval_iters=2",
+                           "--dropout=0.1"]
+    with_curve = harness.trained(s, "a", seed=0)
+    without = harness.trained(s, "b", seed=0, curve=False)
+    evals = [[r for r in map(json.loads, open(os.path.join(p, "metrics.jsonl"))) if "val/loss" in r]
+             for p in (with_curve, without)]
+    assert [r["iter"] for r in evals[0]] == [0, 3, 6, 9, 12] and [r["iter"] for r in evals[1]] == [0, 12]
+    assert evals[0][-1]["val/loss"] == evals[1][-1]["val/loss"]
+    a, b = (torch.load(os.path.join(p, "ckpt.pt"), weights_only=False)["model"] for p in (with_curve, without))
+    assert all(torch.equal(a[k], b[k]) for k in a)
