@@ -129,7 +129,8 @@ def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model:
     {"step": AdamW's step, "moments": {name: {exp_avg, exp_avg_sq}}} for every parameter of ``new_model``
     (zeros where a parameter has no history)."""
     m, d = T.shape
-    if m < d or not torch.allclose(T.T.double() @ T.double(), torch.eye(d, dtype=torch.float64), atol=1e-5):
+    T = T.detach().double().cpu()  # moments are mapped on the host, like the weights they came with
+    if m < d or not torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-5):
         raise TransformError("carry_optimizer needs a T with orthonormal columns (m ≥ d, kind orthogonal/truncate)")
     by_name, step = state_by_name(model, optimizer_state)
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -147,7 +148,9 @@ def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model:
             if value is not None and tuple(value.shape) != tuple(p.shape):
                 raise TransformError(f"carry_optimizer: the moment of {name} maps to {tuple(value.shape)}, the "
                                      f"parameter is {tuple(p.shape)}")
-            out.setdefault(name, {})[key] = (torch.zeros_like(p) if value is None else value.to(p.dtype)).detach()
+            # stored on the host (a checkpoint's tensors are device-neutral); AdamW's load moves them to p's device
+            out.setdefault(name, {})[key] = (torch.zeros(p.shape, dtype=p.dtype) if value is None
+                                             else value.to(p.dtype)).detach()
     return {"step": step, "moments": out}
 
 

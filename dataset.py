@@ -14,6 +14,7 @@ import os
 import pickle
 import urllib.request
 import warnings
+from collections.abc import Iterator
 from contextlib import nullcontext
 
 import numpy as np
@@ -290,11 +291,32 @@ def eval_batches(loader: BatchLoader, split: str, eval_iters: int, seed: int = 0
     return (loader.get_batch(split, seed + EVAL_SEED_OFFSET + k) for k in range(eval_iters))
 
 
+# elements of one block of logits that evaluation holds at once (1 GiB in float32): GPT-2's 50k vocabulary would
+# otherwise need (batch × context × 50257) logits, 3.3 GB for 16 × 1024, and float64 copies of them
+LOGITS_BUDGET = 1 << 28
+
+
+def head_rows(vocab_size: int, budget: int = LOGITS_BUDGET) -> int:
+    """How many positions' logits fit in ``budget`` elements."""
+    return max(1, budget // max(vocab_size, 1))
+
+
+def chunked_logits(model, h: torch.Tensor, budget: int = LOGITS_BUDGET) -> Iterator[tuple[slice, torch.Tensor]]:
+    """(rows, logits of those rows) for the final normed states ``h`` (..., d) flattened to (N, d), the head applied
+    ``head_rows`` positions at a time, so peak memory is bounded whatever the vocabulary and batch."""
+    flat = h.flatten(0, -2)
+    rows = head_rows(model.config.vocab_size, budget)
+    for start in range(0, len(flat), rows):
+        part = slice(start, start + rows)
+        yield part, model.lm_head(flat[part])
+
+
 @torch.no_grad()
 def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None, seed: int = 0,
                   ctx=None) -> float:
     """Mean LM cross-entropy of ``model`` on ``split``: over ``eval_iters`` fixed random batches, or over
-    the whole split when ``eval_iters`` is None. The model is put in eval mode and restored after."""
+    the whole split when ``eval_iters`` is None. The model is put in eval mode and restored after. The head is
+    applied in chunks (``chunked_logits``): one chunk, the whole batch, unless its logits exceed LOGITS_BUDGET."""
     was_training = model.training
     model.eval()
     ctx = ctx or nullcontext()
@@ -302,10 +324,11 @@ def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None
     batches = (loader.full_split(split) if eval_iters is None
                else eval_batches(loader, split, eval_iters, seed))
     for x, y in batches:
+        targets = y.flatten()
         with ctx:
-            logits, _ = model(x, all_logits=True)
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum")
-        total += loss.item()
+            h, _ = model(x, features=True)
+            for part, logits in chunked_logits(model, h):
+                total += torch.nn.functional.cross_entropy(logits.float(), targets[part], reduction="sum").item()
         count += y.numel()
     model.train(was_training)
     return total / count

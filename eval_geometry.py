@@ -27,15 +27,19 @@ from checkpoint import check_writable_dir, load_model
 from cli import run_cli
 from configurator import load_config
 from dataset import (
+    LOGITS_BUDGET,
     BatchLoader,
     Tokenizer,
     check_tokenizer,
+    chunked_logits,
     data_dir_for_checkpoint,
     describe_tokenizer,
     eval_batches,
     evaluate_loss,
+    head_rows,
     tokenizer_fingerprint,
 )
+from devices import resolve_device
 from errors import CheckpointError, ConfigError
 from logger import MetricsLogger
 from model import GPT, embedding_norm_stats
@@ -63,7 +67,7 @@ class GeometryConfig:
     wandb_log: bool = True  # also log to wandb (offline unless WANDB_MODE says otherwise)
     wandb_project: str = "nanolgpt"  # wandb project name
     wandb_run_name: str = "geometry"  # wandb run name
-    device: str = "cpu"  # where the models run
+    device: str = "cpu"  # where the models run: 'cpu' | 'cuda' | 'cuda:N' | 'mps' | 'auto' (statistics follow them)
 
     def validate(self) -> None:
         if not self.ref_dir:
@@ -79,9 +83,9 @@ class GeometryConfig:
 
 
 @torch.no_grad()
-def hidden_states(model: GPT, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    logits, _, hidden = model(x, return_hidden=True, all_logits=True)
-    return hidden, logits
+def hidden_states(model: GPT, x: torch.Tensor) -> list[torch.Tensor]:
+    """The L+1 residual-stream states (no logits: on a 50k vocabulary they would be most of the memory)."""
+    return model(x, features=True)[1]
 
 
 @torch.no_grad()
@@ -99,7 +103,7 @@ def collect_probes(ref: GPT, new: GPT | None, loader: BatchLoader, n_probes: int
     layer_of = torch.arange(L + 1).repeat_interleave(per_group)
 
     def gather(model: GPT) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        hidden, _ = hidden_states(model, x)
+        hidden = hidden_states(model, x)
         flat = [h.reshape(-1, h.shape[-1]) for h in hidden]
         rows = [model.transformer.wte.weight[token_ids]]
         rows += [flat[layer][sites[layer_of == layer]] for layer in range(L + 1)]
@@ -109,7 +113,7 @@ def collect_probes(ref: GPT, new: GPT | None, loader: BatchLoader, n_probes: int
     if centre_ref:
         X = X - X.mean(1, keepdim=True)
         ref_hidden = [h - h.mean(-1, keepdim=True) for h in ref_hidden]
-    groups = torch.cat([torch.full((len(token_ids),), -1), layer_of])  # −1 = embeddings
+    groups = torch.cat([torch.full((len(token_ids),), -1), layer_of])  # −1 = embeddings (host: indexes probes)
     out = {"X": X, "groups": groups, "x": x, "ref_hidden": ref_hidden, "token_ids": token_ids}
     if new is not None:
         out["Y"], out["new_hidden"] = gather(new)
@@ -125,16 +129,21 @@ def weight_matrices(model: GPT) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def logit_lens(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor) -> dict:
+def logit_lens(model: GPT, hidden: list[torch.Tensor], x: torch.Tensor, budget: int = LOGITS_BUDGET) -> dict:
     """Decode every layer's hidden state through the final norm and head: mean rank (1 = top) and mean
-    probability of the true next token, per layer (iterative refinement, as in Traveling Words)."""
+    probability of the true next token, per layer (iterative refinement, as in Traveling Words). The head is
+    applied ``budget`` logits at a time (``chunked_logits``), so memory does not grow with the probe set."""
     targets = x[:, 1:].reshape(-1)
     ranks, probs = [], []
     for h in hidden:
-        logits = model.lm_head(model.transformer.ln_f(h.float()))[:, :-1].reshape(-1, model.config.vocab_size)
-        target_logit = logits.gather(1, targets[:, None])
-        ranks.append((logits > target_logit).sum(1).double().add(1).mean().item())
-        probs.append(logits.softmax(-1).gather(1, targets[:, None]).mean().item())
+        rank_sum = prob_sum = 0.0
+        for part, logits in chunked_logits(model, model.transformer.ln_f(h.float())[:, :-1], budget):
+            target = targets[part, None]
+            target_logit = logits.gather(1, target)
+            rank_sum += (logits > target_logit).sum(1).double().add(1).sum().item()
+            prob_sum += logits.float().softmax(-1).gather(1, target).double().sum().item()
+        ranks.append(rank_sum / len(targets))
+        probs.append(prob_sum / len(targets))
     return {"rank": ranks, "prob": probs}
 
 
@@ -150,10 +159,13 @@ def ndcg_report(model: GPT, hidden_last: torch.Tensor, k: int, max_positions: in
 
 @torch.no_grad()
 def throughput(model: GPT, x: torch.Tensor, repeats: int = 3) -> dict:
+    x = x[: max(1, head_rows(model.config.vocab_size) // x.shape[1])]  # the whole batch unless its logits are huge
     model(x, all_logits=True)
     t0 = time.perf_counter()
     for _ in range(repeats):
         model(x, all_logits=True)
+    if x.is_cuda:
+        torch.cuda.synchronize()  # kernels are asynchronous: time them, not their launch
     seconds = (time.perf_counter() - t0) / repeats
     params = sum(p.numel() for p in model.parameters())
     return {"tokens_per_s": x.numel() / seconds, "params": params,
@@ -196,8 +208,8 @@ def norm_heatmap(models: dict[str, GPT], ids: torch.Tensor, path: str) -> str:
     plt = _plt()
     grids = {}
     for name, model in models.items():
-        hidden, _ = hidden_states(model, ids)
-        grids[name] = torch.stack([h[0].norm(dim=-1) for h in hidden]).numpy()
+        hidden = hidden_states(model, ids)
+        grids[name] = torch.stack([h[0].norm(dim=-1) for h in hidden]).cpu().numpy()
     vmin = max(min(g.min() for g in grids.values()), 1e-3)
     vmax = max(g.max() for g in grids.values())
     fig, axes = plt.subplots(len(grids), 1, figsize=(10, 2.2 + 1.6 * len(grids)), squeeze=False)
@@ -218,7 +230,7 @@ def cosine_heatmaps(mats: dict[str, torch.Tensor], path: str) -> str:
     fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4.2), squeeze=False)
     for ax, (name, M) in zip(axes[0], mats.items()):
         U = torch.nn.functional.normalize(M.double(), dim=1)
-        im = ax.imshow((U @ U.T).numpy(), cmap="RdBu_r", vmin=-1, vmax=1)
+        im = ax.imshow((U @ U.T).cpu().numpy(), cmap="RdBu_r", vmin=-1, vmax=1)
         ax.set_title(f"pairwise cosine — {name}")
         ax.set_xlabel("probe")
         ax.set_ylabel("probe")
@@ -233,11 +245,11 @@ def concordance_plot(X: torch.Tensor, others: dict[str, torch.Tensor], path: str
     plt = _plt()
     i, j = geo.sample_pairs(len(X), 20_000, seed)
     Xu = torch.nn.functional.normalize(X.double(), dim=1)
-    before = (Xu[i] * Xu[j]).sum(1).numpy()
+    before = (Xu[i] * Xu[j]).sum(1).cpu().numpy()
     fig, axes = plt.subplots(1, len(others), figsize=(4.8 * len(others), 4.4), squeeze=False)
     for ax, (name, Y) in zip(axes[0], others.items()):
         Yu = torch.nn.functional.normalize(Y.double(), dim=1)
-        after = (Yu[i] * Yu[j]).sum(1).numpy()
+        after = (Yu[i] * Yu[j]).sum(1).cpu().numpy()
         hb = ax.hexbin(before, after, gridsize=60, bins="log", cmap="magma")
         ax.plot([-1, 1], [-1, 1], "c--", lw=1, label="y = x")
         ax.set_title(f"cosine before vs after — {name}")
@@ -313,6 +325,21 @@ def reader_alignment(ref: GPT, new: GPT, record: dict) -> float:
                                 record["T"].double())
 
 
+@torch.no_grad()
+def kl_and_agreement(ref: GPT, new: GPT, batches, budget: int = LOGITS_BUDGET) -> dict:
+    """Mean KL(p_ref ‖ p_new) (nats) and top-1 agreement over every position of ``batches``, the heads applied
+    ``budget`` logits at a time (``geometry.kl_and_agreement`` per chunk, weighted by its positions)."""
+    sums, count = {"kl": 0.0, "top1_agreement": 0.0}, 0
+    for x, _ in batches:
+        h_ref, h_new = ref(x, features=True)[0].flatten(0, -2), new(x, features=True)[0].flatten(0, -2)
+        for part, logits_ref in chunked_logits(ref, h_ref, budget):
+            chunk = geo.kl_and_agreement(logits_ref, new.lm_head(h_new[part]))
+            rows = len(logits_ref)
+            sums = {key: sums[key] + chunk[key] * rows for key in sums}
+            count += rows
+    return {key: value / count for key, value in sums.items()}
+
+
 def model_circuits(model: GPT) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """Per layer and head, (W_QK, W_OV) in residual space (``geometry.head_circuits``)."""
     cfg = model.config
@@ -356,11 +383,11 @@ def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoa
                        centre: bool, n_features: int) -> dict:
     """FA of the most frequent tokens' embeddings and of the top principal directions of the reference's hidden
     states (``geometry.feature_alignment``), and, with a transformed model, of its readers (``reader_alignment``)."""
-    T, T_pinv = record["T"].double(), record["T_pinv"].double()
+    E_ref = ref.transformer.wte.weight.detach().double()
+    T, T_pinv = record["T"].to(E_ref), record["T_pinv"].to(E_ref)  # from the record (host) to the model's device
     freq = torch.bincount(torch.from_numpy(loader.tokens("train")[:1_000_000].astype("int64")),
                           minlength=ref.config.vocab_size)
     frequent = freq.argsort(descending=True)[:n_features]
-    E_ref = ref.transformer.wte.weight.detach().double()
     if centre:
         E_ref = E_ref - E_ref.mean(1, keepdim=True)
     hidden_all = torch.cat([h.reshape(-1, h.shape[-1]) for h in ref_hidden]).double()
@@ -375,6 +402,7 @@ def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoa
 def evaluate_geometry(cfg: GeometryConfig) -> dict:
     """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb."""
     check_writable_dir(cfg.out_dir)
+    cfg.device = resolve_device(cfg.device)  # before any work: a missing GPU is one clear error
     ref, ref_ckpt = load_model(cfg.ref_dir, device=cfg.device)
     new, new_ckpt = load_model(cfg.in_dir, device=cfg.device) if cfg.in_dir else (None, None)
     check_related(cfg, ref_ckpt, new_ckpt)
@@ -407,13 +435,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     losses = {"ref": evaluate_loss(ref, loader, "val", cfg.eval_iters, cfg.seed)}
     if new is not None:
         losses["new"] = evaluate_loss(new, loader, "val", cfg.eval_iters, cfg.seed)
-        kl = {"kl": 0.0, "top1_agreement": 0.0}
-        for x, _ in eval_batches(loader, "val", cfg.eval_iters, cfg.seed):
-            with torch.no_grad():
-                part = geo.kl_and_agreement(ref(x, all_logits=True)[0], new(x, all_logits=True)[0])
-            kl = {key: kl[key] + part[key] / cfg.eval_iters for key in kl}
-        metrics["kl"] = kl["kl"]
-        metrics["top1_agreement"] = kl["top1_agreement"]
+        metrics.update(kl_and_agreement(ref, new, eval_batches(loader, "val", cfg.eval_iters, cfg.seed)))
     metrics["loss"] = {k: {"val_loss": v, "perplexity": math.exp(v)} for k, v in losses.items()}
 
     # per-model reports
@@ -425,7 +447,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     # the transform's effect on geometry
     maps = {}
     if record is not None:
-        T = record["T"].double()
+        T = record["T"].to(X)  # records keep T on the host; the probes live on the models' device
         maps["map"] = X @ T.T
         counts = geo.jl_distortion(X, T, seed=cfg.seed)
         metrics["jl"] = {"empirical_eps": counts, "bound_eps": geo.jl_epsilon_bound(len(X), record["m"]),
@@ -451,7 +473,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     # figures
     tokenizer = Tokenizer(ref_ckpt["meta"]) if ref_ckpt.get("meta") else None
     if cfg.prompt and tokenizer is not None:
-        ids = torch.tensor(tokenizer.encode(cfg.prompt)[:block])[None]
+        ids = torch.tensor(tokenizer.encode(cfg.prompt)[:block], device=loader.device)[None]
     else:
         ids = loader.windows(loader.tokens("val"), [0])[0]
     models = {names[k]: m for k, m in (("ref", ref), ("new", new)) if m is not None}

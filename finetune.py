@@ -22,12 +22,13 @@ import json
 import os
 from dataclasses import dataclass
 
+import torch
+
 from checkpoint import check_output_dir, load_checkpoint, load_model
 from cli import run_cli
 from configurator import load_config
 from dataset import (
     GPT2_META,
-    BatchLoader,
     check_tokenizer,
     data_dir_for_checkpoint,
     dataset_dir,
@@ -36,7 +37,7 @@ from dataset import (
 )
 from distill import distillation_loss
 from errors import ConfigError
-from train import TrainConfig, train
+from train import Run, TrainConfig, train
 
 
 @dataclass
@@ -86,17 +87,26 @@ class FinetuneConfig(TrainConfig):
         super().validate()
 
 
-def reference_loss(cfg: FinetuneConfig, record: dict | None, loader: BatchLoader) -> float | None:
-    """The reference val loss on the same eval batches the finetune loop uses."""
+def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run) -> float | None:
+    """The reference val loss on the same eval batches the finetune loop uses, on the run's device and in its
+    autocast dtype (the curve it is compared with is measured so): computed once, by rank 0, and broadcast."""
+    value = None
     if cfg.reference_val_loss is not None:
-        return cfg.reference_val_loss
-    if not record:
-        return None
-    source = record.get("source")
-    if source and os.path.exists(os.path.join(source, "ckpt.pt")):
-        reference, _ = load_model(source, device=loader.device)
-        return evaluate_loss(reference, loader, "val", cfg.eval_iters, cfg.eval_batch_seed())
-    return record.get("val_loss_before")
+        value = cfg.reference_val_loss
+    elif record and run.rt.master:
+        source = record.get("source")
+        if source and os.path.exists(os.path.join(source, "ckpt.pt")):
+            reference, _ = load_model(source, device=run.rt.device)
+            value = evaluate_loss(reference, run.loader, "val", cfg.eval_iters, cfg.eval_batch_seed(),
+                                  run.rt.autocast())
+            del reference
+        else:
+            value = record.get("val_loss_before")
+    if run.rt.ddp:
+        shared = [value]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        value = shared[0]
+    return value
 
 
 # the settings that make two finetunes comparable step for step (same data order, eval batches and schedule)
@@ -197,18 +207,20 @@ def finetune(cfg: FinetuneConfig) -> dict:
         teacher, teacher_source = load_teacher(cfg, ckpt)
         make_loss = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk)
     record = ckpt.get("finetune") if resume else None
+    on_start = None
     if record is None:
-        loader = BatchLoader(cfg.resolved_data_dir(), ckpt["model_args"]["block_size"], cfg.batch_size)
         record = {"in_dir": os.path.abspath(cfg.in_dir), "recover_tol": cfg.recover_tol, "curve": [],
-                  "steps_to_recover": None,
-                  "reference_val_loss": reference_loss(cfg, ckpt.get("transform"), loader)}
+                  "steps_to_recover": None, "reference_val_loss": None}
+
+        def on_start(run: Run) -> None:  # once the run has its device, dtype and process group
+            record["reference_val_loss"] = reference_loss(cfg, ckpt.get("transform"), run)
     extra = {"finetune": record}
     if "transform" in ckpt:
         extra["transform"] = ckpt["transform"]
     if cfg.distill:
         record["teacher"] = os.path.abspath(teacher_source)
     summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=RecoveryTracker(record),
-                    extra_checkpoint=extra, make_loss=make_loss)
+                    extra_checkpoint=extra, make_loss=make_loss, on_start=on_start)
     if int(os.environ.get("RANK", "0")) != 0:  # under DDP only the master evaluates and writes
         return summary
     summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve")})

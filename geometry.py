@@ -25,8 +25,8 @@ def _pair_chunks(X: torch.Tensor, Y: torch.Tensor, chunk: int):
         stop = min(start + chunk, n - 1)
         cx = Xu[start:stop] @ Xu.T
         cy = Yu[start:stop] @ Yu.T
-        rows = torch.arange(start, stop)[:, None]
-        mask = torch.arange(n)[None, :] > rows  # j > i
+        rows = torch.arange(start, stop, device=Xu.device)[:, None]
+        mask = torch.arange(n, device=Xu.device)[None, :] > rows  # j > i
         yield cx[mask].clamp(-1, 1), cy[mask].clamp(-1, 1)
 
 
@@ -44,10 +44,10 @@ def _ranks(x: torch.Tensor) -> torch.Tensor:
     order = torch.argsort(x)
     sorted_x = x[order]
     ranks = torch.empty_like(x, dtype=torch.float64)
-    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.float64)
+    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.float64, device=x.device)
     _, inverse, counts = torch.unique_consecutive(sorted_x, return_inverse=True, return_counts=True)
     if len(counts) < len(x):  # ties: replace by the group's mean rank
-        sums = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, inverse, ranks[order])
+        sums = torch.zeros(len(counts), dtype=torch.float64, device=x.device).index_add_(0, inverse, ranks[order])
         ranks[order] = (sums / counts)[inverse]
     return ranks
 
@@ -67,7 +67,7 @@ def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = 25
                                seed: int = 0) -> dict:
     """HC: Pearson correlation, over all pairs i<j, of cos(x_i, x_j) against cos(y_i, y_j) (from streamed
     sums), and Spearman's rank correlation on a seeded sample of ``spearman_pairs`` pairs."""
-    s = torch.zeros(5, dtype=torch.float64)  # Σa, Σb, Σa², Σb², Σab
+    s = torch.zeros(5, dtype=torch.float64, device=X.device)  # Σa, Σb, Σa², Σb², Σab
     n = 0
     for cx, cy in _pair_chunks(X, Y, chunk):
         s += torch.stack([cx.sum(), cy.sum(), (cx * cx).sum(), (cy * cy).sum(), (cx * cy).sum()])
@@ -99,7 +99,7 @@ def feature_alignment(W: torch.Tensor, T: torch.Tensor, T_pinv: torch.Tensor) ->
     different dimension, so the comparison is made after mapping back with T⁺.) For any full-rank T with
     m ≥ d, T⁺T = I and FA ≡ 1: it measures only shrinking (see ``reader_alignment``)."""
     W = W.double()
-    round_trip = W @ T.double().T @ T_pinv.double().T
+    round_trip = W @ T.to(W).T @ T_pinv.to(W).T  # T comes from a record (host): meet W where it is
     return F.cosine_similarity(W, round_trip, dim=1).mean().item()
 
 
@@ -108,7 +108,7 @@ def reader_alignment(W_ref: torch.Tensor, W_new: torch.Tensor, T: torch.Tensor) 
     images T·w_k of the original readers' directions (rows w_k of W_ref, d wide; w'_k the same rows of the new
     model, m wide)? Unlike FA, which is identically 1 for every full-rank T at m ≥ d, this measures something
     there: a Gaussian T with readers W·T⁺ gives (T⁺)ᵀw ≠ T·w, and finetuning moves readers away."""
-    mapped = W_ref.double() @ T.double().T
+    mapped = W_ref.double() @ T.to(W_ref.device, torch.float64).T
     return F.cosine_similarity(W_new.double(), mapped, dim=1).mean().item()
 
 
@@ -135,7 +135,8 @@ def rtn_error(W: torch.Tensor, bits: int = 8) -> float:
 
 def jl_distortion(X: torch.Tensor, T: torch.Tensor, pairs: int = 200_000, seed: int = 0) -> dict:
     """Empirical ε of the map T on the probes: |‖Tu − Tv‖² / ‖u − v‖² − 1| over sampled pairs."""
-    X, T = X.double(), T.double()
+    X = X.double()
+    T = T.to(X)
     i, j = sample_pairs(len(X), pairs, seed)
     parts = []
     for k in range(0, len(i), 16384):  # chunks keep memory O(chunk·d)
@@ -144,7 +145,7 @@ def jl_distortion(X: torch.Tensor, T: torch.Tensor, pairs: int = 200_000, seed: 
         keep = squared > 1e-24
         parts.append(((diff[keep] @ T.T).pow(2).sum(1) / squared[keep] - 1).abs())
     eps = torch.cat(parts)
-    q = torch.quantile(eps, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)).tolist()
+    q = torch.quantile(eps, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64, device=eps.device)).tolist()
     return {"max": eps.max().item(), "median": q[0], "q90": q[1], "q99": q[2], "pairs": len(eps)}
 
 
@@ -179,13 +180,14 @@ def twonn_dimension(X: torch.Tensor, discard: float = 0.1, chunk: int = 1024) ->
     nearest = []
     for start in range(0, n, chunk):
         dist = torch.cdist(X[start:start + chunk], X)
-        dist[torch.arange(len(dist)), torch.arange(start, start + len(dist))] = float("inf")  # not itself
+        own = torch.arange(len(dist), device=X.device)
+        dist[own, own + start] = float("inf")  # not itself
         nearest.append(dist.topk(2, largest=False).values)
     r = torch.cat(nearest)
     keep = r[:, 0] > 0  # duplicates have no defined ratio
     mu = (r[keep, 1] / r[keep, 0]).sort().values
     count = int(len(mu) * (1 - discard))
-    F_emp = torch.arange(1, len(mu) + 1, dtype=torch.float64) / len(mu)
+    F_emp = torch.arange(1, len(mu) + 1, dtype=torch.float64, device=mu.device) / len(mu)
     x, y = mu[:count].log(), -torch.log1p(-F_emp[:count])
     return ((x * y).sum() / (x * x).sum()).item()
 
@@ -196,7 +198,7 @@ def head_circuits(c_attn: torch.Tensor, c_proj: torch.Tensor, gain: torch.Tensor
     W_QK = n·(W_Q·G)ᵀ(W_K·G) and W_OV = √n·W_O·W_V·G, with G = diag(gain) the input norm's gain and n the width
     (so the forms of a model and of its exact port to another width have equal spectra)."""
     n = c_attn.shape[1]
-    G = torch.ones(n, dtype=torch.float64) if gain is None else gain.double().expand(n)
+    G = torch.ones(n, dtype=torch.float64, device=c_attn.device) if gain is None else gain.double().expand(n)
     inner = n_head * head_dim
     Wq, Wk, Wv = (w.double() * G for w in c_attn.split(inner))
     Wo = c_proj.double()
@@ -250,7 +252,7 @@ def ndcg_at_k(scores: torch.Tensor, relevance: torch.Tensor, k: int) -> float:
     """Mean over rows of DCG@k(ranking by ``scores``) / DCG@k(ideal ranking), with graded relevance
     (here: the model's next-token probabilities), gain 2^rel − 1 and discount 1/log2(rank + 1) (thesis eq. 5.7)."""
     k = min(k, scores.shape[1])
-    discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64))
+    discount = 1.0 / torch.log2(torch.arange(2, k + 2, dtype=torch.float64, device=scores.device))
     gain = torch.exp2(relevance.double()) - 1
     top = scores.topk(k, dim=1).indices
     dcg = (gain.gather(1, top) * discount).sum(1)

@@ -40,13 +40,14 @@ def check_growth(cfg: GPTConfig, n_head: int, mlp_hidden: int, mode: str) -> Non
 
 
 def _fresh(rows: int, cols: int, g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    return (0.02 * torch.randn(rows, cols, generator=g, dtype=torch.float64)).to(like.dtype)
+    """0.02·N(0, 1) drawn on the CPU (the same draw on every device), then put where ``like`` lives."""
+    return (0.02 * torch.randn(rows, cols, generator=g, dtype=torch.float64)).to(like)
 
 
 def _split_columns(W: torch.Tensor, k: int, sigma: float, g: torch.Generator) -> torch.Tensor:
     """[W/k + ε_1, ..., W/k + ε_k] with Σ ε_i = 0: k column blocks that sum to W."""
     noise = sigma * torch.randn(k, *W.shape, generator=g, dtype=torch.float64)
-    noise = (noise - noise.mean(0)).to(W.dtype)
+    noise = (noise - noise.mean(0)).to(W)
     return torch.cat([W / k + noise[i] for i in range(k)], dim=1)
 
 

@@ -466,8 +466,8 @@ class GPT(nn.Module):
         fused = device_type in ("cuda", "cpu") and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
 
-    def estimate_mfu(self, fwdbwd_per_iter: int, dt: float, peak_flops: float = 312e12) -> float:
-        """Model FLOPs utilisation against ``peak_flops`` (A100 bf16 by default), PaLM appendix B."""
+    def estimate_mfu(self, fwdbwd_per_iter: int, dt: float, peak_flops: float) -> float:
+        """Model FLOPs utilisation against ``peak_flops`` (the device's, ``devices.peak_flops``), PaLM appendix B."""
         cfg = self.config
         N = self.get_num_params()
         L, H, Q, T = cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.block_size

@@ -109,7 +109,7 @@ def ridge_solver(gram: torch.Tensor, ridge: float):
     once (Cholesky); a singular G (ridge 0 on inputs that span less than k dimensions, e.g. an exact port at
     m > d) gets the minimum-norm solution G⁺·C instead."""
     k = gram.shape[0]
-    regularised = gram + ridge * torch.trace(gram) / k * torch.eye(k, dtype=gram.dtype)
+    regularised = gram + ridge * torch.trace(gram) / k * torch.eye(k, dtype=gram.dtype, device=gram.device)
     factor, info = torch.linalg.cholesky_ex(regularised)
     if info == 0:
         return lambda cross: torch.cholesky_solve(cross, factor)
@@ -222,11 +222,13 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held (the default, 1024,
     is one pass per batch for the char model's 16 × 64 calibration batches: its cached results stay exact)."""
     m, d = T_init.shape
-    with torch.random.fork_rng():  # the parametrization completes T to a square orthogonal matrix at random
+    with torch.random.fork_rng(devices=[]):  # the parametrization completes T to a square orthogonal matrix at random
+        # (on the CPU: the same start on every device)
         torch.manual_seed(seed)
         holder = torch.nn.Linear(d, m, bias=False).double()
         torch.nn.utils.parametrizations.orthogonal(holder)
-        holder.weight = orthonormal_rows(T_init)
+        holder.weight = orthonormal_rows(T_init.cpu())
+    holder.to(T_init.device)
     with torch.no_grad():
         targets = [original(b, features=True)[0] for b in batches]
     optimizer = torch.optim.Adam(holder.parameters(), lr=lr)

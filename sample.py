@@ -15,6 +15,7 @@ from checkpoint import load_checkpoint, model_from_checkpoint
 from cli import run_cli
 from configurator import load_config
 from dataset import GPT2_META, Tokenizer
+from devices import resolve_device
 from errors import ConfigError, DataError
 
 
@@ -63,16 +64,6 @@ def read_prompt(start: str) -> str:
             return f.read()
     except UnicodeDecodeError as e:
         raise ConfigError(f"--start=FILE:{path} is not UTF-8 text ({e.reason}); give a text file") from e
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r} but CUDA is not available here; use --device=cpu (or auto)")
-    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device={device!r} is not a torch device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
-    return device
 
 
 def sample(cfg: SampleConfig) -> list[str]:

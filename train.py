@@ -40,6 +40,7 @@ from dataset import (
     evaluate_loss,
     load_meta,
 )
+from devices import peak_flops, resolve_device
 from errors import ConfigError, TrainingDiverged
 from logger import MetricsLogger
 from model import GPT, GPTConfig
@@ -95,8 +96,11 @@ class TrainConfig(GPTConfig):
     rewarm_iters: int = 0  # with init_state: ramp the LR linearly from 0 back onto the schedule over this many steps
     # system
     device: str = "auto"  # 'auto' (cuda if available, else cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
-    dtype: str = "auto"  # 'auto' (bfloat16 on a GPU that has it, float32 on CPU) | 'float32' | 'bfloat16' | 'float16'
-    compile: bool = True  # torch.compile; used on CUDA only
+    dtype: str = "auto"  # 'auto' (bfloat16 on a GPU that has it, else float32) | 'float32' | 'bfloat16' | 'float16'
+    #                      (bfloat16 autocast works on the CPU too; float16 needs a GPU)
+    compile: bool = True  # torch.compile on CUDA; on the CPU only when compile_backend names a backend
+    compile_backend: str = ""  # '' = inductor, on CUDA only; a name ('inductor', 'aot_eager') compiles on any device
+    peak_tflops: float = 0.0  # the accelerator's peak for MFU; 0 = from devices.PEAK_TFLOPS_BF16 (unknown GPU: no MFU)
     seed: int = 1337  # model init, batches and dropout are functions of it
 
     def __post_init__(self) -> None:
@@ -174,46 +178,47 @@ class Runtime:
     rank: int
     local_rank: int
     world_size: int
+    peak_flops: float | None = None  # what MFU is measured against (None: not reported)
 
     @property
     def master(self) -> bool:
         return self.rank == 0
 
     def autocast(self):
-        if self.device_type == "cpu" or self.ptdtype == torch.float32:
+        if self.ptdtype == torch.float32:
             return nullcontext()
         return torch.amp.autocast(device_type=self.device_type, dtype=self.ptdtype)
+
+    def synchronize(self) -> None:
+        """Wait for this process's GPU (timings); nothing elsewhere."""
+        if self.device_type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
 def setup_runtime(cfg: TrainConfig) -> Runtime:
     """Pick the device and dtype; join the DDP process group when launched by torchrun."""
     ddp = int(os.environ.get("RANK", -1)) != -1
-    device = cfg.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
-    if device_type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device={cfg.device!r} is not a torch device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
-    if device_type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={cfg.device!r} but CUDA is not available here; use --device=cpu (or auto)")
+    device = resolve_device(cfg.device)
+    device_type = device.split(":")[0]
     dtype = cfg.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    if device_type == "cpu" and dtype != "float32":
-        raise ConfigError(f"dtype={cfg.dtype!r} does nothing on CPU (training runs in float32 there); "
-                          "use --dtype=float32 or auto")
+    if device_type != "cuda" and dtype == "float16":
+        raise ConfigError(f"dtype='float16' needs a CUDA GPU (its loss scaling is CUDA's); on {device_type} use "
+                          "--dtype=bfloat16 (autocast) or float32")
     rank, local_rank, world_size = 0, 0, 1
     if ddp:
         rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
         init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
         if device_type == "cuda":
             device = f"cuda:{local_rank}"
-            torch.cuda.set_device(device)
     if device_type == "cuda":
+        torch.cuda.set_device(device)  # cuda:N without DDP too: synchronize() and new tensors then mean that GPU
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    return Runtime(device, device_type, ptdtype, ddp, rank, local_rank, world_size)
+    return Runtime(device, device_type, ptdtype, ddp, rank, local_rank, world_size,
+                   peak_flops(device, ptdtype, cfg.peak_tflops))
 
 
 def check_checkpoint_overrides(cfg: TrainConfig, model_args: dict, source: str) -> None:
@@ -312,7 +317,7 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
     meta = model_meta or data_meta  # the tokenizer recorded in our checkpoints
     loader = BatchLoader(data_dir, model.config.block_size, cfg.batch_size, rt.device)
     model.to(rt.device)
-    scaler = torch.amp.GradScaler(enabled=rt.ptdtype == torch.float16)
+    scaler = torch.amp.GradScaler(rt.device_type, enabled=rt.ptdtype == torch.float16)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                                            rt.device_type, cfg.optimizer)
     state = TrainState()
@@ -323,7 +328,7 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
         continue_state(cfg, init_checkpoint, model, optimizer, state, rt.master)
     elif cfg.overwrite and rt.master and os.path.exists(os.path.join(cfg.out_dir, logger_name)):
         os.remove(os.path.join(cfg.out_dir, logger_name))  # a new run: never append to the replaced run's metrics
-    train_model = torch.compile(model) if cfg.compile and rt.device_type == "cuda" else model
+    train_model = compiled(model, cfg, rt)
     eval_model = train_model  # rank 0 evaluates alone, so never through the DDP wrapper (it would wait for peers)
     if rt.ddp:
         train_model = DDP(train_model, device_ids=[rt.local_rank] if rt.device_type == "cuda" else None)
@@ -338,6 +343,19 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
               f"device {rt.device}, {rt.ptdtype}")
     return Run(cfg, rt, model, train_model, eval_model, optimizer, scaler, loader, logger, meta, extra_checkpoint,
                grad_accum, tokens_per_iter, on_eval, state)
+
+
+def compiled(model: GPT, cfg: TrainConfig, rt: Runtime) -> torch.nn.Module:
+    """torch.compile(model) when asked for and it applies (CUDA, or any device with an explicit compile_backend).
+    Dynamo's caches are reset first: one process that trains many models (the experiment harness) would otherwise
+    reach its recompile limit after a few architectures and silently run every later model uncompiled."""
+    if not cfg.compile or (rt.device_type != "cuda" and not cfg.compile_backend):
+        if cfg.compile and rt.master:
+            print(f"note: compile applies on CUDA; on {rt.device_type} the model runs uncompiled (add "
+                  "--compile_backend=inductor or aot_eager to compile it here, or --compile=False to silence this)")
+        return model
+    torch._dynamo.reset()
+    return torch.compile(model, backend=cfg.compile_backend or "inductor")
 
 
 def continue_state(cfg: TrainConfig, ckpt: dict | None, model: GPT, optimizer: torch.optim.Optimizer,
@@ -449,6 +467,7 @@ def optimisation_step(run: Run) -> float:
     if cfg.dropout > 0:  # dropout's randomness is a function of (seed, iter, rank) too: exact resume
         torch.manual_seed(batch_seed(cfg.seed, it, -1, rt.rank))
     x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, 0, rt.rank))
+    nonfinite = torch.zeros((), device=rt.device)  # stays on the device: no host sync per micro-step
     for micro_step in range(run.grad_accum):
         if rt.ddp:  # sync gradients on the last micro-step only
             run.train_model.require_backward_grad_sync = micro_step == run.grad_accum - 1
@@ -457,19 +476,28 @@ def optimisation_step(run: Run) -> float:
             loss = loss / run.grad_accum
         if micro_step + 1 < run.grad_accum:  # fetch the next micro-batch while backward runs on GPU
             x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, micro_step + 1, rt.rank))
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(f"training loss is {loss.item() * run.grad_accum} at iter {it}; {last_good(run)}. "
-                                   "Lower learning_rate, raise warmup_iters or set grad_clip.")
+        nonfinite = torch.maximum(nonfinite, (~torch.isfinite(loss.detach())).float())
         run.scaler.scale(loss).backward()
+    if agree(rt, nonfinite):  # one sync per step; under DDP every rank stops together (none waits in an all-reduce)
+        raise TrainingDiverged(f"training loss is not finite (nan or inf) at iter {it}; {last_good(run)}. "
+                               "Lower learning_rate, raise warmup_iters or set grad_clip.")
     if cfg.grad_clip > 0:
         run.scaler.unscale_(run.optimizer)
         torch.nn.utils.clip_grad_norm_(run.train_model.parameters(), cfg.grad_clip)
     run.scaler.step(run.optimizer)
     run.scaler.update()
     run.optimizer.zero_grad(set_to_none=True)
-    if rt.device_type == "cuda":
-        torch.cuda.synchronize()
+    rt.synchronize()
     return time.perf_counter() - t0
+
+
+def agree(rt: Runtime, flag: torch.Tensor | float) -> float:
+    """The largest value of ``flag`` over all DDP processes (this process's own without DDP): every rank takes the
+    same decision at the same point, so none is left waiting in a collective the others never reach."""
+    value = torch.as_tensor(flag, dtype=torch.float32, device=rt.device).reshape(1)
+    if rt.ddp:
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return value.item()
 
 
 def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> None:
@@ -484,29 +512,43 @@ def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> Non
         if name in terms:
             record[f"train/{name}" + ("_loss" if name == "kd" else "")] = terms[name]
             line += f", {name} {terms[name]:.4f}"
-    if run.rt.device_type == "cuda":
-        record["mfu"] = run.model.estimate_mfu(run.cfg.batch_size * run.grad_accum, dt)
+    if run.rt.peak_flops:
+        record["mfu"] = run.model.estimate_mfu(run.cfg.batch_size * run.grad_accum, dt, run.rt.peak_flops)  # per GPU
         line += f", mfu {record['mfu'] * 100:.1f}%"
     run.logger.log(record, step=run.state.iter_num)
     write(line)
 
 
 @contextmanager
-def stop_on_signals(state: TrainState, enabled: bool) -> Iterator[None]:
-    """SIGINT (Ctrl-C) and SIGTERM (schedulers) ask the loop to save and stop at the next iteration boundary,
-    where the state is consistent; a second Ctrl-C aborts at once."""
+def stop_on_signals(state: TrainState, master: bool) -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM (schedulers; torchrun forwards them to every process) ask the loop to save and
+    stop at the next iteration boundary, where the state is consistent; a second Ctrl-C aborts at once. Installed
+    on every DDP process: a process without it would die at once and leave its peers in a collective."""
     def request_stop(signum, frame):
         if state.stop_signal and signum == signal.SIGINT:
             raise KeyboardInterrupt
         state.stop_signal = signal.Signals(signum).name
-        print(f"\n{state.stop_signal}: saving a checkpoint at the end of this iteration (Ctrl-C again to abort)")
+        if master:
+            print(f"\n{state.stop_signal}: saving a checkpoint at the end of this iteration (Ctrl-C again to abort)")
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)} if enabled else {}
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stop_requested(run: Run) -> bool:
+    """Has any process been asked to stop? Under DDP the processes agree (one tiny all-reduce per iteration), so
+    all of them stop at the same iteration whichever received the signal first."""
+    code = signal.Signals[run.state.stop_signal].value if run.state.stop_signal else 0
+    if not run.rt.ddp:
+        return bool(code)
+    code = int(agree(run.rt, code))
+    if code and not run.state.stop_signal:
+        run.state.stop_signal = signal.Signals(code).name
+    return bool(code)
 
 
 @contextmanager
@@ -529,7 +571,8 @@ def progress_bar(run: Run) -> Iterator[object | None]:
 
 def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
           on_eval: Callable[[int, dict], dict | None] | None = None, extra_checkpoint: dict | None = None,
-          logger_name: str = "metrics.jsonl", make_loss: Callable[[Run], Callable] | None = None) -> dict:
+          logger_name: str = "metrics.jsonl", make_loss: Callable[[Run], Callable] | None = None,
+          on_start: Callable[[Run], None] | None = None) -> dict:
     """The training loop: warmup + cosine LR, gradient accumulation, clipping, periodic evaluation and
     atomic checkpoints, exact resume, SIGINT/SIGTERM save and raise ``Interrupted``, NaN stops. Returns a summary.
 
@@ -538,14 +581,18 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
     ``extra_checkpoint``: extra keys stored in every checkpoint (e.g. the transform record).
     ``make_loss(run)``: returns the training loss of a micro-batch, loss_fn(x, y), in place of the LM loss
     (distillation); it must set ``run.model.last_loss_terms`` for the log.
+    ``on_start(run)``: called on every process once the run is set up (device, dtype, process group, loader), before
+    the first step (finetuning's reference loss).
     """
     run = setup(cfg, init_checkpoint, on_eval, extra_checkpoint, logger_name)
     if make_loss is not None:
         run.loss_fn = make_loss(run)
+    if on_start is not None:
+        on_start(run)
     st, master = run.state, run.rt.master
     step_times: list[float] = []
     try:
-        with stop_on_signals(st, enabled=master), progress_bar(run) as bar:
+        with stop_on_signals(st, master), progress_bar(run) as bar:
             if cfg.eval_only:
                 st.losses = evaluate(run)
                 print(loss_line(st.iter_num, st.losses))
@@ -554,8 +601,11 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
             while st.iter_num < cfg.max_iters:
                 if st.iter_num % cfg.eval_interval == 0 and st.iter_num != st.last_eval_iter and master:
                     eval_and_save(run)
-                if st.stop_signal:
-                    save(run, st.losses.get("val", float("nan")), complete=False)
+                if stop_requested(run):
+                    if master:
+                        save(run, st.losses.get("val", float("nan")), complete=False)
+                    if run.rt.ddp:
+                        torch.distributed.barrier()  # the checkpoint is written before any process leaves
                     raise Interrupted(f"saved {cfg.out_dir}/ckpt.pt at iter {st.iter_num} (marked incomplete); "
                                       "resume with --init_from=resume")
                 dt = optimisation_step(run)

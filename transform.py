@@ -53,6 +53,7 @@ from checkpoint import check_output_dir, load_checkpoint, model_from_checkpoint,
 from cli import run_cli
 from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
+from devices import resolve_device
 from errors import ConfigError, TransformError
 from grow import GROW_MODES, check_growth, grow_heads, grow_mlp, weight_growth
 from model import GPT, GPTConfig
@@ -107,7 +108,7 @@ class TransformConfig:
     # evaluation and system
     eval_iters: int | None = None  # val batches for the before/after loss; None = the full val split; 0 = skip
     eval_reference: bool = True  # also evaluate the untransformed model (the "before" loss)
-    device: str = "cpu"  # where the transform and its evaluation run
+    device: str = "cpu"  # where the transform and its evaluation run: 'cpu' | 'cuda' | 'cuda:N' | 'mps' | 'auto'
     overwrite: bool = False  # replace a checkpoint already in out_dir (never the input checkpoint itself)
 
     def validate(self) -> None:
@@ -290,7 +291,8 @@ def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Ten
 def make_projection(kind: str, d: int, m: int, seed: int = 0,
                     calibration: Calibration | torch.Tensor | None = None,
                     damping: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """(T, T⁺) in float64, T of shape (m, d), for every projection kind:
+    """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
+    machine; ``transform_model`` moves it to the model's device, once):
 
     gaussian    T_ij ~ N(0, 1/m) (the paper's Algorithm 1)
     rademacher  T_ij = ±1/√m
@@ -330,7 +332,7 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
             raise TransformError("kind='pca' needs calibration data (hidden states of the model)")
         if not isinstance(calibration, Calibration):
             calibration = Calibration.from_points(calibration)
-        M = calibration.second_moment.double()
+        M = calibration.second_moment.double().cpu()  # eigh on the host: the same directions on every device
         M = M + damping * torch.trace(M) / d * torch.eye(d, dtype=torch.float64)
         _, vectors = torch.linalg.eigh(M)  # ascending eigenvalues
         T = vectors[:, -m:].flip(-1).T.contiguous()  # top-m directions, largest first
@@ -586,9 +588,11 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     m, d = T.shape
     porting = resolve_porting(porting)
     check_porting(cfg, m, porting)
-    dtype = sd["transformer.wte.weight"].dtype if sd else torch.float32
-    # T⁺ was computed in float64; applying it in the weights' dtype is exact enough
-    maps = PortMaps(T.to(dtype), T_pinv.to(dtype), (T_pinv if reader_T_pinv is None else reader_T_pinv).to(dtype))
+    like = sd["transformer.wte.weight"] if sd else torch.empty(0)
+    # T⁺ was computed in float64; applying it in the weights' dtype is exact enough. On the weights' device: a
+    # caller's T may live elsewhere (port_model)
+    maps = PortMaps(*(t.to(like.device, like.dtype) for t in (T, T_pinv, T_pinv if reader_T_pinv is None
+                                                                    else reader_T_pinv)))
     if cfg.head != "linear":
         sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
     plan = porting_plan(list(sd), cfg, porting)
@@ -624,7 +628,7 @@ def paper_code_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor) -> tuple[dict,
     (mapping it 'by shape' when block_size == d would break the model rather than reproduce anything)."""
     m, d = T.shape
     check_porting(cfg, m, "paper_code")
-    T = T.to(sd["transformer.wte.weight"].dtype)
+    T = T.to(sd["transformer.wte.weight"].device, sd["transformer.wte.weight"].dtype)
     out = {}
     for name, t in sd.items():
         if cfg.head == "tied" and name == "lm_head.weight":
@@ -665,8 +669,8 @@ def mean_preserving(T: torch.Tensor) -> torch.Tensor:
     mean-free vectors to mean-free vectors, so after ``fold`` every norm input stays mean-free at width m,
     where LayerNorm equals RMSNorm: the transformed model can remain a LayerNorm (GPT-2) model, exactly."""
     m, d = T.shape
-    target = torch.full((m,), 1 / math.sqrt(m), dtype=T.dtype)
-    v = T @ torch.full((d,), 1 / math.sqrt(d), dtype=T.dtype) - target
+    target = torch.full((m,), 1 / math.sqrt(m), dtype=T.dtype, device=T.device)
+    v = T @ torch.full((d,), 1 / math.sqrt(d), dtype=T.dtype, device=T.device) - target
     if v.norm() < 1e-12:
         return T
     return T - 2 * torch.outer(v, v @ T) / (v @ v)  # (I − 2vvᵀ/‖v‖²)·T
@@ -689,8 +693,8 @@ def restore_layernorm(sd: dict, cfg: GPTConfig, original: GPT, T: torch.Tensor) 
     m = T.shape[0]
     for norm in residual_roles(cfg).norms:
         sd[f"{norm}.weight"] = sd[f"{norm}.weight"].expand(m).clone()
-        sd[f"{norm}.bias"] = torch.zeros(m, dtype=sd[f"{norm}.weight"].dtype)
-    sd["transformer.ln_f.bias"] = (T @ (beta / gamma)).to(sd["transformer.ln_f.weight"].dtype)
+        sd[f"{norm}.bias"] = torch.zeros_like(sd[f"{norm}.weight"])
+    sd["transformer.ln_f.bias"] = (T.to(beta.device) @ (beta / gamma)).to(sd["transformer.ln_f.weight"])
     if src.head_bias:
         sd["lm_head.bias"] = original.lm_head.bias.detach().clone()
     else:
@@ -703,9 +707,9 @@ def symmetry_breaking_pinv(T: torch.Tensor, T_pinv: torch.Tensor, sigma: float, 
     """T⁺ + σ·R·(I − T·T⁺): readers then also see the new directions, yet on range(T), where the
     ported residual stream lives, they act as T⁺ did, so the function is unchanged (m > d)."""
     m, d = T.shape
-    g = torch.Generator().manual_seed(seed + 1)
-    R = torch.randn(d, m, generator=g, dtype=torch.float64) / math.sqrt(m)
-    return T_pinv + sigma * R @ (torch.eye(m, dtype=torch.float64) - T @ T_pinv)
+    g = torch.Generator().manual_seed(seed + 1)  # drawn on the CPU: the same R on every device
+    R = (torch.randn(d, m, generator=g, dtype=torch.float64) / math.sqrt(m)).to(T.device)
+    return T_pinv + sigma * R @ (torch.eye(m, dtype=torch.float64, device=T.device) - T @ T_pinv)
 
 
 def model_from_state(sd: dict, cfg: GPTConfig) -> GPT:
@@ -792,6 +796,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()
+    device = model.transformer.wte.weight.device
+    T, T_pinv = T.to(device), T_pinv.to(device)  # the one move: every rule below meets the weights on their device
     corrections: dict = {}
     if refit != "none" or learn_steps > 0:
         batches = calibration_batches(calibration_loader, calib_batches, seed)
@@ -837,7 +843,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if m < min_width and kind in ("gaussian", "rademacher", "sparse", "srht"):
         warnings.warn(f"width m={m} is below the JL minimum width {min_width} for N={n_points} points at "
                       f"ε={jl_eps}, δ={jl_delta}: pairwise distances are not guaranteed", stacklevel=2)
-    orthonormal = bool(torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-9)) if m >= d else False
+    orthonormal = m >= d and bool(torch.allclose(T.T @ T, torch.eye(d, dtype=T.dtype, device=T.device), atol=1e-9))
     exact = (porting == "residual" and orthonormal and norms == "fold"
              and not any(n.startswith("APPROX") for n in notes))
     record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting,
@@ -845,7 +851,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "corrections": corrections, "seconds": time.perf_counter() - started,
-              "T": T.float(), "T_pinv": T_pinv.float()}
+              "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
     return new_model, record
 
 
@@ -886,6 +892,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     """The CLI's work: read in_dir/ckpt.pt, transform, evaluate before/after, write out_dir/ckpt.pt.
     Every check runs before any work, and nothing is written unless all of it succeeds."""
     check_output_dir(cfg.out_dir, cfg.in_dir, cfg.overwrite)
+    cfg.device = resolve_device(cfg.device)  # before any work: a missing GPU is one clear error
     ckpt = load_checkpoint(cfg.in_dir)
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,

@@ -30,22 +30,14 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 CUDA = torch.device("cuda", 0)
 # functions that take tensors of two devices on CUDA too: copies across devices, metadata queries
-EXEMPT = {"copy_", "__set__", "__get__", "set_", "_has_compatible_shallow_copy_type", "is_same_size", "_is_view",
+# (CUDA indexes a CUDA tensor with CPU indices, and assigns CPU values into it)
+EXEMPT = {"copy_", "__set__", "__get__", "set_", "__getitem__", "__setitem__", "_has_compatible_shallow_copy_type",
+          "is_same_size", "_is_view",
           "is_set_to", "__setstate__", "__reduce_ex__", "_make_subclass"}
 
 
 class DeviceMixError(RuntimeError):
     """An operation mixed a (fake) CUDA tensor with a CPU tensor: CUDA would raise here."""
-
-
-def _target_device(args, kwargs):
-    device = kwargs.get("device")
-    for a in args:
-        if isinstance(a, (str, torch.device)):
-            device = a
-        elif isinstance(a, torch.Tensor):
-            device = a.device
-    return device
 
 
 class FakeCudaMode(TorchFunctionMode):
@@ -64,10 +56,20 @@ class FakeCudaMode(TorchFunctionMode):
             return t
         return tree_map(one, out)
 
+    def target_device(self, args, kwargs):
+        """Where ``Tensor.to(*args, **kwargs)`` goes: a device argument, or another tensor's (fake) device."""
+        device = kwargs.get("device")
+        for a in args:
+            if isinstance(a, (str, torch.device)):
+                device = a
+            elif isinstance(a, torch.Tensor):
+                device = CUDA if self.tagged(a) else torch.device("cpu")
+        return device
+
     def move(self, func, args, kwargs):
         """``Tensor.to`` / ``Tensor.cuda``: run on the CPU; a move to "cuda" makes a new, tagged tensor."""
         source = args[0]
-        device = "cuda" if func is torch.Tensor.cuda else _target_device(args[1:], kwargs)
+        device = "cuda" if func is torch.Tensor.cuda else self.target_device(args[1:], kwargs)
         if func is torch.Tensor.cuda:
             out = source
         else:
@@ -99,7 +101,7 @@ class FakeCudaMode(TorchFunctionMode):
         if func == torch.Tensor.grad.__get__:
             grad = func(*args)
             return self.tag(grad) if grad is not None and self.tagged(args[0]) else grad
-        if func is torch.Tensor.numpy and self.tagged(args[0]):
+        if func in (torch.Tensor.numpy, torch.Tensor.__array__) and self.tagged(args[0]):
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
                             "to host memory first.")
         if func is torch.Tensor.pin_memory:
