@@ -6,10 +6,10 @@ import os
 
 import pytest
 import torch
-from fake_cuda import DeviceMixError, fake_cuda
 
 from configurator import load_config
 from conftest import TINY_MODEL
+from fake_cuda import DeviceMixError, fake_cuda
 
 FINETUNE = ["--batch_size=4", "--eval_iters=2", "--log_interval=1", "--warmup_iters=2", "--progress_bar=False",
             "--compile=False"]  # TINY_MODEL's run settings: the architecture comes from the checkpoint
@@ -132,3 +132,88 @@ def test_train_and_resume_run_on_cuda(char_data_dir, tmp_path):
         summary = train(load_config(TrainConfig, args + ["--max_iters=4", "--init_from=resume"]))
     assert not mode.mixes and summary["iter_num"] == 4
     assert os.path.exists(tmp_path / "ckpt.pt")
+
+
+# ----------------------------------------------------------------------------------------------
+# compile and autocast on the CPU; the compile cache across models; streamed logits; devices
+
+
+def test_bfloat16_autocast_and_compile_train_on_the_cpu(char_data_dir, tmp_path):
+    from checkpoint import load_checkpoint
+    from train import TrainConfig, setup_runtime, train
+    args = TINY_MODEL + [f"--data_dir={char_data_dir}", "--max_iters=3", "--eval_interval=3", "--device=cpu"]
+    cfg = load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'bf16'}", "--dtype=bfloat16"])
+    assert setup_runtime(cfg).autocast() is not None
+    with setup_runtime(cfg).autocast():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16  # autocast is really on
+    summary = train(cfg)
+    assert summary["val_loss"] < 4 and load_checkpoint(str(tmp_path / "bf16"))["model"]["lm_head.weight"].dtype \
+        == torch.float32  # weights stay float32 under autocast
+    compiled = train(load_config(TrainConfig, [a for a in args if a != "--compile=False"] + [
+        f"--out_dir={tmp_path / 'compiled'}", "--compile=True", "--compile_backend=aot_eager"]))
+    eager = train(load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'eager'}"]))
+    assert abs(compiled["val_loss"] - eager["val_loss"]) < 1e-4
+
+
+def test_the_fifth_architecture_in_one_process_is_still_compiled(char_data_dir, tmp_path, monkeypatch):
+    """train() resets dynamo's caches before it compiles, so the recompile limit never turns a later model eager."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from train import TrainConfig, train
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)  # reached by the 2nd model without the reset
+    base = [a for a in TINY_MODEL if a not in ("--compile=False", "--n_embd=32")]
+    for i, width in enumerate((16, 24, 32, 40, 48)):
+        before = counters["stats"]["unique_graphs"]
+        train(load_config(TrainConfig, base + [f"--data_dir={char_data_dir}", f"--out_dir={tmp_path / str(i)}",
+                                               f"--n_embd={width}", "--max_iters=2", "--eval_interval=2",
+                                               "--compile=True", "--compile_backend=aot_eager", "--device=cpu"]))
+        assert counters["stats"]["unique_graphs"] > before, f"model {i + 1} (n_embd={width}) ran uncompiled"
+
+
+def test_streamed_logits_give_the_unstreamed_numbers(trained_dir, tmp_path):
+    import eval_geometry as eg
+    from checkpoint import load_model
+    from dataset import BatchLoader, data_dir_for_checkpoint, eval_batches, evaluate_loss
+    model, ckpt = load_model(trained_dir)
+    loader = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 4)
+    x, _ = loader.get_batch("val", seed=3)
+    hidden = model(x, features=True)[1]
+    small = 5 * model.config.vocab_size  # 5 positions of logits at a time
+    whole, streamed = eg.logit_lens(model, hidden, x), eg.logit_lens(model, hidden, x, budget=small)
+    for key in whole:
+        torch.testing.assert_close(torch.tensor(streamed[key]), torch.tensor(whole[key]), rtol=1e-6, atol=0)
+    batches = list(eval_batches(loader, "val", 3, 0))
+    torch.testing.assert_close(torch.tensor(list(eg.kl_and_agreement(model, model, batches, budget=small).values())),
+                               torch.tensor([0.0, 1.0]), atol=1e-6, rtol=0)
+    import dataset
+    reference = evaluate_loss(model, loader, "val", 3)
+    original = dataset.LOGITS_BUDGET
+    try:
+        dataset.LOGITS_BUDGET = small
+        assert evaluate_loss(model, loader, "val", 3) == pytest.approx(reference, rel=1e-6)
+    finally:
+        dataset.LOGITS_BUDGET = original
+
+
+def test_peak_flops_come_from_the_device_table(monkeypatch):
+    from devices import peak_flops
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert peak_flops("cuda", torch.bfloat16) == 989e12 and peak_flops("cuda", torch.float32) == 494.5e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 PCIe")
+    assert peak_flops("cuda:0", torch.bfloat16) == 756e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    assert peak_flops("cuda", torch.bfloat16) == 312e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Some Future GPU")
+    assert peak_flops("cuda", torch.bfloat16) is None and peak_flops("cuda", torch.bfloat16, 100.0) == 100e12
+    assert peak_flops("cpu", torch.float32) is None
+
+
+def test_a_cuda_index_beyond_the_machine_is_one_clear_error(monkeypatch):
+    from devices import resolve_device
+    from errors import ConfigError
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == "cuda:0" and resolve_device("auto") == "cuda"
+    with pytest.raises(ConfigError, match=r"has 1 CUDA device\(s\)"):
+        resolve_device("cuda:1")
