@@ -213,7 +213,8 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         if device_type == "cuda":
             device = f"cuda:{local_rank}"
     if device_type == "cuda":
-        torch.cuda.set_device(device)  # cuda:N without DDP too: synchronize() and new tensors then mean that GPU
+        if ":" in device:  # cuda:N without DDP too: synchronize() and new tensors then mean that GPU
+            torch.cuda.set_device(torch.device(device))
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]

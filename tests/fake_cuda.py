@@ -135,7 +135,8 @@ def fake_cuda() -> Iterator[FakeCudaMode]:
     patches = [mock.patch("torch.cuda.is_available", lambda: True),
                mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: True),
                mock.patch("torch.cuda.synchronize", lambda *a, **k: None),
-               mock.patch("torch.cuda.set_device", lambda *a, **k: None),
+               # as torch's: a device without an index ('cuda') is refused
+               mock.patch("torch.cuda.set_device", lambda d: torch._utils._get_device_index(d, optional=False)),
                mock.patch("torch.cuda.device_count", lambda: 1),
                mock.patch("torch.cuda.get_device_name", lambda *a, **k: "fake CUDA device"),
                mock.patch("torch.cuda.max_memory_allocated", lambda *a, **k: 0),

@@ -217,3 +217,12 @@ def test_a_cuda_index_beyond_the_machine_is_one_clear_error(monkeypatch):
     assert resolve_device("cuda:0") == "cuda:0" and resolve_device("auto") == "cuda"
     with pytest.raises(ConfigError, match=r"has 1 CUDA device\(s\)"):
         resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_the_runtime_accepts_cuda_with_and_without_an_index(char_data_dir, tmp_path, device):
+    from train import TrainConfig, setup_runtime
+    with fake_cuda():
+        rt = setup_runtime(load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}",
+                                                                  f"--out_dir={tmp_path}", f"--device={device}"]))
+    assert rt.device == device and rt.ptdtype == torch.bfloat16
