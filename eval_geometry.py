@@ -390,10 +390,9 @@ def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoa
     frequent = freq.argsort(descending=True)[:n_features]
     if centre:
         E_ref = E_ref - E_ref.mean(1, keepdim=True)
-    hidden_all = torch.cat([h.reshape(-1, h.shape[-1]) for h in ref_hidden]).double()
-    _, _, Vh = torch.linalg.svd(hidden_all - hidden_all.mean(0), full_matrices=False)
+    directions = geo.principal_directions(ref_hidden, n_features)
     out = {"frequent_tokens": geo.feature_alignment(E_ref[frequent], T, T_pinv),
-           "principal_directions": geo.feature_alignment(Vh[:n_features], T, T_pinv)}
+           "principal_directions": geo.feature_alignment(directions, T, T_pinv)}
     if new is not None:
         out["readers"] = reader_alignment(ref, new, record)
     return out

@@ -103,6 +103,25 @@ def feature_alignment(W: torch.Tensor, T: torch.Tensor, T_pinv: torch.Tensor) ->
     return F.cosine_similarity(W, round_trip, dim=1).mean().item()
 
 
+def principal_directions(states: list[torch.Tensor], k: int) -> torch.Tensor:
+    """The top-k principal directions (rows, largest variance first) of all rows of ``states`` stacked, from their
+    d×d covariance accumulated one tensor at a time and ``eigh``: the right singular vectors of the centred stack
+    (up to sign), without forming it — for GPT-2's probes an SVD of the (13·65536 × 768) float64 stack took
+    most of eval_geometry's 31 GiB on an H100."""
+    d = states[0].shape[-1]
+    total = torch.zeros(d, dtype=torch.float64, device=states[0].device)
+    moment = torch.zeros(d, d, dtype=torch.float64, device=states[0].device)
+    count = 0
+    for h in states:
+        x = h.reshape(-1, d).double()
+        total += x.sum(0)
+        moment += x.T @ x
+        count += len(x)
+    mean = total / count
+    _, vectors = torch.linalg.eigh(moment / count - torch.outer(mean, mean))  # ascending eigenvalues
+    return vectors[:, -k:].flip(-1).T
+
+
 def reader_alignment(W_ref: torch.Tensor, W_new: torch.Tensor, T: torch.Tensor) -> float:
     """FA_readers = mean_k cos(w'_k, T·w_k): does the transformed model read its residual stream along the
     images T·w_k of the original readers' directions (rows w_k of W_ref, d wide; w'_k the same rows of the new

@@ -236,3 +236,13 @@ def test_head_circuits_match_naive_and_are_invariant_under_an_orthogonal_port():
     stable = geo.circuit_stability((qk, ov), ported[0], E, E @ Q.T, rank=hd)
     assert stable["qk_spectrum_distance"] < 1e-9 and stable["ov_spectrum_distance"] < 1e-9
     assert stable["qk_token_overlap"] == 1.0 and stable["ov_token_overlap"] == 1.0
+
+
+def test_principal_directions_are_the_svds_right_singular_vectors():
+    import geometry as geo
+    torch.manual_seed(0)
+    states = [torch.randn(3, 50, 12) * torch.linspace(3, 0.1, 12) + 0.5 for _ in range(4)]
+    stacked = torch.cat([h.reshape(-1, 12) for h in states]).double()
+    _, _, Vh = torch.linalg.svd(stacked - stacked.mean(0), full_matrices=False)
+    ours = geo.principal_directions(states, 5)
+    torch.testing.assert_close((ours * Vh[:5]).sum(1).abs(), torch.ones(5, dtype=torch.float64), atol=1e-9, rtol=0)
