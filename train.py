@@ -351,7 +351,7 @@ def compiled(model: GPT, cfg: TrainConfig, rt: Runtime) -> torch.nn.Module:
     Dynamo's caches are reset first: one process that trains many models (the experiment harness) would otherwise
     reach its recompile limit after a few architectures and silently run every later model uncompiled."""
     if not cfg.compile or (rt.device_type != "cuda" and not cfg.compile_backend):
-        if cfg.compile and rt.master:
+        if cfg.compile and "compile" in getattr(cfg, "explicit_keys", ()) and rt.master:  # asked for, not the default
             print(f"note: compile applies on CUDA; on {rt.device_type} the model runs uncompiled (add "
                   "--compile_backend=inductor or aot_eager to compile it here, or --compile=False to silence this)")
         return model

@@ -143,7 +143,6 @@ def test_bfloat16_autocast_and_compile_train_on_the_cpu(char_data_dir, tmp_path)
     from train import TrainConfig, setup_runtime, train
     args = TINY_MODEL + [f"--data_dir={char_data_dir}", "--max_iters=3", "--eval_interval=3", "--device=cpu"]
     cfg = load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'bf16'}", "--dtype=bfloat16"])
-    assert setup_runtime(cfg).autocast() is not None
     with setup_runtime(cfg).autocast():
         assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16  # autocast is really on
     summary = train(cfg)
@@ -226,3 +225,13 @@ def test_the_runtime_accepts_cuda_with_and_without_an_index(char_data_dir, tmp_p
         rt = setup_runtime(load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}",
                                                                   f"--out_dir={tmp_path}", f"--device={device}"]))
     assert rt.device == device and rt.ptdtype == torch.bfloat16
+
+
+def test_an_explicit_compile_on_the_cpu_says_it_does_not_apply(char_data_dir, tmp_path, capsys):
+    from train import TrainConfig, train
+    args = [a for a in TINY_MODEL if a != "--compile=False"] + [f"--data_dir={char_data_dir}", "--max_iters=1",
+                                                                "--eval_interval=1", "--device=cpu"]
+    train(load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'default'}"]))
+    assert "compile applies on CUDA" not in capsys.readouterr().out  # the default stays quiet
+    train(load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'asked'}", "--compile=True"]))
+    assert "compile applies on CUDA" in capsys.readouterr().out
