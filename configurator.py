@@ -62,6 +62,8 @@ def coerce(key: str, value: Any, tp: Any, source: str) -> Any:
             return value
         elif typing.get_origin(option) is tuple and isinstance(value, (tuple, list)):
             return tuple(value)
+        elif option is dict and isinstance(value, dict):
+            return dict(value)
     raise ConfigError(f"{source}: {key}={value!r} has the wrong type; {key} accepts {_describe(tp)}")
 
 

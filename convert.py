@@ -1,12 +1,18 @@
 """
-Pretrained models in and out: Hugging Face GPT-2 and nanoGPT checkpoints ↔ nanoLGPT checkpoints.
+Pretrained models in and out: Hugging Face GPT-2, Llama and Qwen2, and nanoGPT checkpoints ↔ nanoLGPT checkpoints.
 
     python convert.py --from_hf=gpt2 --out_dir=out-gpt2                # HF hub name (cache) or local directory
+    python convert.py --from_hf=HuggingFaceTB/SmolLM-135M --out_dir=out-smollm   # Llama family, its tokenizer kept
     python convert.py --from_nanogpt=PATH/ckpt.pt --out_dir=out-mine   # a nanoGPT training checkpoint
-    python convert.py --in_dir=out-m1024 --to_hf=hf-m1024              # back to a GPT2LMHeadModel directory
+    python convert.py --in_dir=out-m1024 --to_hf=hf-m1024              # back to the matching HF class
 
 GPT-2 is pre-LN LayerNorm with per-dimension gains and biases, learned positions, the tanh GELU
 ('gelu_new') and a tied head. Hugging Face stores its Linear layers as Conv1D, i.e. transposed.
+Llama (2, 3, 3.1/3.2 RoPE scaling; SmolLM, TinyLlama) and Qwen2/2.5 are pre-RMSNorm, SwiGLU, rotary, with grouped-
+query attention; Qwen2 adds Q/K/V biases. Hugging Face rotates dimension i with i + head_dim/2, we rotate 2i with
+2i + 1: Q and K rows are reordered within each head on the way in and back on the way out (``rope_pair_order``),
+which changes no attention score. The architecture is read from the config before any weight: any other class is
+refused, and a checkpoint that leaves a tensor unloaded (random) is refused.
 ``transformers`` is needed only here (and for init_from='gpt2'); it is an optional dependency.
 """
 from __future__ import annotations
@@ -19,9 +25,16 @@ import torch
 from checkpoint import check_output_dir, clean_state_dict, load_checkpoint, load_model, save_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import GPT2_META, data_dir_for_checkpoint, dataset_dir, gpt2_encoding, load_meta
+from dataset import (
+    GPT2_META,
+    data_dir_for_checkpoint,
+    dataset_dir,
+    gpt2_encoding,
+    hf_tokenizer_meta,
+    load_meta,
+)
 from errors import CheckpointError, ConfigError, ConversionError
-from model import GPT, GPTConfig
+from model import GPT, LLAMA3_SCALING_KEYS, GPTConfig, check_rope_scaling
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -38,8 +51,84 @@ def _transformers():
 # ----------------------------------------------------------------------------------------------
 # Hugging Face → ours
 
+GPT2, LLAMA, QWEN2 = "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM"
+ARCHITECTURES = (GPT2, LLAMA, QWEN2)  # the Hugging Face classes we import and export, exactly
+MODEL_TYPES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": QWEN2}  # for a config.json that names no architecture
+IGNORED_HF_KEYS = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")  # buffers of older transformers
 
-def config_from_hf(hf_config) -> GPTConfig:
+
+def hf_architecture(hf_config, source: str) -> str:
+    """The one supported architecture a Hugging Face config declares, or ConversionError naming what it declares."""
+    declared = list(getattr(hf_config, "architectures", None) or [])
+    if not declared and getattr(hf_config, "model_type", None) in MODEL_TYPES:
+        declared = [MODEL_TYPES[hf_config.model_type]]
+    if len(declared) != 1 or declared[0] not in ARCHITECTURES:
+        named = ", ".join(declared) or f"model_type={getattr(hf_config, 'model_type', None)!r}"
+        raise ConversionError(f"{source} is a {named} model; convert.py imports exactly {', '.join(ARCHITECTURES)} "
+                              "(another architecture would load into the wrong class with random weights)")
+    return declared[0]
+
+
+def hf_rope(hf_config) -> tuple[float, dict | None]:
+    """(rope_theta, Llama-3 scaling or None) from a config of any transformers version (``rope_parameters`` since
+    v5, ``rope_theta`` + ``rope_scaling`` before). Any other scaling type is one ConversionError naming it."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    legacy = getattr(hf_config, "rope_scaling", None) if not params else None
+    params.update(legacy or {})
+    theta = float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0)) != 1.0:
+        raise ConversionError("partial_rotary_factor != 1 (RoPE on part of each head) cannot be represented exactly")
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise ConversionError(f"rope_scaling type {kind!r} cannot be represented exactly (supported: default, llama3)")
+    scaling = {"rope_type": "llama3", **{k: params[k] for k in LLAMA3_SCALING_KEYS if k in params}}
+    try:
+        check_rope_scaling(scaling)
+    except ValueError as e:
+        raise ConversionError(f"rope_scaling: {e}") from e
+    return theta, scaling
+
+
+def unsupported_llama_fields(hf_config, arch: str) -> list[str]:
+    """The fields of a Llama / Qwen2 config that nanoLGPT's model cannot represent exactly (empty: it can)."""
+    problems = []
+    if getattr(hf_config, "hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act={hf_config.hidden_act!r} (the SwiGLU MLP uses silu)")
+    if getattr(hf_config, "attention_bias", False):
+        problems.append("attention_bias=True (it adds an o_proj bias; only Q/K/V biases are representable)")
+    if getattr(hf_config, "mlp_bias", False):
+        problems.append("mlp_bias=True (the SwiGLU MLP has no biases)")
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(hf_config, name, None):
+            problems.append(f"{name}={getattr(hf_config, name)} (attention/logit soft-capping)")
+    if getattr(hf_config, "use_sliding_window", False):
+        problems.append("use_sliding_window=True (sliding-window attention)")
+    layer_types = set(getattr(hf_config, "layer_types", None) or ["full_attention"])
+    if layer_types != {"full_attention"}:
+        problems.append(f"layer_types={sorted(layer_types)} (only full attention)")
+    return problems
+
+
+def config_from_hf(hf_config, arch: str = GPT2) -> GPTConfig:
+    """The GPTConfig equal to a Hugging Face GPT-2, Llama or Qwen2 config, or ConversionError naming the first
+    field that has no exact equivalent."""
+    if arch != GPT2:
+        problems = unsupported_llama_fields(hf_config, arch)
+        if problems:
+            raise ConversionError(f"{arch} field {problems[0]} cannot be represented exactly")
+        theta, scaling = hf_rope(hf_config)
+        n_kv = hf_config.num_key_value_heads or hf_config.num_attention_heads
+        return GPTConfig(
+            n_layer=hf_config.num_hidden_layers, n_head=hf_config.num_attention_heads,
+            n_kv_head=None if n_kv == hf_config.num_attention_heads else n_kv, n_embd=hf_config.hidden_size,
+            head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads,
+            block_size=hf_config.max_position_embeddings, vocab_size=hf_config.vocab_size, bias=False,
+            qkv_bias=True if arch == QWEN2 else None, mlp="swiglu", mlp_hidden=hf_config.intermediate_size,
+            norm_type="rmsnorm", norm_gain="vector", norm_placement="pre", norm_eps=hf_config.rms_norm_eps,
+            pos="rope", rope_base=theta, rope_scaling=scaling,
+            head="tied" if getattr(hf_config, "tie_word_embeddings", False) else "linear")
     activation = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
     if hf_config.activation_function not in activation:
         raise ConversionError(f"activation_function={hf_config.activation_function!r} is not supported "
@@ -57,33 +146,146 @@ def config_from_hf(hf_config) -> GPTConfig:
         pos="learned", head="tied" if getattr(hf_config, "tie_word_embeddings", True) else "linear")
 
 
-def gpt2_from_hf_model(hf_model, **overrides) -> GPT:
-    config = config_from_hf(hf_model.config)
+def rope_pair_order(head_dim: int) -> torch.Tensor:
+    """Row order that turns Hugging Face's RoPE layout (dimension i rotates with i + head_dim/2, rotate_half) into
+    ours (2i rotates with 2i + 1): [0, hd/2, 1, hd/2 + 1, …]. Applied to Q's and K's rows in every head, it changes
+    no score q·k (the same permutation on both) and pairs the same frequencies, so the model is the same function."""
+    return torch.arange(head_dim).view(2, head_dim // 2).t().flatten()
+
+
+def permute_head_rows(W: torch.Tensor, head_dim: int, order: torch.Tensor) -> torch.Tensor:
+    """The rows of each head of a projection (heads·head_dim rows, weight or bias) reordered by ``order``."""
+    return W.reshape(-1, head_dim, *W.shape[1:])[:, order].reshape(W.shape)
+
+
+def llama_state_from_hf(hf_state: dict, cfg: GPTConfig) -> dict:
+    """Our state dict from a LlamaForCausalLM / Qwen2ForCausalLM one: Q/K/V stacked into c_attn (Q and K rows in
+    our RoPE layout), gate/up stacked into c_fc, the rest renamed."""
+    order, hd = rope_pair_order(cfg.head_dim), cfg.head_dim
+    state = {"transformer.wte.weight": hf_state["model.embed_tokens.weight"],
+             "transformer.ln_f.weight": hf_state["model.norm.weight"]}
+    if cfg.head != "tied":
+        state["lm_head.weight"] = hf_state["lm_head.weight"]
+    for i in range(cfg.n_layer):
+        hf, ours = f"model.layers.{i}", f"transformer.h.{i}"
+        attn = f"{hf}.self_attn"
+        for leaf in ("weight", "bias"):
+            if f"{attn}.q_proj.{leaf}" in hf_state:
+                q, k, v = (hf_state[f"{attn}.{p}_proj.{leaf}"] for p in "qkv")
+                state[f"{ours}.attn.c_attn.{leaf}"] = torch.cat(
+                    [permute_head_rows(q, hd, order), permute_head_rows(k, hd, order), v])
+        state[f"{ours}.attn.c_proj.weight"] = hf_state[f"{attn}.o_proj.weight"]
+        state[f"{ours}.mlp.c_fc.weight"] = torch.cat([hf_state[f"{hf}.mlp.gate_proj.weight"],
+                                                      hf_state[f"{hf}.mlp.up_proj.weight"]])
+        state[f"{ours}.mlp.c_proj.weight"] = hf_state[f"{hf}.mlp.down_proj.weight"]
+        state[f"{ours}.ln_1.weight"] = hf_state[f"{hf}.input_layernorm.weight"]
+        state[f"{ours}.ln_2.weight"] = hf_state[f"{hf}.post_attention_layernorm.weight"]
+    return {k: v.detach().float().clone() for k, v in state.items()}
+
+
+def gpt2_state_from_hf(hf_state: dict) -> dict:
+    """Our state dict from a GPT2LMHeadModel one: the Conv1D weights transposed, the mask buffers dropped."""
+    return {name: (t.detach().float().t().contiguous() if name.endswith(CONV1D) else t.detach().float().clone())
+            for name, t in hf_state.items() if not name.endswith(IGNORED_HF_KEYS)}
+
+
+def model_from_hf_model(hf_model, **overrides) -> GPT:
+    """Our GPT with the same function as a loaded GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM."""
+    arch = type(hf_model).__name__
+    if arch not in ARCHITECTURES:
+        raise ConversionError(f"{arch} is not supported; convert.py imports exactly {', '.join(ARCHITECTURES)}")
+    config = config_from_hf(hf_model.config, arch)
     for key, value in overrides.items():
         setattr(config, key, value)
-    state = {}
-    for name, tensor in hf_model.state_dict().items():
-        if name.endswith((".attn.bias", ".attn.masked_bias")):
-            continue  # causal-mask buffers of older transformers versions
-        tensor = tensor.detach().float()
-        state[name] = tensor.t().contiguous() if name.endswith(CONV1D) else tensor.clone()
+    hf_state = hf_model.state_dict()
+    state = gpt2_state_from_hf(hf_state) if arch == GPT2 else llama_state_from_hf(hf_state, config)
     return GPT.from_state_dict(config, state)
 
 
-def gpt2_from_pretrained(name_or_dir: str, **overrides) -> GPT:
-    """GPT-2 from a Hugging Face model name (local cache or hub) or a save_pretrained directory."""
+gpt2_from_hf_model = model_from_hf_model  # the name earlier versions exported
+
+
+def _load_hf(loader, name_or_dir: str, what: str, **kwargs):
+    """``loader.from_pretrained`` with the offline hint as one ConversionError."""
+    try:
+        return loader.from_pretrained(name_or_dir, **kwargs)
+    except OSError as e:
+        raise ConversionError(
+            f"could not load the Hugging Face {what} of '{name_or_dir}' ({e.__class__.__name__}). Offline, it must "
+            "already be in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface) with HF_HUB_OFFLINE=1, "
+            "or pass a local directory written by save_pretrained") from e
+
+
+def hf_pretrained(name_or_dir: str, **overrides) -> tuple[GPT, str]:
+    """(our GPT, its Hugging Face architecture) from a model name (local cache or hub) or a save_pretrained
+    directory. The architecture comes from its config before any weight is read: only GPT-2, Llama and Qwen2 load,
+    each into its own class, and every tensor of the checkpoint must land in a parameter (none left random)."""
     transformers = _transformers()
     if os.path.isdir(name_or_dir) and not os.path.exists(os.path.join(name_or_dir, "config.json")):
         raise ConversionError(f"'{name_or_dir}' is a directory without config.json, so not a save_pretrained "
                               "directory; point --from_hf at the directory that model.save_pretrained wrote")
-    try:
-        hf_model = transformers.GPT2LMHeadModel.from_pretrained(name_or_dir)
-    except OSError as e:
-        raise ConversionError(
-            f"could not load Hugging Face model '{name_or_dir}' ({e.__class__.__name__}). Offline, the weights must "
-            "already be in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface) with HF_HUB_OFFLINE=1, "
-            "or pass a local directory written by save_pretrained") from e
-    return gpt2_from_hf_model(hf_model, **overrides)
+    hf_config = _load_hf(transformers.AutoConfig, name_or_dir, "config")
+    arch = hf_architecture(hf_config, name_or_dir)
+    config_from_hf(hf_config, arch)  # an unrepresentable field fails here, before the weights are read
+    hf_model, info = _load_hf(getattr(transformers, arch), name_or_dir, "model", output_loading_info=True,
+                              dtype=torch.float32)
+    left = {kind: [k for k in info.get(kind, []) if not str(k).endswith(IGNORED_HF_KEYS)]
+            for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if any(left.values()):
+        raise ConversionError(f"'{name_or_dir}' does not fill the {arch} exactly: " + "; ".join(
+            f"{kind.replace('_', ' ')} {[str(k) for k in keys[:3]]}" for kind, keys in left.items() if keys)
+            + " — refusing to keep randomly initialised tensors")
+    return model_from_hf_model(hf_model.eval(), **overrides), arch
+
+
+def gpt2_from_pretrained(name_or_dir: str, **overrides) -> GPT:
+    """A Hugging Face GPT-2 (name or directory) as our GPT; any other architecture is refused."""
+    model, arch = hf_pretrained(name_or_dir, **overrides)
+    if arch != GPT2:
+        raise ConversionError(f"'{name_or_dir}' is a {arch}, not GPT-2; import it with convert.py --from_hf")
+    return model
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+def hf_tokenizer_files(name_or_dir: str) -> dict[str, str]:
+    """The model's Hugging Face tokenizer files (tokenizer.json and its configs), verbatim: read from the directory,
+    or from the hub's cache for a model name. Not re-saved through a tokenizer class, which may add tokens."""
+    directory = name_or_dir
+    if not os.path.isdir(name_or_dir):
+        try:
+            from huggingface_hub import snapshot_download
+            directory = snapshot_download(name_or_dir, allow_patterns=list(TOKENIZER_FILES))
+        except Exception as e:  # offline without a cache, unknown repo, no access: hub errors of several kinds
+            raise ConversionError(f"could not fetch the tokenizer of '{name_or_dir}' ({e.__class__.__name__}); "
+                                  "offline it must be in the Hugging Face cache, or pass a local directory") from e
+    files = {}
+    for name in TOKENIZER_FILES:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                files[name] = f.read()
+    if "tokenizer.json" not in files:
+        raise ConversionError(f"'{name_or_dir}' has no tokenizer.json; an imported model keeps its own tokenizer: "
+                              "save it beside the model (tokenizer.save_pretrained(DIR) of a fast tokenizer)")
+    return files
+
+
+def hf_special_ids(hf_config) -> dict:
+    return {k: getattr(hf_config, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+            if getattr(hf_config, k, None) is not None}
+
+
+def hf_tokenizer_meta_for(name_or_dir: str, model: GPT) -> dict:
+    """The tokenizer description an imported Llama / Qwen2 keeps in its checkpoint (its own tokenizer)."""
+    transformers = _transformers()
+    meta = hf_tokenizer_meta(hf_tokenizer_files(name_or_dir),
+                             hf_special_ids(_load_hf(transformers.AutoConfig, name_or_dir, "config")))
+    if meta["vocab_size"] > model.config.vocab_size:
+        raise ConversionError(f"the tokenizer of '{name_or_dir}' has {meta['vocab_size']} tokens but the model only "
+                              f"{model.config.vocab_size} embeddings")
+    return meta
 
 
 # ----------------------------------------------------------------------------------------------
@@ -132,7 +334,7 @@ def pad_attention_heads(model: GPT) -> GPT:
     return GPT.from_state_dict(new_cfg, state).eval()
 
 
-def export_requirements(config: GPTConfig) -> list[str]:
+def gpt2_export_problems(config: GPTConfig) -> list[str]:
     """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
     problems = []
     if config.norm_type != "layernorm":
@@ -148,6 +350,10 @@ def export_requirements(config: GPTConfig) -> list[str]:
         problems.append("head='knn': GPT-2's head is linear")
     if config.head_bias:
         problems.append("head_bias=True: GPT-2's head has no bias")
+    if config.kv_heads != config.n_head:
+        problems.append(f"n_kv_head={config.n_kv_head}: GPT-2 has no grouped-query attention")
+    if config.qkv_bias is not None and config.qkv_bias != config.bias:
+        problems.append(f"qkv_bias={config.qkv_bias} with bias={config.bias}: GPT-2 has biases everywhere or nowhere")
     inner = config.n_head * config.head_dim
     if inner > config.n_embd or (config.n_embd - inner) % config.head_dim:
         problems.append(f"n_head*head_dim={inner} != n_embd={config.n_embd}: GPT-2's attention width equals its "
@@ -155,20 +361,51 @@ def export_requirements(config: GPTConfig) -> list[str]:
     return problems
 
 
-def export_hf(model: GPT, out_dir: str) -> None:
-    """Write a GPT2LMHeadModel directory (save_pretrained) with the same function as ``model``."""
-    transformers = _transformers()
-    problems = export_requirements(model.config)
-    if problems:
-        raise ConversionError("this model cannot be exported to GPT-2: " + "; ".join(problems))
+def llama_export_problems(config: GPTConfig, arch: str) -> list[str]:
+    """Why ``config`` has no exact LlamaForCausalLM / Qwen2ForCausalLM equivalent (empty when it has one)."""
+    problems = []
+    if config.norm_type != "rmsnorm":
+        problems.append(f"norm_type={config.norm_type!r}: {arch} uses RMSNorm")
+    if config.norm_placement != "pre":
+        problems.append(f"norm_placement={config.norm_placement!r}: {arch} is pre-norm")
+    if config.pos != "rope":
+        problems.append(f"pos={config.pos!r}: {arch} has rotary positions")
+    if config.mlp != "swiglu":
+        problems.append(f"mlp={config.mlp!r}: {arch}'s MLP is SwiGLU")
+    if config.bias:
+        problems.append(f"bias=True: {arch} has no biases on its output projections and MLP")
+    if config.head == "knn":
+        problems.append(f"head='knn': {arch}'s head is linear")
+    if config.head_bias:
+        problems.append(f"head_bias=True: {arch}'s head has no bias")
+    if config.attn_bias != (arch == QWEN2):
+        problems.append(f"qkv_bias={config.attn_bias}: {arch} has {'' if arch == QWEN2 else 'no '}Q/K/V biases")
+    return problems
+
+
+def export_target(config: GPTConfig) -> str:
+    """The Hugging Face class that holds ``config`` exactly; otherwise one ConversionError naming the first field
+    that the closest supported class cannot hold."""
+    problems = {GPT2: gpt2_export_problems(config), LLAMA: llama_export_problems(config, LLAMA),
+                QWEN2: llama_export_problems(config, QWEN2)}
+    best = min(ARCHITECTURES, key=lambda arch: len(problems[arch]))
+    if problems[best]:
+        raise ConversionError(f"this model cannot be exported exactly to any of {', '.join(ARCHITECTURES)}; the "
+                              f"closest is {best}, which cannot hold {problems[best][0]}")
+    return best
+
+
+def export_gpt2(model: GPT, transformers, special_ids: dict):
+    """A GPT2LMHeadModel with the same function as ``model`` (attention padded with zero heads if needed)."""
     model = pad_attention_heads(model)
     cfg = model.config
+    eos = special_ids.get("eos_token_id", min(50256, cfg.vocab_size - 1))
     hf_config = transformers.GPT2Config(
         n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, n_positions=cfg.block_size,
         vocab_size=cfg.vocab_size, n_inner=cfg.mlp_hidden, layer_norm_epsilon=cfg.norm_eps,
         activation_function="gelu_new" if cfg.mlp == "gelu_tanh" else "gelu", tie_word_embeddings=cfg.head == "tied",
         resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-        bos_token_id=min(50256, cfg.vocab_size - 1), eos_token_id=min(50256, cfg.vocab_size - 1))
+        bos_token_id=special_ids.get("bos_token_id", eos), eos_token_id=eos)
     hf_model = transformers.GPT2LMHeadModel(hf_config)
     ours = model.state_dict()
     state = {}
@@ -185,7 +422,73 @@ def export_hf(model: GPT, out_dir: str) -> None:
             value = value.t()
         state[name] = value.detach().clone().contiguous()
     hf_model.load_state_dict(state, strict=True)
+    return hf_model
+
+
+def llama_state_to_hf(ours: dict, cfg: GPTConfig) -> dict:
+    """A LlamaForCausalLM / Qwen2ForCausalLM state dict from ours: the inverse of ``llama_state_from_hf``; scalar
+    or absent norm gains become vectors."""
+    inverse, hd = torch.argsort(rope_pair_order(cfg.head_dim)), cfg.head_dim
+    sizes = (cfg.n_head * hd, cfg.kv_heads * hd, cfg.kv_heads * hd)
+
+    def gain(name: str) -> torch.Tensor:
+        return ours.get(name, torch.ones(1)).expand(cfg.n_embd)
+
+    state = {"model.embed_tokens.weight": ours["transformer.wte.weight"],
+             "model.norm.weight": gain("transformer.ln_f.weight")}
+    if cfg.head != "tied":
+        state["lm_head.weight"] = ours["lm_head.weight"]
+    for i in range(cfg.n_layer):
+        hf, mine = f"model.layers.{i}", f"transformer.h.{i}"
+        for leaf in ("weight", "bias"):
+            if f"{mine}.attn.c_attn.{leaf}" in ours:
+                q, k, v = ours[f"{mine}.attn.c_attn.{leaf}"].split(sizes)
+                state.update({f"{hf}.self_attn.q_proj.{leaf}": permute_head_rows(q, hd, inverse),
+                              f"{hf}.self_attn.k_proj.{leaf}": permute_head_rows(k, hd, inverse),
+                              f"{hf}.self_attn.v_proj.{leaf}": v})
+        state[f"{hf}.self_attn.o_proj.weight"] = ours[f"{mine}.attn.c_proj.weight"]
+        gate, up = ours[f"{mine}.mlp.c_fc.weight"].chunk(2)
+        state.update({f"{hf}.mlp.gate_proj.weight": gate, f"{hf}.mlp.up_proj.weight": up,
+                      f"{hf}.mlp.down_proj.weight": ours[f"{mine}.mlp.c_proj.weight"],
+                      f"{hf}.input_layernorm.weight": gain(f"{mine}.ln_1.weight"),
+                      f"{hf}.post_attention_layernorm.weight": gain(f"{mine}.ln_2.weight")})
+    return {k: v.detach().clone().contiguous() for k, v in state.items()}
+
+
+def export_llama(model: GPT, transformers, arch: str, special_ids: dict):
+    """A LlamaForCausalLM or Qwen2ForCausalLM with the same function as ``model``."""
+    cfg = model.config
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
+    if cfg.rope_scaling is not None:
+        rope.update({k: cfg.rope_scaling[k] for k in LLAMA3_SCALING_KEYS}, rope_type="llama3")
+    common = dict(
+        hidden_size=cfg.n_embd, intermediate_size=cfg.mlp_hidden, num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+        vocab_size=cfg.vocab_size, max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
+        rope_parameters=rope, tie_word_embeddings=cfg.head == "tied", hidden_act="silu",
+        attention_dropout=cfg.dropout, **special_ids)
+    if arch == LLAMA:
+        hf_config = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common)
+    else:
+        hf_config = transformers.Qwen2Config(use_sliding_window=False, **common)
+    hf_model = getattr(transformers, arch)(hf_config)
+    missing, unexpected = hf_model.load_state_dict(llama_state_to_hf(model.state_dict(), cfg), strict=False)
+    missing = [k for k in missing if not (cfg.head == "tied" and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise ConversionError(f"internal: {arch} export left {missing[:3]} unset and {unexpected[:3]} unused")
+    return hf_model
+
+
+def export_hf(model: GPT, out_dir: str, special_ids: dict | None = None) -> str:
+    """Write the Hugging Face model (save_pretrained) with the same function as ``model``: GPT2LMHeadModel,
+    LlamaForCausalLM or Qwen2ForCausalLM, whichever holds its architecture exactly. Returns the class name."""
+    transformers = _transformers()
+    arch = export_target(model.config)
+    special_ids = dict(special_ids or {})
+    hf_model = (export_gpt2(model, transformers, special_ids) if arch == GPT2
+                else export_llama(model, transformers, arch, special_ids))
     hf_model.save_pretrained(out_dir)
+    return arch
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,6 +561,12 @@ def export_tokenizer(meta: dict | None, out_dir: str) -> str:
     if meta is None:
         raise ConversionError("the checkpoint records no tokenizer (meta); it cannot be exported with the model")
     kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
+    if kind == "hf":  # the model's own Hugging Face tokenizer, written back as it was imported
+        os.makedirs(out_dir, exist_ok=True)
+        for name, text in meta["files"].items():
+            with open(os.path.join(out_dir, os.path.basename(name)), "w", encoding="utf-8") as f:
+                f.write(text)
+        return kind
     if kind == "char":
         fast = transformers.PreTrainedTokenizerFast(tokenizer_object=char_tokenizer_object(meta),
                                                     clean_up_tokenization_spaces=False)
@@ -313,11 +622,11 @@ def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str) -> str:
 @dataclass
 class ConvertConfig:
     # conversion (one of from_hf, from_nanogpt, to_hf)
-    from_hf: str = ""  # a Hugging Face GPT-2 name or save_pretrained directory
+    from_hf: str = ""  # a Hugging Face GPT-2 / Llama / Qwen2 name or save_pretrained directory
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
     data_dir: str = ""  # from_nanogpt: the dataset whose meta.pkl is its tokenizer; lm_eval_task: whose val split
     in_dir: str = ""  # with to_hf: our checkpoint to export
-    to_hf: str = ""  # directory for the exported GPT2LMHeadModel and its tokenizer
+    to_hf: str = ""  # directory for the exported GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM + tokenizer
     lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
     overwrite: bool = False  # replace a checkpoint already in out_dir
@@ -338,14 +647,17 @@ def convert(cfg: ConvertConfig) -> str:
         if ckpt.get("meta") is None:  # checked before anything is written
             raise ConversionError(f"{cfg.in_dir} records no tokenizer (meta): the export would have no tokenizer")
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir") if cfg.lm_eval_task else ""
-        export_hf(model, cfg.to_hf)
+        export_target(model.config)  # an architecture no supported class holds fails before anything is written
+        export_hf(model, cfg.to_hf, ckpt["meta"].get("special_ids"))
         export_tokenizer(ckpt.get("meta"), cfg.to_hf)
         if cfg.lm_eval_task:
             write_lm_eval_task(ckpt, data_dir, cfg.to_hf)
         return cfg.to_hf
     check_output_dir(cfg.out_dir, cfg.from_nanogpt, cfg.overwrite)
     if cfg.from_hf:
-        model, meta, source = gpt2_from_pretrained(cfg.from_hf), GPT2_META, {"init_from": cfg.from_hf}
+        model, arch = hf_pretrained(cfg.from_hf)
+        meta = GPT2_META if arch == GPT2 else hf_tokenizer_meta_for(cfg.from_hf, model)
+        source = {"init_from": cfg.from_hf, "hf_architecture": arch}
     else:
         ckpt = load_checkpoint(cfg.from_nanogpt)
         model = import_nanogpt(ckpt)

@@ -2,9 +2,9 @@
 Token datasets: preparation (text → train.bin / val.bin / meta.pkl), the tokenizer recorded in
 meta.pkl, the one batch loader every script uses, and the one loss-evaluation helper.
 
-A prepared dataset directory holds ``train.bin`` and ``val.bin`` (uint16 token ids, memory-mapped)
-and ``meta.pkl`` ({'tokenizer': 'char' | 'gpt2', 'vocab_size', and for 'char' 'stoi'/'itos'}),
-the same layout as nanoGPT's.
+A prepared dataset directory holds ``train.bin`` and ``val.bin`` (uint16 token ids, memory-mapped; uint32 when
+the vocabulary exceeds 65536 symbols, recorded as meta['dtype']) and ``meta.pkl`` ({'tokenizer': 'char' | 'gpt2' |
+'hf', 'vocab_size', for 'char' 'stoi'/'itos', for 'hf' the Hugging Face tokenizer's files}), nanoGPT's layout.
 """
 from __future__ import annotations
 
@@ -73,35 +73,46 @@ def _atomic_write(path: str, write) -> None:
     os.replace(tmp, path)
 
 
-def write_split(ids: np.ndarray, path: str) -> None:
-    if ids.size and int(ids.max()) >= 2**16:
-        raise DataError(f"token id {int(ids.max())} does not fit uint16; vocabularies above 65535 are unsupported")
-    _atomic_write(path, lambda f: f.write(ids.astype(np.uint16).tobytes()))
+def token_dtype(meta: dict | None) -> type:
+    """The integer type of a dataset's token files: uint16 (nanoGPT's), or uint32 for vocabularies above 2^16."""
+    return np.uint32 if (meta or {}).get("dtype") == "uint32" else np.uint16
+
+
+def write_split(ids: np.ndarray, path: str, dtype: type = np.uint16) -> None:
+    if ids.size and int(ids.max()) >= np.iinfo(dtype).max + 1:
+        raise DataError(f"token id {int(ids.max())} does not fit {np.dtype(dtype).name}")
+    _atomic_write(path, lambda f: f.write(ids.astype(dtype).tobytes()))
 
 
 MIN_TEXT_CHARS = 1000
 
 
-def prepare_text(text: str, out_dir: str, tokenizer: str, val_fraction: float = 0.1) -> dict:
-    """Tokenize ``text`` (first 90% train, last 10% val, as nanoGPT) and write the dataset to ``out_dir``."""
+def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: float = 0.1) -> dict:
+    """Tokenize ``text`` (first 90% train, last 10% val, as nanoGPT) and write the dataset to ``out_dir``.
+    ``tokenizer``: 'char' (built from the text), 'gpt2', or a tokenizer description (a checkpoint's meta)."""
     if len(text) < MIN_TEXT_CHARS:
         raise DataError(f"the input text has {len(text)} characters; a dataset needs at least {MIN_TEXT_CHARS} "
                         "(its val split is the last 10%) — give a larger text file")
-    os.makedirs(out_dir, exist_ok=True)
     split = int(len(text) * (1 - val_fraction))
-    if tokenizer == "char":
+    if isinstance(tokenizer, dict):
+        meta = {k: v for k, v in tokenizer.items() if k not in ("fingerprint", "dtype")}
+    elif tokenizer == "char":
         chars = sorted(set(text))
         meta = {"tokenizer": "char", "vocab_size": len(chars),
                 "stoi": {ch: i for i, ch in enumerate(chars)}, "itos": dict(enumerate(chars))}
     elif tokenizer == "gpt2":
         meta = {"tokenizer": "gpt2", "vocab_size": gpt2_encoding().n_vocab}
     else:
-        raise DataError(f"tokenizer={tokenizer!r} is not one of ('char', 'gpt2')")
+        raise DataError(f"tokenizer={tokenizer!r} is not one of ('char', 'gpt2') or a checkpoint's tokenizer")
     meta["fingerprint"] = tokenizer_fingerprint(meta)
+    if meta["vocab_size"] > 2**16:
+        meta["dtype"] = "uint32"
     tok = Tokenizer(meta)
-    for name, part in (("train", text[:split]), ("val", text[split:])):
-        ids = np.array(tok.encode(part), dtype=np.int64)
-        write_split(ids, os.path.join(out_dir, f"{name}.bin"))
+    splits = [(name, np.array(tok.encode(part), dtype=np.int64))
+              for name, part in (("train", text[:split]), ("val", text[split:]))]  # all encoded before any write
+    os.makedirs(out_dir, exist_ok=True)
+    for name, ids in splits:
+        write_split(ids, os.path.join(out_dir, f"{name}.bin"), token_dtype(meta))
         print(f"{name}: {len(ids):,} tokens")
     _atomic_write(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     return meta
@@ -137,6 +148,8 @@ def tokenizer_fingerprint(meta: dict | None) -> str | None:
     if kind == "char":
         table = json.dumps(sorted(meta["stoi"].items()), ensure_ascii=False).encode()
         return f"char-{meta['vocab_size']}-{hashlib.sha1(table).hexdigest()[:12]}"
+    if kind == "hf":
+        return f"hf-{meta['vocab_size']}-{hashlib.sha1(meta['files'][HF_TOKENIZER_FILE].encode()).hexdigest()[:12]}"
     return f"{kind}-{meta['vocab_size']}"
 
 
@@ -144,8 +157,9 @@ def describe_tokenizer(meta: dict | None) -> str:
     if not meta:
         return "no recorded tokenizer"
     kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
-    return f"{kind} tokenizer, {meta['vocab_size']} symbols" + (f" ({tokenizer_fingerprint(meta)})"
-                                                               if kind == "char" else "")
+    name = {"hf": "Hugging Face"}.get(kind, kind)
+    return f"{name} tokenizer, {meta['vocab_size']} symbols" + (f" ({tokenizer_fingerprint(meta)})"
+                                                                if kind in ("char", "hf") else "")
 
 
 def check_tokenizer(model_meta: dict | None, data_dir: str, flag: str = "--data_dir",
@@ -187,6 +201,21 @@ def ensure_prepared(data_dir: str, dataset: str) -> None:
 # Tokenizer
 
 
+HF_TOKENIZER_FILE = "tokenizer.json"  # a Hugging Face fast tokenizer, the one file that defines its ids
+
+
+def hf_tokenizer_meta(files: dict[str, str], special_ids: dict | None = None) -> dict:
+    """The tokenizer description of a Hugging Face tokenizer: its saved files (name → text, as
+    ``save_pretrained`` writes them; tokenizer.json defines the ids) and the model's special token ids."""
+    from tokenizers import Tokenizer as HFTokenizer
+    if HF_TOKENIZER_FILE not in files:
+        raise DataError("the Hugging Face tokenizer has no tokenizer.json (a slow tokenizer only); save a fast one")
+    size = max(HFTokenizer.from_str(files[HF_TOKENIZER_FILE]).get_vocab(with_added_tokens=True).values()) + 1
+    meta = {"tokenizer": "hf", "vocab_size": size, "files": dict(files), "special_ids": dict(special_ids or {})}
+    meta["fingerprint"] = tokenizer_fingerprint(meta)
+    return meta
+
+
 class Tokenizer:
     """encode/decode for the tokenizer described by a dataset's meta dict (stored in every checkpoint)."""
 
@@ -196,6 +225,9 @@ class Tokenizer:
         self.vocab_size = meta["vocab_size"]
         if self.kind == "gpt2":
             self._enc = gpt2_encoding()
+        elif self.kind == "hf":
+            from tokenizers import Tokenizer as HFTokenizer
+            self._hf = HFTokenizer.from_str(meta["files"][HF_TOKENIZER_FILE])
 
     def encode(self, text: str) -> list[int]:
         if self.kind == "char":
@@ -204,11 +236,15 @@ class Tokenizer:
             if unknown:
                 raise DataError(f"characters {unknown!r} are not in this model's vocabulary")
             return [stoi[c] for c in text]
+        if self.kind == "hf":  # the text as it is: no BOS/EOS added (a dataset is one stream, as nanoGPT's)
+            return self._hf.encode(text, add_special_tokens=False).ids
         return self._enc.encode(text, allowed_special={"<|endoftext|>"})
 
     def decode(self, ids: list[int]) -> str:
         if self.kind == "char":
             return "".join(self.meta["itos"][i] for i in ids)
+        if self.kind == "hf":
+            return self._hf.decode(ids, skip_special_tokens=False)
         return self._enc.decode(ids)
 
 
@@ -240,17 +276,18 @@ class BatchLoader:
 
     def __init__(self, data_dir: str, block_size: int, batch_size: int, device: str = "cpu"):
         self.data_dir, self.block_size, self.batch_size, self.device = data_dir, block_size, batch_size, device
+        self.dtype = token_dtype(load_meta(data_dir))
         for split in ("train", "val"):
             path = os.path.join(data_dir, f"{split}.bin")
             if not os.path.exists(path):
                 raise DataError(f"'{path}' is missing; prepare the dataset first (data/<name>/prepare.py)")
-            if os.path.getsize(path) // 2 <= block_size + 1:
+            if os.path.getsize(path) // np.dtype(self.dtype).itemsize <= block_size + 1:
                 raise DataError(f"'{path}' holds fewer tokens than block_size={block_size} + 1")
         self.generator = torch.Generator()
 
     def tokens(self, split: str) -> np.memmap:
         # a fresh memmap per call avoids the memory leak nanoGPT notes for long-lived memmaps
-        return np.memmap(os.path.join(self.data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
+        return np.memmap(os.path.join(self.data_dir, f"{split}.bin"), dtype=self.dtype, mode="r")
 
     def _to_device(self, x: torch.Tensor, y: torch.Tensor):
         if self.device.startswith("cuda"):

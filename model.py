@@ -32,12 +32,14 @@ class GPTConfig:
     block_size: int = 1024  # context length (positions)
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
     n_layer: int = 12  # transformer blocks
-    n_head: int = 12  # attention heads
+    n_head: int = 12  # attention (query) heads
+    n_kv_head: int | None = None  # key/value heads (grouped-query attention): None = n_head; 1 = multi-query
     n_embd: int = 768  # residual width d: the axis transform.py changes
     head_dim: int | None = None  # None: n_embd // n_head
     mlp_hidden: int | None = None  # None: 4 * n_embd (gelu) or the LLaMA SwiGLU size
     dropout: float = 0.0  # dropout probability (0 for pretraining small models, 0.1+ for finetuning)
     bias: bool = True  # biases in Linear layers and LayerNorm (with vector gains)
+    qkv_bias: bool | None = None  # biases on Q, K, V only (Qwen2: True with bias=False); None = follow bias
     norm_type: str = "layernorm"  # 'layernorm' | 'rmsnorm'
     norm_gain: str = "vector"  # 'vector' (per dimension) | 'scalar' (one gain) | 'none'
     norm_placement: str = "pre"  # 'pre' | 'peri' (also a norm on each sublayer output, Gemma 2/3)
@@ -45,7 +47,8 @@ class GPTConfig:
     head: str = "linear"  # LM head: 'linear' | 'tied' (to the embeddings) | 'knn' (−‖h − e_j‖² + b_j)
     head_bias: bool = False  # a per-token logit bias on the linear/tied head (the KNN head always has one)
     pos: str = "learned"  # positions: 'learned' | 'rope'
-    rope_base: float = 10000.0  # RoPE θ_i = rope_base^(−2i/head_dim)
+    rope_base: float = 10000.0  # RoPE θ_i = rope_base^(−2i/head_dim) (Hugging Face's rope_theta)
+    rope_scaling: dict | None = None  # Llama 3.1's {'rope_type': 'llama3', 'factor', 'low_freq_factor', ...}
     mlp: str = "gelu"  # 'gelu' | 'gelu_tanh' (GPT-2's gelu_new) | 'swiglu'
     norm_reg: float = 0.0  # λ of the hidden-state norm regularizer (0 disables it)
 
@@ -88,10 +91,27 @@ class GPTConfig:
             raise ValueError(f"rope_base must be > 0 (θ_i = rope_base^(−2i/head_dim)), got {self.rope_base}")
         if self.pos == "rope" and self.head_dim % 2:
             raise ValueError(f"pos='rope' needs an even head_dim, got {self.head_dim}")
+        if self.n_kv_head is not None and not (0 < self.n_kv_head <= self.n_head and self.n_head % self.n_kv_head == 0):
+            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} (each key/value head "
+                             "serves n_head/n_kv_head query heads); None means n_head")
+        if self.rope_scaling is not None:
+            if self.pos != "rope":
+                raise ValueError("rope_scaling needs pos='rope'")
+            check_rope_scaling(self.rope_scaling)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm_reg < 0:
             raise ValueError(f"norm_reg must be >= 0, got {self.norm_reg}")
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (n_head unless grouped-query attention)."""
+        return self.n_kv_head or self.n_head
+
+    @property
+    def attn_bias(self) -> bool:
+        """Whether Q, K and V have biases."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,9 +156,41 @@ def make_norm(config: GPTConfig) -> Norm:
 # Attention
 
 
-def rope_tables(head_dim: int, length: int, base: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables (length, head_dim/2) of the rotary embedding θ_i = base^(−2i/head_dim)."""
+LLAMA3_SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def check_rope_scaling(scaling: dict) -> None:
+    """Raise ValueError unless ``scaling`` is Llama 3.1's RoPE scaling with all its parameters."""
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling type {kind!r} is not supported (supported: 'llama3')")
+    missing = [k for k in LLAMA3_SCALING_KEYS if k not in scaling]
+    if missing:
+        raise ValueError(f"rope_scaling of type 'llama3' lacks {missing}")
+    if not scaling["high_freq_factor"] > scaling["low_freq_factor"] > 0 or not scaling["factor"] > 0:
+        raise ValueError("rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0")
+
+
+def llama3_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Llama 3.1's RoPE scaling: wavelengths 2π/θ_i above original_max_position_embeddings / low_freq_factor are
+    slowed by ``factor``, those below original_max_position_embeddings / high_freq_factor kept, and those between
+    interpolated smoothly (s = (L_orig/λ − low)/(high − low); θ' = (1 − s)·θ/factor + s·θ)."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    medium = (wavelength >= original / high) & (wavelength <= original / low)
+    return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+
+
+def rope_tables(head_dim: int, length: int, base: float, scaling: dict | None = None,
+                device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (length, head_dim/2) of the rotary embedding θ_i = base^(−2i/head_dim), Llama-3-scaled
+    when ``scaling`` is given."""
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    if scaling is not None:
+        inv_freq = llama3_frequencies(inv_freq, scaling)
     angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
 
@@ -151,17 +203,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class CausalSelfAttention(nn.Module):
+    """Multi-head attention; with n_kv_head < n_head, grouped-query attention: key/value head j serves query heads
+    j·g … j·g + g − 1 (g = n_head / n_kv_head), as Llama's repeat_kv. c_attn holds [Q; K; V] stacked by rows:
+    n_head·head_dim, then n_kv_head·head_dim twice."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.n_head, self.head_dim = config.n_head, config.head_dim
-        inner = config.n_head * config.head_dim
-        self.c_attn = nn.Linear(config.n_embd, 3 * inner, bias=config.bias)  # reads the residual
+        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
+        inner, kv = config.n_head * config.head_dim, config.kv_heads * config.head_dim
+        self.split_sizes = (inner, kv, kv)
+        self.c_attn = nn.Linear(config.n_embd, inner + 2 * kv, bias=config.attn_bias)  # reads the residual
         self.c_proj = nn.Linear(inner, config.n_embd, bias=config.bias)  # writes the residual
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
         self.use_rope = config.pos == "rope"
         if self.use_rope:
-            self.rope_args = (config.head_dim, config.block_size, config.rope_base)
+            self.rope_args = (config.head_dim, config.block_size, config.rope_base, config.rope_scaling)
             cos, sin = rope_tables(*self.rope_args)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
@@ -172,10 +229,10 @@ class CausalSelfAttention(nn.Module):
             self.rope_cos, self.rope_sin = rope_tables(*self.rope_args, device=device)
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v of shape (B, n_head, T, head_dim), RoPE applied."""
+        """q (B, n_head, T, head_dim) and k, v (B, n_kv_head, T, head_dim), RoPE applied."""
         B, T, _ = x.size()
-        q, k, v = self.c_attn(x).split(self.n_head * self.head_dim, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        q, k, v = self.c_attn(x).split(self.split_sizes, dim=2)
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.use_rope:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -184,6 +241,7 @@ class CausalSelfAttention(nn.Module):
     def pattern(self, x: torch.Tensor) -> torch.Tensor:
         """The attention probabilities (B, n_head, T, T) that forward uses (for analysis, not for speed)."""
         q, k, _ = self.heads(x)
+        k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
         T = x.size(1)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -193,7 +251,8 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.size()
         q, k, v = self.heads(x)
         y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True,
+            **({"enable_gqa": True} if self.n_kv_head != self.n_head else {}))
         y = y.transpose(1, 2).contiguous().view(B, T, self.n_head * self.head_dim)
         return self.resid_dropout(self.c_proj(y))
 

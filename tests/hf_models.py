@@ -1,0 +1,92 @@
+"""Small Hugging Face Llama / Qwen2 models and a tokenizer, built offline for the tests (nothing is downloaded).
+
+Random init gives nearly uniform log-probs, which agree with anything: ``far_from_uniform`` redraws every weight
+large enough that the next-token distributions are peaked, so agreement of log-probs means something.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from conftest import synthetic_text
+
+VOCAB = 320
+
+
+def shakespeare_text() -> str:
+    path = os.environ.get("TINYSHAKESPEARE_PATH")
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    return synthetic_text(200_000)
+
+
+def train_tokenizer(vocab_size: int = VOCAB - 32, text: str | None = None):
+    """A byte-level BPE tokenizer (a ``PreTrainedTokenizerFast``) trained on tinyshakespeare, with <s> and </s>."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator([(text or shakespeare_text())[:300_000]], trainer=trainer)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
+                                                clean_up_tokenization_spaces=False)
+
+
+def far_from_uniform(model: torch.nn.Module, seed: int = 0, std: float = 0.25) -> torch.nn.Module:
+    """Redraw every parameter: matrices and biases N(0, std²), norm gains uniform in [0.5, 1.5]."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(0.5 + torch.rand(p.shape, generator=g))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+def llama(n_head: int = 8, n_kv_head: int = 2, tied: bool = False, rope_scaling: bool = False, qwen2: bool = False,
+          hidden: int = 64, layers: int = 2, vocab: int = VOCAB, seed: int = 0, **extra):
+    """A LlamaForCausalLM (or Qwen2ForCausalLM) with far-from-uniform weights."""
+    import transformers
+    rope = {"rope_type": "default", "rope_theta": 500000.0}
+    if rope_scaling:  # Llama 3.1's, with a short original context so all three frequency bands occur
+        rope.update(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                    original_max_position_embeddings=64)
+    kwargs = dict(hidden_size=hidden, intermediate_size=2 * hidden + 16, num_hidden_layers=layers,
+                  num_attention_heads=n_head, num_key_value_heads=n_kv_head, vocab_size=vocab,
+                  max_position_embeddings=128, rms_norm_eps=1e-5, tie_word_embeddings=tied, rope_parameters=rope,
+                  bos_token_id=0, eos_token_id=1, **extra)
+    torch.manual_seed(seed)
+    if qwen2:
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kwargs))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kwargs))
+    return far_from_uniform(model, seed)
+
+
+def save(model, directory, tokenizer=None) -> str:
+    model.save_pretrained(str(directory))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(directory))
+    return str(directory)
+
+
+@torch.no_grad()
+def hf_logprobs(model, idx: torch.Tensor) -> torch.Tensor:
+    return model(idx).logits.float().log_softmax(-1)
+
+
+@torch.no_grad()
+def our_logprobs(model, idx: torch.Tensor) -> torch.Tensor:
+    return model(idx, all_logits=True)[0].float().log_softmax(-1)
+
+
+def assert_logprobs_close(ours: torch.Tensor, theirs: torch.Tensor, rel: float = 1e-4) -> None:
+    """≤ ``rel`` relative agreement (in norm and per element), on distributions that are far from uniform."""
+    assert theirs.std() > 1.0, "the reference's log-probs are nearly uniform: the comparison would prove nothing"
+    assert (ours - theirs).norm() <= rel * theirs.norm(), (ours - theirs).abs().max()
+    assert torch.allclose(ours, theirs, rtol=rel, atol=rel), (ours - theirs).abs().max()
