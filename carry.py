@@ -40,8 +40,12 @@ MOMENTS = ("exp_avg", "exp_avg_sq")  # power 1 and power 2 of the gradient
 
 
 def check_carry(ckpt: dict, porting: str, norms: str, kind: str, d: int, m: int, keep_layernorm: bool,
-                refit: str, learn_steps: int) -> None:
+                refit: str, learn_steps: int, regroups: bool = False) -> None:
     """Raise TransformError unless ``--carry_optimizer`` can map this checkpoint's state through this transform."""
+    if regroups:
+        raise TransformError("carry_optimizer cannot follow a change of the query heads per key/value head (--n_kv_head"
+                             "): a copied key/value head's gradient comes from fewer query heads than the original's, "
+                             "so its moments have no exact image; keep the ratio or drop --carry_optimizer")
     state = ckpt.get("optimizer")
     if not state or not state.get("state"):
         raise TransformError("carry_optimizer: the input checkpoint holds no optimizer state (it was itself made by "
@@ -124,7 +128,7 @@ def port_moments(moment: dict[str, torch.Tensor], cfg: GPTConfig, T: torch.Tenso
 
 
 def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model: GPT, n_head: int = 0,
-                  mlp_hidden: int = 0, grow_mode: str = "zero") -> dict:
+                  mlp_hidden: int = 0, grow_mode: str = "zero", n_kv_head: int = 0) -> dict:
     """AdamW's state of ``model`` mapped onto ``new_model`` (its transform by T, then head / MLP growth):
     {"step": AdamW's step, "moments": {name: {exp_avg, exp_avg_sq}}} for every parameter of ``new_model``
     (zeros where a parameter has no history)."""
@@ -141,7 +145,7 @@ def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model:
         moment = port_moments(moment, canonical_cfg, T, power)
         grown_cfg = copy.deepcopy(canonical_cfg)
         growth = moment_growth(grow_mode, power)
-        grow_heads(moment, grown_cfg, n_head, growth)
+        grow_heads(moment, grown_cfg, n_head, growth, n_kv_head)
         grow_mlp(moment, grown_cfg, mlp_hidden, growth)
         for name, p in new_model.named_parameters():
             value = moment.get(name)

@@ -240,6 +240,13 @@ class Tokenizer:
             return self._hf.encode(text, add_special_tokens=False).ids
         return self._enc.encode(text, allowed_special={"<|endoftext|>"})
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """A generation prompt: as ``encode``, plus the special tokens a Hugging Face tokenizer adds itself (Llama's
+        BOS), as ``tokenizer(text)`` gives them to ``generate`` in transformers."""
+        if self.kind == "hf":
+            return self._hf.encode(text, add_special_tokens=True).ids
+        return self.encode(text)
+
     def decode(self, ids: list[int]) -> str:
         if self.kind == "char":
             return "".join(self.meta["itos"][i] for i in ids)

@@ -345,7 +345,8 @@ def model_circuits(model: GPT) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """Per layer and head, (W_QK, W_OV) in residual space (``geometry.head_circuits``)."""
     cfg = model.config
     return [geo.head_circuits(b.attn.c_attn.weight.detach(), b.attn.c_proj.weight.detach(),
-                              getattr(b.ln_1, "weight", None), cfg.n_head, cfg.head_dim) for b in model.transformer.h]
+                              getattr(b.ln_1, "weight", None), cfg.n_head, cfg.head_dim, cfg.kv_heads)
+            for b in model.transformer.h]
 
 
 def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str, k: int = 10) -> dict:

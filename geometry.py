@@ -212,19 +212,22 @@ def twonn_dimension(X: torch.Tensor, discard: float = 0.1, chunk: int = 1024) ->
 
 
 def head_circuits(c_attn: torch.Tensor, c_proj: torch.Tensor, gain: torch.Tensor | None, n_head: int,
-                  head_dim: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per head, the bilinear QK form and the OV map in residual space, on unit-RMS norm outputs:
+                  head_dim: int, n_kv_head: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per (query) head, the bilinear QK form and the OV map in residual space, on unit-RMS norm outputs:
     W_QK = n·(W_Q·G)ᵀ(W_K·G) and W_OV = √n·W_O·W_V·G, with G = diag(gain) the input norm's gain and n the width
-    (so the forms of a model and of its exact port to another width have equal spectra)."""
+    (so the forms of a model and of its exact port to another width have equal spectra). With grouped-query
+    attention, query head h reads key/value head h // (n_head / n_kv_head)."""
     n = c_attn.shape[1]
     G = torch.ones(n, dtype=torch.float64, device=c_attn.device) if gain is None else gain.double().expand(n)
-    inner = n_head * head_dim
-    Wq, Wk, Wv = (w.double() * G for w in c_attn.split(inner))
+    kv_heads = n_kv_head or n_head
+    Wq, Wk, Wv = (w.double() * G for w in c_attn.split((n_head * head_dim, kv_heads * head_dim, kv_heads * head_dim)))
     Wo = c_proj.double()
+    group = n_head // kv_heads
     out = []
     for h in range(n_head):
         rows = slice(h * head_dim, (h + 1) * head_dim)
-        out.append((n * Wq[rows].T @ Wk[rows], math.sqrt(n) * Wo[:, rows] @ Wv[rows]))
+        kv = slice((h // group) * head_dim, (h // group + 1) * head_dim)
+        out.append((n * Wq[rows].T @ Wk[kv], math.sqrt(n) * Wo[:, rows] @ Wv[kv]))
     return out
 
 

@@ -12,6 +12,12 @@ Each rule is one function; the docstring is its equation.
   the function is unchanged; the noise breaks the symmetry between copies. Needs new = k × old.
 
 Heads keep their size (head_dim) and the attention scale; the residual width is T's business (transform.py).
+
+Grouped-query attention (n_kv_head < n_head; query head h reads key/value head h // g, g = n_head / n_kv_head):
+``--n_head`` alone keeps g, so the key/value heads grow in proportion, new ones grown as the query heads are
+(new query heads read only new key/value heads). ``--n_kv_head=K'`` sets the key/value heads instead, exactly when
+the new group size g' = n_head'/K' divides g: the key/value heads that old query heads read are copied (each old
+one g/g' times, so every old query head still reads its own), the rest grown as above. E.g. GQA → MHA: g' = 1.
 """
 from __future__ import annotations
 
@@ -26,10 +32,27 @@ from model import GPTConfig
 GROW_MODES = ("zero", "clone")
 
 
-def check_growth(cfg: GPTConfig, n_head: int, mlp_hidden: int, mode: str) -> None:
+def grown_kv_heads(cfg: GPTConfig, n_head: int, n_kv_head: int = 0) -> int:
+    """The key/value heads after growing to ``n_head`` query heads: ``n_kv_head`` if given, else the ratio kept."""
+    heads = n_head or cfg.n_head
+    return n_kv_head or heads * cfg.kv_heads // cfg.n_head
+
+
+def check_growth(cfg: GPTConfig, n_head: int, mlp_hidden: int, mode: str, n_kv_head: int = 0) -> None:
     """Raise TransformError for a head / MLP growth request that cannot apply to ``cfg``."""
     if mode not in GROW_MODES:
         raise TransformError(f"grow_mode={mode!r} is not one of {GROW_MODES}")
+    heads, group = n_head or cfg.n_head, cfg.n_head // cfg.kv_heads
+    if n_head and not n_kv_head and n_head % group:
+        raise TransformError(f"n_head={n_head} keeps the model's {group} query heads per key/value head only if it "
+                             f"is a multiple of {group}; choose such an n_head or give --n_kv_head")
+    if n_kv_head:
+        if n_kv_head < cfg.kv_heads or heads % n_kv_head:
+            raise TransformError(f"n_kv_head={n_kv_head} must be >= the model's {cfg.kv_heads} and divide n_head="
+                                 f"{heads}")
+        if group % (heads // n_kv_head):
+            raise TransformError(f"n_kv_head={n_kv_head} makes groups of {heads // n_kv_head} query heads, which "
+                                 f"must divide the model's {group} so every old query head keeps its key/value head")
     for what, new, old in (("n_head", n_head, cfg.n_head), ("mlp_hidden", mlp_hidden, cfg.mlp_hidden)):
         if new and new < old:
             raise TransformError(f"{what}={new} is below the model's {old}: growth adds heads and neurons, it does "
@@ -88,20 +111,27 @@ def _zero_columns(W: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([W, W.new_zeros(W.shape[0], n - W.shape[1])], dim=1)
 
 
-def grow_heads(sd: dict, cfg: GPTConfig, n_head: int, growth: UnitGrowth) -> None:
-    """Q, K, V get rows and c_proj gets columns for the new heads (in place; ``cfg.n_head`` updated). Tensors
-    missing from ``sd`` are skipped (an optimizer may hold no state for some)."""
-    old, hd = cfg.n_head, cfg.head_dim
-    if n_head <= old:
+def grow_heads(sd: dict, cfg: GPTConfig, n_head: int, growth: UnitGrowth, n_kv_head: int = 0) -> None:
+    """Q, K, V get rows and c_proj gets columns for the new heads (in place; ``cfg.n_head``, ``cfg.n_kv_head``
+    updated). K and V: the heads old queries read, each copied g/g' times, then grown like Q (module docstring).
+    Tensors missing from ``sd`` are skipped (an optimizer may hold no state for some)."""
+    old, old_kv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    heads = max(n_head, old)
+    kv_heads = grown_kv_heads(cfg, heads, n_kv_head)
+    if (heads, kv_heads) == (old, old_kv):
         return
+    copies = (old // old_kv) // (heads // kv_heads)  # g / g': how many new key/value heads each old one becomes
     for i in range(cfg.n_layer):
         a = f"transformer.h.{i}.attn"
         for name in (f"{a}.c_attn.weight", f"{a}.c_attn.bias"):
-            if name in sd:  # Q, K and V each grow from old·hd to n_head·hd rows
-                sd[name] = torch.cat([growth.inputs(block, n_head * hd) for block in sd[name].split(old * hd)])
-        if f"{a}.c_proj.weight" in sd:
-            sd[f"{a}.c_proj.weight"] = growth.outputs(sd[f"{a}.c_proj.weight"], n_head * hd)
-    cfg.n_head = n_head
+            if name in sd:
+                q, k, v = sd[name].split((old * hd, old_kv * hd, old_kv * hd))
+                kv = [growth.inputs(t.unflatten(0, (old_kv, hd)).repeat_interleave(copies, 0).flatten(0, 1),
+                                    kv_heads * hd) for t in (k, v)]
+                sd[name] = torch.cat([growth.inputs(q, heads * hd), *kv])
+        if f"{a}.c_proj.weight" in sd and heads > old:
+            sd[f"{a}.c_proj.weight"] = growth.outputs(sd[f"{a}.c_proj.weight"], heads * hd)
+    cfg.n_head, cfg.n_kv_head = heads, (None if kv_heads == heads else kv_heads)
 
 
 def grow_mlp(sd: dict, cfg: GPTConfig, mlp_hidden: int, growth: UnitGrowth) -> None:

@@ -72,7 +72,7 @@ def sample(cfg: SampleConfig) -> list[str]:
     ckpt = load_checkpoint(cfg.out_dir)
     tokenizer = tokenizer_for(ckpt)
     model = model_from_checkpoint(ckpt).to(device).eval()
-    ids = tokenizer.encode(prompt)
+    ids = tokenizer.encode_prompt(prompt)
     if not ids:
         raise DataError("the prompt encodes to no tokens; pass a non-empty --start")
     torch.manual_seed(cfg.seed)
@@ -80,7 +80,7 @@ def sample(cfg: SampleConfig) -> list[str]:
     texts = []
     for _ in range(cfg.num_samples):
         y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k)
-        texts.append(tokenizer.decode(y[0].tolist()))
+        texts.append(prompt + tokenizer.decode(y[0, len(ids):].tolist()))
     return texts
 
 

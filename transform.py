@@ -55,7 +55,7 @@ from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
 from devices import resolve_device
 from errors import ConfigError, TransformError
-from grow import GROW_MODES, check_growth, grow_heads, grow_mlp, weight_growth
+from grow import GROW_MODES, check_growth, grow_heads, grow_mlp, grown_kv_heads, weight_growth
 from model import GPT, GPTConfig
 from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
 
@@ -88,7 +88,8 @@ class TransformConfig:
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
     # growing heads and MLP too (grow.py), function-preserving; 0 keeps the model's
-    n_head: int = 0  # more attention heads (same head size)
+    n_head: int = 0  # more attention heads (same head size); key/value heads keep their ratio to them
+    n_kv_head: int = 0  # key/value heads after growth (0: the ratio kept), e.g. n_kv_head=n_head turns GQA into MHA
     mlp_hidden: int = 0  # more MLP neurons
     grow_mode: str = "zero"  # 'zero' (fresh inputs, zero outputs) | 'clone' (copies, split outputs, ± noise)
     clone_noise: float = 0.0  # σ of the cancelling noise on cloned output columns
@@ -124,7 +125,7 @@ class TransformConfig:
             raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
-        for name in ("grow_noise", "n_head", "mlp_hidden", "clone_noise", "learn_steps", "refit_ridge"):
+        for name in ("grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps", "refit_ridge"):
             if getattr(self, name) < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("calib_batches", "calib_batch_size"):
@@ -138,7 +139,7 @@ class TransformConfig:
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
                     keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False,
                     refit: str = "none", learn_steps: int = 0, n_head: int = 0, mlp_hidden: int = 0,
-                    grow_mode: str = "zero") -> str:
+                    grow_mode: str = "zero", n_kv_head: int = 0) -> str:
     """Every check of a transform request against the model it applies to, in one place (every path calls
     it before any work). Returns the canonical porting name."""
     d, m = cfg.n_embd, width
@@ -162,8 +163,8 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
             raise TransformError("porting='paper_code' takes no keep_layernorm or grow_noise (the paper's code has "
                                  "neither); drop them")
     check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm)
-    check_growth(cfg, n_head, mlp_hidden, grow_mode)
-    if (n_head or mlp_hidden) and keep_layernorm:
+    check_growth(cfg, n_head, mlp_hidden, grow_mode, n_kv_head)
+    if (n_head or n_kv_head or mlp_hidden) and keep_layernorm:
         raise TransformError("keep_layernorm exports to GPT-2, whose attention width equals its residual width; "
                              "grow heads/MLP without --keep_layernorm")
     if restore_attn_scale and porting == "residual":
@@ -206,6 +207,15 @@ def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int
 def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
     """Raise TransformError when the (canonical) ``porting`` rule cannot map a model of config ``cfg`` to width m."""
     d = cfg.n_embd
+    if porting in ("sandwich", "paper_code") and cfg.kv_heads != cfg.n_head:
+        if porting == "sandwich":
+            raise TransformError(f"porting='sandwich' maps Q, K and V as square d×d blocks (T·W·T⁺), but with grouped-"
+                                 f"query attention (n_kv_head={cfg.n_kv_head} < n_head={cfg.n_head}) K and V are "
+                                 f"{cfg.kv_heads * cfg.head_dim}×{d}; use porting='residual' (exact at m ≥ d)")
+        raise TransformError(f"porting='paper_code' with grouped-query attention: the published code maps Q "
+                             f"({d}×{d}) on both axes but K and V ({cfg.kv_heads * cfg.head_dim}×{d}) on their input "
+                             f"axis only, so query heads of m/n_head dimensions would meet key heads of "
+                             f"{cfg.head_dim}: no attention can pair them. Use porting='residual'")
     if porting in ("sandwich", "paper_code"):
         inner = cfg.n_head * cfg.head_dim
         if inner != d:
@@ -660,8 +670,8 @@ def restore_attention_scale(sd: dict, cfg: GPTConfig, d: int) -> None:
         for suffix in (".c_attn.weight", ".c_attn.bias"):
             name = attn + suffix
             if name in sd:
-                q, k, v = sd[name].split(cfg.n_head * cfg.head_dim)
-                sd[name] = torch.cat([q * factor, k, v])
+                q, kv = sd[name].split((cfg.n_head * cfg.head_dim, 2 * cfg.kv_heads * cfg.head_dim))
+                sd[name] = torch.cat([q * factor, kv])
 
 
 def mean_preserving(T: torch.Tensor) -> torch.Tensor:
@@ -773,11 +783,11 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     pca_damping: float = 1e-6, keep_layernorm: bool = False, restore_attn_scale: bool = False,
                     refit: str = "none", refit_ridge: float = 1e-4, learn_steps: int = 0,
                     learn_lr: float = 1e-3, n_head: int = 0, mlp_hidden: int = 0, grow_mode: str = "zero",
-                    clone_noise: float = 0.0) -> tuple[GPT, dict]:
+                    clone_noise: float = 0.0, n_kv_head: int = 0) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
     started = time.perf_counter()
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
-                              restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode)
+                              restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head)
     d, m = model.config.n_embd, width
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0)):
@@ -824,12 +834,13 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if restore_attn_scale:
         restore_attention_scale(new_sd, new_cfg, d)
         notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
-    if n_head or mlp_hidden:
+    if n_head or n_kv_head or mlp_hidden:
         growth = weight_growth(grow_mode, clone_noise, torch.Generator().manual_seed(seed + 2))
-        grow_heads(new_sd, new_cfg, n_head, growth)
+        grow_heads(new_sd, new_cfg, n_head, growth, n_kv_head)
         grow_mlp(new_sd, new_cfg, mlp_hidden, growth)
-        notes.append(f"grown ({grow_mode}): n_head {model.config.n_head} → {new_cfg.n_head}, mlp_hidden "
-                     f"{model.config.mlp_hidden} → {new_cfg.mlp_hidden}")
+        notes.append(f"grown ({grow_mode}): n_head {model.config.n_head} → {new_cfg.n_head}, n_kv_head "
+                     f"{model.config.kv_heads} → {new_cfg.kv_heads}, mlp_hidden {model.config.mlp_hidden} → "
+                     f"{new_cfg.mlp_hidden}")
     if keep_layernorm:
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
@@ -853,6 +864,12 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "corrections": corrections, "seconds": time.perf_counter() - started,
               "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
     return new_model, record
+
+
+def regroups_heads(cfg: GPTConfig, n_head: int, n_kv_head: int) -> bool:
+    """Whether head growth changes how many query heads share a key/value head (copies of key/value heads)."""
+    heads = n_head or cfg.n_head
+    return heads // grown_kv_heads(cfg, heads, n_kv_head) != cfg.n_head // cfg.kv_heads
 
 
 def cfg_at_width(cfg: GPTConfig, m: int) -> GPTConfig:
@@ -896,11 +913,12 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     ckpt = load_checkpoint(cfg.in_dir)
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
-                    cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode)
+                    cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode,
+                    cfg.n_kv_head)
     if cfg.carry_optimizer:
         from carry import check_carry
         check_carry(ckpt, cfg.porting, cfg.norms, cfg.kind, model.config.n_embd, cfg.width, cfg.keep_layernorm,
-                    cfg.refit, cfg.learn_steps)
+                    cfg.refit, cfg.learn_steps, regroups=regroups_heads(model.config, cfg.n_head, cfg.n_kv_head))
     loader = None
     if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
@@ -912,13 +930,13 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
-        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise)
+        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head)
     record["source"] = os.path.abspath(cfg.in_dir)
     carried = None
     if cfg.carry_optimizer:
         from carry import carry_moments
         carried = carry_moments(model, ckpt["optimizer"], record["T"], new_model, cfg.n_head, cfg.mlp_hidden,
-                                cfg.grow_mode)
+                                cfg.grow_mode, cfg.n_kv_head)
         record["optimizer"] = {"carried": True, "step": carried["step"], "iter_num": ckpt.get("iter_num", 0),
                                "exp_avg": "exact on range(T)", "exp_avg_sq": "diagonal approximation (T∘T)"}
     if loader is not None and cfg.eval_iters != 0:

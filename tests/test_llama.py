@@ -153,3 +153,103 @@ def test_export_names_the_first_field_no_class_holds():
                            pos="rope", mlp="swiglu", bias=True))
     with pytest.raises(ConversionError, match="bias=True"):
         export_hf(biased, "unused")
+
+
+# ----------------------------------------------------------------------------------------------
+# Transforms of grouped-query models
+
+
+@pytest.fixture(scope="module")
+def imported():
+    """An imported GQA 8/2 Qwen2 (Q/K/V biases) and Llama (tied, Llama-3 RoPE scaling), with a token batch."""
+    models = {}
+    for name, kw in (("qwen2", dict(qwen2=True)), ("llama", dict(tied=True, rope_scaling=True))):
+        hf = llama(n_head=8, n_kv_head=2, **kw)
+        models[name] = __import__("convert").model_from_hf_model(hf)
+    return models
+
+
+KINDS_AT_M_GE_D = [("orthogonal", 64), ("orthogonal", 96), ("truncate", 80), ("srht", 64)]  # orthonormal columns
+
+
+@pytest.mark.parametrize("which", ["qwen2", "llama"])
+@pytest.mark.parametrize("kind, width", KINDS_AT_M_GE_D)
+def test_residual_porting_of_a_gqa_model_is_exact_at_m_ge_d(imported, which, kind, width, idx):
+    from transform import transform_model
+    model = imported[which]
+    new, record = transform_model(model, width, kind=kind, porting="residual", norms="fold", seed=3)
+    assert record["exact"] and new.config.kv_heads == 2 and new.config.n_embd == width
+    assert_logprobs_close(our_logprobs(new, idx), our_logprobs(model, idx))
+
+
+@pytest.mark.parametrize("refit", ["gains", "readers", "all"])
+def test_refit_and_learned_map_run_on_gqa(imported, refit, idx, tmp_path):
+    from dataset import BatchLoader, prepare_text
+    from hf_models import shakespeare_text
+    from transform import transform_model
+    model = imported["qwen2"]
+    data = tmp_path / "data"
+    prepare_text(shakespeare_text()[:20_000], str(data), "char")  # ids < 65: any ids fit the 320-token model
+    loader = BatchLoader(str(data), 32, 4)
+    exact, record = transform_model(model, 64, kind="orthogonal", refit=refit, calibration_loader=loader,
+                                    calib_batches=2)
+    assert record["corrections"]["calibration_kl_after"] < 1e-4  # an exact port stays (ridge-)exact under refit
+    shrunk, record = transform_model(model, 48, kind="pca", refit=refit, learn_steps=3, calibration_loader=loader,
+                                     calib_batches=2)
+    kl = record["corrections"]
+    assert shrunk.config.n_embd == 48 and kl["calibration_kl_after"] <= kl["calibration_kl_before"] + 1e-9
+
+
+@pytest.mark.parametrize("grow_mode", ["zero", "clone"])
+@pytest.mark.parametrize("n_head, n_kv_head, expect_kv", [(16, 0, 4), (8, 8, 8), (8, 4, 4), (16, 8, 8)])
+def test_head_growth_of_gqa_keeps_the_function(imported, grow_mode, n_head, n_kv_head, expect_kv, idx):
+    from transform import transform_model
+    model = imported["qwen2"]
+    if grow_mode == "clone" and n_head % model.config.n_head:
+        pytest.skip("clone needs a multiple")
+    new, record = transform_model(model, 96, kind="orthogonal", n_head=n_head, n_kv_head=n_kv_head,
+                                  grow_mode=grow_mode, clone_noise=0.01, seed=1)
+    assert (new.config.n_head, new.config.kv_heads) == (n_head, expect_kv)
+    assert_logprobs_close(our_logprobs(new, idx), our_logprobs(model, idx))
+
+
+def test_gqa_bad_requests_name_the_reason(imported):
+    from errors import TransformError
+    from transform import transform_model
+    model = imported["qwen2"]
+    with pytest.raises(TransformError, match="porting='sandwich' maps Q, K and V as square"):
+        transform_model(model, 64, kind="orthogonal", porting="sandwich")
+    with pytest.raises(TransformError, match="published code maps Q .* on both axes but K and V"):
+        transform_model(model, 64, kind="orthogonal", porting="paper_code")
+    with pytest.raises(TransformError, match="n_head=10 keeps the model.s 4 query heads"):
+        transform_model(model, 64, kind="orthogonal", n_head=10)
+    with pytest.raises(TransformError, match="must divide the model's 4"):
+        transform_model(model, 64, kind="orthogonal", n_head=24, n_kv_head=8)  # groups of 3
+    with pytest.raises(TransformError, match="must be >= the model's 2"):
+        transform_model(model, 64, kind="orthogonal", n_kv_head=1)
+
+
+def test_gqa_circuits_pair_each_query_head_with_its_key_value_head(imported):
+    """eval_geometry's per-head circuits on a GQA model equal a naive MHA expansion's (K, V repeated per group)."""
+    import geometry
+    from model import GPT, GPTConfig
+    model = imported["qwen2"]
+    cfg = model.config
+    expanded_cfg = GPTConfig(**dict(cfg.to_dict(), n_kv_head=None))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    hd, H, K = cfg.head_dim, cfg.n_head, cfg.kv_heads
+    for i in range(cfg.n_layer):
+        for leaf in ("weight", "bias"):
+            name = f"transformer.h.{i}.attn.c_attn.{leaf}"
+            q, k, v = state[name].split((H * hd, K * hd, K * hd))
+            state[name] = torch.cat([q] + [t.reshape(K, hd, *t.shape[1:]).repeat_interleave(H // K, 0).flatten(0, 1)
+                                           for t in (k, v)])
+    mha = GPT.from_state_dict(expanded_cfg, state).eval()
+    idx = torch.randint(0, 320, (1, 24))
+    assert_logprobs_close(our_logprobs(mha, idx), our_logprobs(model, idx))
+    block, block_mha = model.transformer.h[0], mha.transformer.h[0]
+    gqa = geometry.head_circuits(block.attn.c_attn.weight, block.attn.c_proj.weight, block.ln_1.weight, H, hd, K)
+    ref = geometry.head_circuits(block_mha.attn.c_attn.weight, block_mha.attn.c_proj.weight, block_mha.ln_1.weight,
+                                 H, hd)
+    for (qk, ov), (qk_ref, ov_ref) in zip(gqa, ref):
+        assert torch.allclose(qk, qk_ref) and torch.allclose(ov, ov_ref)

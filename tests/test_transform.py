@@ -57,6 +57,8 @@ variant = st.fixed_dictionaries({
     "pos": st.sampled_from(["learned", "rope"]),
     "mlp": st.sampled_from(["gelu", "swiglu"]),
     "bias": st.booleans(),
+    "qkv_bias": st.sampled_from([None, True, False]),  # Qwen2: Q/K/V biases alone
+    "n_kv_head": st.sampled_from([None, 1]),  # multi-head or multi-query (n_head = 2)
 })
 
 

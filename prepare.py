@@ -1,0 +1,82 @@
+"""
+Tokenize a text file into a dataset (train.bin / val.bin / meta.pkl) with a given tokenizer — in particular the
+tokenizer of an imported model, so that train/finetune/transform/eval_geometry read the ids it was trained on.
+
+    python prepare.py --tokenizer_from=out-smollm --out_dir=data/shakespeare_smollm        # tinyshakespeare
+    python prepare.py --tokenizer_from=out-smollm --input=my.txt --out_dir=data/my_smollm   # any UTF-8 text file
+    python prepare.py --tokenizer=char --input=my.txt --out_dir=data/my_char                # or 'gpt2'
+
+``--tokenizer_from`` is one of our checkpoints (its recorded tokenizer) or a Hugging Face model directory / name
+(its tokenizer.json). The text is split as nanoGPT does: first 90% train, last 10% val. No BOS/EOS is added: a
+dataset is one stream of text. Token ids are uint16, or uint32 above 65,536 symbols (Llama 3, Qwen2).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from checkpoint import load_checkpoint
+from cli import run_cli
+from configurator import load_config
+from dataset import prepare_text, read_shakespeare
+from errors import ConfigError, DataError
+
+
+@dataclass
+class PrepareConfig:
+    tokenizer_from: str = ""  # our checkpoint directory, or a Hugging Face model directory / name: its tokenizer
+    tokenizer: str = ""  # or a built-in tokenizer: 'char' (from the text) | 'gpt2'
+    input: str = ""  # a UTF-8 text file ('' = tinyshakespeare: $TINYSHAKESPEARE_PATH, else downloaded)
+    out_dir: str = ""  # where train.bin, val.bin and meta.pkl go
+    overwrite: bool = False  # replace a dataset already in out_dir
+
+    def validate(self) -> None:
+        if bool(self.tokenizer_from) == bool(self.tokenizer):
+            raise ConfigError("give exactly one of --tokenizer_from=CKPT_OR_HF_DIR or --tokenizer=char|gpt2")
+        if self.tokenizer and self.tokenizer not in ("char", "gpt2"):
+            raise ConfigError(f"--tokenizer={self.tokenizer!r} is not one of ('char', 'gpt2'); for a model's own "
+                              "tokenizer use --tokenizer_from=DIR")
+        if not self.out_dir:
+            raise ConfigError("--out_dir=DIR is required (where train.bin, val.bin and meta.pkl go)")
+
+
+def tokenizer_meta(source: str) -> dict:
+    """The tokenizer description of our checkpoint (its meta) or of a Hugging Face model (its tokenizer files)."""
+    if os.path.exists(os.path.join(source, "ckpt.pt")) or source.endswith(".pt"):
+        meta = load_checkpoint(source).get("meta")
+        if not meta:
+            raise DataError(f"the checkpoint '{source}' records no tokenizer (meta); prepare with --tokenizer=...")
+        return meta
+    from convert import hf_tokenizer_files
+    from dataset import hf_tokenizer_meta
+    return hf_tokenizer_meta(hf_tokenizer_files(source))
+
+
+def read_text(path: str) -> str:
+    if not path:
+        return read_shakespeare()
+    if not os.path.isfile(path):
+        raise DataError(f"--input={path}: no such file; give the path of a UTF-8 text file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise DataError(f"--input={path} is not UTF-8 text ({e.reason}); give a text file") from e
+
+
+def prepare(cfg: PrepareConfig) -> dict:
+    if not cfg.overwrite and os.path.exists(os.path.join(cfg.out_dir, "train.bin")):
+        raise ConfigError(f"'{cfg.out_dir}' already holds a dataset (train.bin); pass --overwrite=True to replace it "
+                          "or choose another --out_dir")
+    tokenizer = tokenizer_meta(cfg.tokenizer_from) if cfg.tokenizer_from else cfg.tokenizer
+    return prepare_text(read_text(cfg.input), cfg.out_dir, tokenizer)
+
+
+def main(argv: list[str]) -> None:
+    cfg = load_config(PrepareConfig, argv, prog="prepare.py")
+    meta = prepare(cfg)
+    print(f"wrote {cfg.out_dir} ({meta['fingerprint']})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(main))
