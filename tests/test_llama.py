@@ -253,3 +253,126 @@ def test_gqa_circuits_pair_each_query_head_with_its_key_value_head(imported):
                                  H, hd)
     for (qk, ov), (qk_ref, ov_ref) in zip(gqa, ref):
         assert torch.allclose(qk, qk_ref) and torch.allclose(ov, ov_ref)
+
+
+# ----------------------------------------------------------------------------------------------
+# An imported Llama through every script, with its own tokenizer, and out to the ecosystem
+
+
+@pytest.fixture(scope="module")
+def pipeline(tokenizer, tmp_path_factory):
+    """import → prepare tinyshakespeare with the model's tokenizer → PCA shrink → distillation finetune → export."""
+    from configurator import load_config
+    from finetune import FinetuneConfig, finetune
+    from prepare import PrepareConfig, prepare
+    from transform import TransformConfig, transform_checkpoint
+    root = tmp_path_factory.mktemp("llama_pipeline")
+    src = save(llama(n_head=8, n_kv_head=2, tied=True, rope_scaling=True), root / "hf", tokenizer)
+    convert(ConvertConfig(from_hf=src, out_dir=str(root / "ours")))
+    prepare(PrepareConfig(tokenizer_from=str(root / "ours"), out_dir=str(root / "data")))
+    transform_checkpoint(TransformConfig(in_dir=str(root / "ours"), out_dir=str(root / "m48"), width=48, kind="pca",
+                                         data_dir=str(root / "data"), eval_iters=2, calib_batches=2))
+    finetune(load_config(FinetuneConfig, [
+        f"--in_dir={root / 'm48'}", f"--out_dir={root / 'ft'}", f"--data_dir={root / 'data'}", "--distill=True",
+        "--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--batch_size=2", "--block_size=32",
+        "--progress_bar=False", "--compile=False", "--wandb_log=False"]))
+    convert(ConvertConfig(in_dir=str(root / "ours"), to_hf=str(root / "back"), lm_eval_task=True,
+                          data_dir=str(root / "data")))
+    return root
+
+
+def test_every_script_runs_on_an_imported_llama_with_its_own_tokenizer(pipeline, tokenizer):
+    from dataset import load_meta
+    from eval_geometry import GeometryConfig, evaluate_geometry
+    from sample import SampleConfig, sample
+    root = pipeline
+    _, ckpt = load_model(str(root / "ours"))
+    assert load_meta(str(root / "data"))["fingerprint"] == ckpt["meta"]["fingerprint"]
+    ft, ft_ckpt = load_model(str(root / "ft"))
+    assert ft.config.n_embd == 48 and ft.config.kv_heads == 2 and ft_ckpt["iter_num"] == 4
+    metrics = evaluate_geometry(GeometryConfig(ref_dir=str(root / "ours"), in_dir=str(root / "m48"),
+                                               out_dir=str(root / "geom"), data_dir=str(root / "data"), n_probes=256,
+                                               probe_batches=1, batch_size=2, eval_iters=2, wandb_log=False))
+    assert metrics and os.path.exists(root / "geom" / "metrics.json")
+    texts = sample(SampleConfig(out_dir=str(root / "ft"), start="ROMEO:", num_samples=1, max_new_tokens=8))
+    assert texts[0].startswith("ROMEO:") and len(texts[0]) > len("ROMEO:")
+
+
+def test_the_model_tokenizer_is_refused_with_other_data(pipeline, char_data_dir, tmp_path):
+    from dataset import check_tokenizer
+    from errors import DataError
+    _, ckpt = load_model(str(pipeline / "ours"))
+    with pytest.raises(DataError, match=r"Hugging Face tokenizer, \d+ symbols .* differs from the data's"):
+        check_tokenizer(ckpt, char_data_dir)
+
+
+def test_prepare_refuses_to_overwrite_and_checks_its_input(pipeline, tmp_path):
+    from errors import ConfigError, DataError
+    from prepare import PrepareConfig, prepare
+    with pytest.raises(ConfigError, match="already holds a dataset"):
+        prepare(PrepareConfig(tokenizer_from=str(pipeline / "ours"), out_dir=str(pipeline / "data")))
+    with pytest.raises(DataError, match="no such file"):
+        prepare(PrepareConfig(tokenizer_from=str(pipeline / "ours"), input=str(tmp_path / "nope.txt"),
+                              out_dir=str(tmp_path / "d")))
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_large_vocabularies_are_stored_as_uint32(tmp_path):
+    """Llama 3 / Qwen2 ids exceed uint16: the dataset records uint32 and the loader reads it back."""
+    import numpy as np
+
+    from dataset import BatchLoader, load_meta, prepare_text
+    from hf_models import shakespeare_text
+    tok = train_tokenizer(vocab_size=300)
+    big = tok.backend_tokenizer
+    big.add_tokens([f"<extra_{i}>" for i in range(70_000)])  # ids up to ~70,300
+    files = {"tokenizer.json": big.to_str()}
+    from dataset import hf_tokenizer_meta
+    text = shakespeare_text()[:5000] + " <extra_69999> " * 50
+    meta = prepare_text(text, str(tmp_path), hf_tokenizer_meta(files))
+    assert meta["dtype"] == "uint32" and load_meta(str(tmp_path))["vocab_size"] > 2**16
+    ids = np.fromfile(tmp_path / "val.bin", dtype=np.uint32)
+    assert ids.max() >= 2**16
+    x, y = next(BatchLoader(str(tmp_path), 8, 64).full_split("val"))
+    assert int(torch.cat([x.flatten(), y.flatten()]).max()) == int(ids.max())
+
+
+@pytest.mark.slow
+def test_transformer_lens_reproduces_an_exported_llama(pipeline):
+    bridge_module = pytest.importorskip("transformer_lens.model_bridge")
+    ours, _ = load_model(str(pipeline / "ours"))
+    bridge = bridge_module.TransformerBridge.boot_transformers(str(pipeline / "back"), device="cpu")
+    x = torch.randint(0, ours.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits, _, hidden = ours(x, all_logits=True, return_hidden=True)
+        tl_logits, cache = bridge.run_with_cache(x)
+    assert_logprobs_close(tl_logits.log_softmax(-1), logits.log_softmax(-1))
+    for layer in range(ours.config.n_layer):
+        torch.testing.assert_close(cache[f"blocks.{layer}.hook_resid_post"], hidden[layer + 1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_lm_eval_on_an_exported_llama_agrees_with_our_loss(pipeline):
+    """lm-eval's rolling log-likelihood of the val text equals ours on the same windows (its first token predicted
+    from the model's BOS, as lm-eval does for Llama)."""
+    lm_eval = pytest.importorskip("lm_eval")
+    import json
+
+    from lm_eval.tasks import TaskManager
+    from test_ecosystem import rolling_loss
+    ours, ckpt = load_model(str(pipeline / "ours"))
+    ours.config.block_size = 128
+    hf_dir = str(pipeline / "back")
+    bos = ckpt["meta"]["special_ids"]["bos_token_id"]
+    results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},dtype=float32,prefix_token_id={bos}"
+                                      ",max_length=128", tasks=["nanolgpt_val"],
+                                      task_manager=TaskManager(include_path=os.path.join(hf_dir, "lm_eval")),
+                                      device="cpu", batch_size=8)
+    metrics = results["results"]["nanolgpt_val"]
+    bits_per_byte = next(v for k, v in metrics.items() if k.startswith("bits_per_byte") and "stderr" not in k)
+    text = json.loads(open(os.path.join(hf_dir, "lm_eval", "val.jsonl")).readline())["text"]
+    from dataset import Tokenizer
+    tokens = __import__("numpy").array(Tokenizer(ckpt["meta"]).encode(text))
+    nll_per_token = rolling_loss(ours, tokens, prefix=bos)
+    ours_bits_per_byte = nll_per_token * len(tokens) / len(text.encode()) / __import__("math").log(2)
+    assert abs(ours_bits_per_byte / bits_per_byte - 1) < 1e-4

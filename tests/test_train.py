@@ -171,7 +171,9 @@ def test_every_variant_config_trains(char_data_dir, tmp_path):
     from configurator import read_config_file
     for path in sorted(glob.glob(os.path.join(ROOT, "configs", "variants", "*.py"))):
         name = os.path.basename(path)[:-3]
-        cfg = load_config(TrainConfig, [os.path.join(ROOT, "configs", "shakespeare_char.py"), path, *TINY_MODEL,
+        overlay_keys = set(read_config_file(path))
+        tiny = [a for a in TINY_MODEL if a[2:].split("=")[0] not in overlay_keys]  # the overlay's own values win
+        cfg = load_config(TrainConfig, [os.path.join(ROOT, "configs", "shakespeare_char.py"), path, *tiny,
                                         f"--data_dir={char_data_dir}", f"--out_dir={tmp_path / name}",
                                         "--max_iters=20", "--eval_interval=20", "--learning_rate=3e-3"])
         train(cfg)
