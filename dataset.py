@@ -322,6 +322,13 @@ class BatchLoader:
             yield self.windows(data, starts[i:i + self.batch_size])
 
 
+def window_size(asked: int, context: int) -> int:
+    """The tokens per data window: ``asked`` (0: the model's ``context``), never beyond the context."""
+    if asked > context:
+        raise DataError(f"block_size={asked} exceeds the model's context of {context} tokens; pass at most {context}")
+    return asked or context
+
+
 def batch_seed(seed: int, iter_num: int, micro_step: int, rank: int = 0) -> int:
     """The seed of one training micro-batch; distinct across iterations, micro-steps and DDP ranks."""
     return hash((seed, iter_num, micro_step, rank)) & 0x7FFF_FFFF_FFFF

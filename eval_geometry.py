@@ -38,6 +38,7 @@ from dataset import (
     evaluate_loss,
     head_rows,
     tokenizer_fingerprint,
+    window_size,
 )
 from devices import resolve_device
 from errors import CheckpointError, ConfigError
@@ -58,6 +59,7 @@ class GeometryConfig:
     n_probes: int = 4096  # probe vectors: token embeddings + hidden states spread over every layer
     probe_batches: int = 4  # val batches the hidden-state probes are sampled from
     batch_size: int = 16  # sequences per val batch
+    block_size: int = 0  # tokens per window (0: the models' context; smaller for 32k–128k-context imports)
     eval_iters: int = 50  # val batches for loss, KL and top-1 agreement
     n_features: int = 64  # FA: this many frequent-token embeddings and this many principal directions
     ndcg_k: int = 10  # NDCG@k of the similarity ranking of tokens against the head's ranking
@@ -76,6 +78,8 @@ class GeometryConfig:
                      "heatmap_probes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.block_size < 0:
+            raise ConfigError(f"block_size must be >= 0 (0: the models' context), got {self.block_size}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -419,7 +423,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     data_dir = data_dir_for_checkpoint(ref_ckpt, cfg.data_dir)
     check_tokenizer(ref_ckpt, data_dir)
     block = min(ref.config.block_size, new.config.block_size if new is not None else ref.config.block_size)
-    loader = BatchLoader(data_dir, block, cfg.batch_size, cfg.device)
+    loader = BatchLoader(data_dir, window_size(cfg.block_size, block), cfg.batch_size, cfg.device)
     centre = bool(record and record["norms"] == "fold" and ref.config.norm_type == "layernorm")
     probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, centre)
     X, groups = probes["X"], probes["groups"]

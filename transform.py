@@ -52,7 +52,7 @@ import torch
 from checkpoint import check_output_dir, load_checkpoint, model_from_checkpoint, save_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss
+from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss, window_size
 from devices import resolve_device
 from errors import ConfigError, TransformError
 from grow import GROW_MODES, check_growth, grow_heads, grow_mlp, grown_kv_heads, weight_growth
@@ -103,6 +103,8 @@ class TransformConfig:
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
     calib_batches: int = 8  # training batches whose hidden states calibrate PCA and the JL bound
     calib_batch_size: int = 16  # sequences per calibration batch
+    block_size: int = 0  # tokens per calibration / evaluation window (0: the model's context, which for an imported
+    #                      Llama or Qwen, 32k–128k, can exceed a small corpus)
     pca_damping: float = 1e-6  # relative ridge added to the second-moment matrix before eigh
     jl_eps: float = 0.2  # distortion ε of the JL minimum width (Algorithm 1, line 1)
     jl_delta: float = 0.05  # failure probability δ
@@ -125,7 +127,8 @@ class TransformConfig:
             raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
-        for name in ("grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps", "refit_ridge"):
+        for name in ("block_size", "grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps",
+                     "refit_ridge"):
             if getattr(self, name) < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("calib_batches", "calib_batch_size"):
@@ -923,7 +926,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
         check_tokenizer(ckpt, data_dir, "--data_dir")
-        loader = BatchLoader(data_dir, model.config.block_size, cfg.calib_batch_size, cfg.device)
+        loader = BatchLoader(data_dir, window_size(cfg.block_size, model.config.block_size), cfg.calib_batch_size,
+                             cfg.device)
     new_model, record = transform_model(
         model, cfg.width, kind=cfg.kind, porting=cfg.porting, norms=cfg.norms, seed=cfg.seed,
         calibration_loader=loader, calib_batches=cfg.calib_batches, grow_noise=cfg.grow_noise, jl_eps=cfg.jl_eps,

@@ -271,13 +271,14 @@ def pipeline(tokenizer, tmp_path_factory):
     convert(ConvertConfig(from_hf=src, out_dir=str(root / "ours")))
     prepare(PrepareConfig(tokenizer_from=str(root / "ours"), out_dir=str(root / "data")))
     transform_checkpoint(TransformConfig(in_dir=str(root / "ours"), out_dir=str(root / "m48"), width=48, kind="pca",
-                                         data_dir=str(root / "data"), eval_iters=2, calib_batches=2))
+                                         data_dir=str(root / "data"), eval_iters=2, calib_batches=2, block_size=32))
     finetune(load_config(FinetuneConfig, [
         f"--in_dir={root / 'm48'}", f"--out_dir={root / 'ft'}", f"--data_dir={root / 'data'}", "--distill=True",
         "--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--batch_size=2", "--block_size=32",
         "--progress_bar=False", "--compile=False", "--wandb_log=False"]))
     convert(ConvertConfig(in_dir=str(root / "ours"), to_hf=str(root / "back"), lm_eval_task=True,
                           data_dir=str(root / "data")))
+    convert(ConvertConfig(in_dir=str(root / "ft"), to_hf=str(root / "back_ft")))
     return root
 
 
@@ -292,8 +293,13 @@ def test_every_script_runs_on_an_imported_llama_with_its_own_tokenizer(pipeline,
     assert ft.config.n_embd == 48 and ft.config.kv_heads == 2 and ft_ckpt["iter_num"] == 4
     metrics = evaluate_geometry(GeometryConfig(ref_dir=str(root / "ours"), in_dir=str(root / "m48"),
                                                out_dir=str(root / "geom"), data_dir=str(root / "data"), n_probes=256,
-                                               probe_batches=1, batch_size=2, eval_iters=2, wandb_log=False))
+                                               probe_batches=1, batch_size=2, eval_iters=2, wandb_log=False,
+                                               block_size=32))
     assert metrics and os.path.exists(root / "geom" / "metrics.json")
+    back = transformers.AutoModelForCausalLM.from_pretrained(str(root / "back_ft")).eval()  # the shrunk, finetuned
+    assert type(back).__name__ == "LlamaForCausalLM" and back.config.hidden_size == 48
+    x = torch.randint(0, 288, (1, 32))
+    assert torch.allclose(hf_logprobs(back, x), our_logprobs(ft, x), atol=1e-4)
     texts = sample(SampleConfig(out_dir=str(root / "ft"), start="ROMEO:", num_samples=1, max_new_tokens=8))
     assert texts[0].startswith("ROMEO:") and len(texts[0]) > len("ROMEO:")
 
