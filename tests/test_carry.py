@@ -18,7 +18,9 @@ from train import TrainConfig, get_lr
 from transform import TransformConfig, transform_checkpoint, transform_model
 
 VARIANTS = [{"norm_type": "rmsnorm"},  # per-dimension gains (folded), learned positions
-            {"norm_type": "rmsnorm", "norm_gain": "scalar", "mlp": "swiglu", "pos": "rope", "bias": True}]
+            {"norm_type": "rmsnorm", "norm_gain": "scalar", "mlp": "swiglu", "pos": "rope", "bias": True},
+            {"norm_type": "rmsnorm", "mlp": "swiglu", "pos": "rope", "bias": False, "qkv_bias": True,
+             "n_kv_head": 1}]  # Qwen2-like multi-query: cloned heads keep 2 query heads per key/value head
 
 
 def gradients(model, idx) -> dict[str, torch.Tensor]:

@@ -382,3 +382,41 @@ def test_lm_eval_on_an_exported_llama_agrees_with_our_loss(pipeline):
     nll_per_token = rolling_loss(ours, tokens, prefix=bos)
     ours_bits_per_byte = nll_per_token * len(tokens) / len(text.encode()) / __import__("math").log(2)
     assert abs(ours_bits_per_byte / bits_per_byte - 1) < 1e-4
+
+
+def test_convert_cli_refuses_another_architecture_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    mistral = transformers.MistralForCausalLM(transformers.MistralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=64, sliding_window=16))
+    src = save(mistral, tmp_path / "mistral")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "convert.py"), f"--from_hf={src}",
+                             f"--out_dir={tmp_path / 'out'}"], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr and len(lines) == 1
+    assert "MistralForCausalLM" in lines[0] and "LlamaForCausalLM, Qwen2ForCausalLM" in lines[0]
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_carry_refuses_a_regrouping_and_follows_a_kept_ratio(tmp_path, char_data_dir):
+    from configurator import load_config
+    from conftest import ROOT, TINY_MODEL
+    from errors import TransformError
+    from train import TrainConfig, train
+    from transform import TransformConfig, transform_checkpoint
+    tiny = [a for a in TINY_MODEL if not a.startswith("--n_head")]
+    train(load_config(TrainConfig, [os.path.join(ROOT, "configs", "variants", "llama.py"), *tiny, "--max_iters=4",
+                                    f"--data_dir={char_data_dir}", f"--out_dir={tmp_path / 'gqa'}"]))
+    grown = transform_checkpoint(TransformConfig(in_dir=str(tmp_path / "gqa"), out_dir=str(tmp_path / "g"), width=48,
+                                                 kind="orthogonal", n_head=8, carry_optimizer=True, eval_iters=0))
+    assert grown["optimizer"]["carried"]
+    model, _ = load_model(str(tmp_path / "g"))
+    assert (model.config.n_head, model.config.kv_heads) == (8, 4)
+    with pytest.raises(TransformError, match="cannot follow a change of the query heads per key/value head"):
+        transform_checkpoint(TransformConfig(in_dir=str(tmp_path / "gqa"), out_dir=str(tmp_path / "r"), width=48,
+                                             kind="orthogonal", n_kv_head=4, carry_optimizer=True, eval_iters=0))
+    assert not os.path.exists(tmp_path / "r")
