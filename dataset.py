@@ -56,6 +56,17 @@ def read_shakespeare(input_path: str | None = None) -> str:
                         "(here: ../shared/data/tinyshakespeare.txt)") from e
 
 
+def read_text_file(path: str, flag: str) -> str:
+    """A UTF-8 text file's contents, or one DataError naming ``flag`` (the option that gave the path)."""
+    if not os.path.isfile(path):
+        raise DataError(f"{flag}{path}: no such file; give the path of a UTF-8 text file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise DataError(f"{flag}{path} is not UTF-8 text ({e.reason}); give a text file") from e
+
+
 def gpt2_encoding():
     import tiktoken
     try:

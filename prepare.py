@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from checkpoint import load_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import prepare_text, read_shakespeare
+from dataset import prepare_text, read_shakespeare, read_text_file
 from errors import ConfigError, DataError
 
 
@@ -53,15 +53,7 @@ def tokenizer_meta(source: str) -> dict:
 
 
 def read_text(path: str) -> str:
-    if not path:
-        return read_shakespeare()
-    if not os.path.isfile(path):
-        raise DataError(f"--input={path}: no such file; give the path of a UTF-8 text file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as e:
-        raise DataError(f"--input={path} is not UTF-8 text ({e.reason}); give a text file") from e
+    return read_text_file(path, "--input=") if path else read_shakespeare()
 
 
 def prepare(cfg: PrepareConfig) -> dict:

@@ -6,7 +6,6 @@ Sample text from a trained checkpoint.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +13,7 @@ import torch
 from checkpoint import load_checkpoint, model_from_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import GPT2_META, Tokenizer
+from dataset import GPT2_META, Tokenizer, read_text_file
 from devices import resolve_device
 from errors import ConfigError, DataError
 
@@ -56,14 +55,7 @@ def read_prompt(start: str) -> str:
     """The prompt: the text itself, or the contents of a UTF-8 text file given as FILE:path."""
     if not start.startswith("FILE:"):
         return start
-    path = start[5:]
-    if not os.path.isfile(path):
-        raise ConfigError(f"--start=FILE:{path}: no such file; give the path of a UTF-8 text file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"--start=FILE:{path} is not UTF-8 text ({e.reason}); give a text file") from e
+    return read_text_file(start[5:], "--start=FILE:")
 
 
 def sample(cfg: SampleConfig) -> list[str]:
