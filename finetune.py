@@ -76,6 +76,9 @@ class FinetuneConfig(TrainConfig):
         if self.control_dir and os.path.abspath(self.control_dir) == os.path.abspath(self.out_dir):
             raise ConfigError("control_dir is out_dir: the control is another finetune run (of the untransformed "
                               "model); give its directory")
+        if self.reference_val_loss is not None and not self.reference_val_loss > 0:
+            raise ConfigError(f"reference_val_loss must be > 0 (recovery is val / reference), got "
+                              f"{self.reference_val_loss}")
         if not 0 <= self.distill_alpha <= 1:
             raise ConfigError(f"distill_alpha must lie in [0, 1], got {self.distill_alpha}")
         if self.distill_temperature <= 0 or self.distill_chunk <= 0:

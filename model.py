@@ -535,12 +535,16 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None) -> torch.Tensor:
-        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T), feeding each prediction back in."""
+                 top_k: int | None = None, vocab_limit: int | None = None) -> torch.Tensor:
+        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T), feeding each prediction back in. ``vocab_limit``:
+        only ids below it (a vocabulary padded past its tokenizer, e.g. 50304 for GPT-2's 50257, has ids that
+        decode to nothing)."""
         for _ in range(max_new_tokens):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :] / max(temperature, 1e-8)
+            if vocab_limit is not None:
+                logits[:, vocab_limit:] = -float("inf")
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")

@@ -42,6 +42,9 @@ class PrepareConfig:
 
 def tokenizer_meta(source: str) -> dict:
     """The tokenizer description of our checkpoint (its meta) or of a Hugging Face model (its tokenizer files)."""
+    if source.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(source)):
+        raise DataError(f"--tokenizer_from={source}: no such directory; give a checkpoint directory or a Hugging "
+                        "Face model directory / name")
     if os.path.exists(os.path.join(source, "ckpt.pt")) or source.endswith(".pt"):
         meta = load_checkpoint(source).get("meta")
         if not meta:

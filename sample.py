@@ -71,7 +71,8 @@ def sample(cfg: SampleConfig) -> list[str]:
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
     texts = []
     for _ in range(cfg.num_samples):
-        y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k)
+        y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                           vocab_limit=tokenizer.vocab_size)
         texts.append(prompt + tokenizer.decode(y[0, len(ids):].tolist()))
     return texts
 

@@ -114,6 +114,9 @@ class TrainConfig(GPTConfig):
         for name in ("max_iters", "warmup_iters", "lr_decay_iters", "rewarm_iters", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_iters == 0 and not self.eval_only:
+            raise ConfigError("max_iters=0 trains nothing and would write no checkpoint; give max_iters >= 1, or "
+                              "--eval_only=True to evaluate a model")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype={self.dtype!r} is not one of {DTYPES}")
         if self.optimizer not in ("adamw", "adafactor"):
@@ -595,9 +598,8 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
     try:
         with stop_on_signals(st, master), progress_bar(run) as bar:
             if cfg.eval_only:
-                st.losses = evaluate(run)
+                st.losses = evaluate(run)  # printed, not appended to the run's metrics: evaluating changes no run
                 print(loss_line(st.iter_num, st.losses))
-                run.logger.log(loss_record(st.losses), step=st.iter_num)
                 return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses["val"]}
             while st.iter_num < cfg.max_iters:
                 if st.iter_num % cfg.eval_interval == 0 and st.iter_num != st.last_eval_iter and master:
@@ -632,7 +634,9 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
 def main(argv: list[str]) -> None:
     cfg = load_config(TrainConfig, argv, prog="train.py")
     summary = train(cfg)
-    if summary.get("val_loss") is not None:
+    if cfg.eval_only:
+        print(f"evaluated at iter {summary['iter_num']}: val loss {summary['val_loss']:.4f}")
+    elif summary.get("val_loss") is not None:
         print(f"done: iter {summary['iter_num']}, val loss {summary['val_loss']:.4f}, "
               f"best {summary['best_val_loss']:.4f}")
 

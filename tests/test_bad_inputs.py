@@ -239,6 +239,20 @@ CASES = [
     ("convert", lambda c: [f"--from_nanogpt={c.empty_dir}", f"--out_dir={_fresh(c, 'c')}"], ["no checkpoint at"]),
     ("convert", lambda c: [f"--to_hf={_fresh(c, 'hf')}"], ["--in_dir=DIR (our checkpoint) is required"]),
     ("convert", lambda c: [f"--from_nanogpt={c.trained}", f"--out_dir={c.trained}"], ["where the input checkpoint"]),
+    ("train", lambda c: _train(c, "--max_iters=0"), ["max_iters=0 trains nothing", "--eval_only=True"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", "--reference_val_loss=0"],
+     ["reference_val_loss must be > 0"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--block_size=999"],
+     ["block_size=999 exceeds the model's context of 16"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={_fresh(c, 'g')}", "--block_size=-1"],
+     ["block_size must be >= 0"]),
+    ("prepare", lambda c: [f"--out_dir={_fresh(c, 'p')}"], ["give exactly one of --tokenizer_from"]),
+    ("prepare", lambda c: ["--tokenizer=bpe", f"--out_dir={_fresh(c, 'p')}"], ["--tokenizer='bpe' is not one of"]),
+    ("prepare", lambda c: ["--tokenizer=char", f"--input={c.tmp}/nope.txt", f"--out_dir={_fresh(c, 'p')}"],
+     ["--input=", "no such file"]),
+    ("prepare", lambda c: [f"--tokenizer_from={c.tmp}/nothing", f"--out_dir={_fresh(c, 'p')}"],
+     ["no such directory"]),
+    ("prepare", lambda c: [f"--tokenizer_from={c.empty_dir}", f"--out_dir={_fresh(c, 'p')}"], ["has no tokenizer.json"]),
 ]
 
 
@@ -343,3 +357,34 @@ def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_
     monkeypatch.setattr(train_module, "optimisation_step", real_step)
     assert harness.trained(setting, "partial", args=args) == str(out)
     assert (out / "done.json").exists() and torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] == 6
+
+
+def test_eval_only_reports_and_leaves_the_run_as_it_was(ctx, tmp_path, capsys):
+    import shutil
+
+    import train
+    run = tmp_path / "run"
+    shutil.copytree(ctx.trained, run)
+    metrics = (run / "metrics.jsonl").read_bytes() if (run / "metrics.jsonl").exists() else None
+    before = _hash(str(run))
+    assert run_cli(train.main, [f"--out_dir={run}", "--init_from=resume", "--eval_only=True", "--eval_iters=2",
+                                f"--data_dir={ctx.data}", "--block_size=16",
+                                "--progress_bar=False"]) == 0
+    out = capsys.readouterr()
+    assert "evaluated at iter" in out.out and "Traceback" not in out.err
+    assert _hash(str(run)) == before
+    assert ((run / "metrics.jsonl").read_bytes() if (run / "metrics.jsonl").exists() else None) == metrics
+
+
+def test_generation_never_samples_ids_past_the_tokenizer():
+    """A vocabulary padded past its tokenizer (GPT-2: 50304 > 50257) has ids that decode to nothing."""
+    import torch
+
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)).eval()
+    with torch.no_grad():
+        model.lm_head.weight[40:] += 5.0  # the padded ids would win almost every draw
+    out = model.generate(torch.zeros(4, 1, dtype=torch.long), 30, vocab_limit=40)
+    assert int(out.max()) < 40
+    assert int(model.generate(torch.zeros(4, 1, dtype=torch.long), 30).max()) >= 40  # the test can fail
