@@ -121,14 +121,7 @@ class TrainConfig(GPTConfig):
             raise ConfigError(f"dtype={self.dtype!r} is not one of {DTYPES}")
         if self.optimizer not in ("adamw", "adafactor"):
             raise ConfigError(f"optimizer={self.optimizer!r} is not one of ('adamw', 'adafactor')")
-        if self.learning_rate <= 0 or self.min_lr < 0:
-            raise ConfigError("learning_rate must be > 0 and min_lr >= 0")
-        if self.decay_lr and self.min_lr > self.learning_rate:
-            raise ConfigError(f"min_lr={self.min_lr} is above learning_rate={self.learning_rate}: the cosine decays "
-                              "from learning_rate down to min_lr; lower --min_lr")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        self._check_optimizer_schedule()
         if self.rewarm_iters and not self.init_state:
             raise ConfigError("rewarm_iters re-warms the LR after a continued state: add --init_state=True (with "
                               "finetune.py --in_dir) or drop --rewarm_iters")
@@ -138,6 +131,16 @@ class TrainConfig(GPTConfig):
             raise ConfigError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         if self.init_from == "scratch":
             GPTConfig(**self.model_args(vocab_size=self.vocab_size or 50304))  # fail early on model fields
+
+    def _check_optimizer_schedule(self) -> None:
+        if self.learning_rate <= 0 or self.min_lr < 0:
+            raise ConfigError("learning_rate must be > 0 and min_lr >= 0")
+        if self.decay_lr and self.min_lr > self.learning_rate:
+            raise ConfigError(f"min_lr={self.min_lr} is above learning_rate={self.learning_rate}: the cosine decays "
+                              "from learning_rate down to min_lr; lower --min_lr")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
 
     def model_args(self, **overrides) -> dict:
         args = {f: getattr(self, f) for f in GPTConfig.field_names()}

@@ -252,7 +252,8 @@ CASES = [
      ["--input=", "no such file"]),
     ("prepare", lambda c: [f"--tokenizer_from={c.tmp}/nothing", f"--out_dir={_fresh(c, 'p')}"],
      ["no such directory"]),
-    ("prepare", lambda c: [f"--tokenizer_from={c.empty_dir}", f"--out_dir={_fresh(c, 'p')}"], ["has no tokenizer.json"]),
+    ("prepare", lambda c: [f"--tokenizer_from={c.empty_dir}", f"--out_dir={_fresh(c, 'p')}"],
+     ["has no tokenizer.json"]),
 ]
 
 
