@@ -429,6 +429,8 @@ def fold_gain_into_readers(sd: dict, cfg: GPTConfig, norm: str, readers: tuple[s
             sd[f"{reader}.bias"] = bias + W @ beta
             if reader == "lm_head":
                 cfg.head_bias = True
+            elif reader.endswith("attn.c_attn") and not cfg.attn_bias:  # qkv_bias=False beside bias=True
+                cfg.qkv_bias = None if cfg.bias else True
         sd[f"{reader}.weight"] = W * gamma
     sd[f"{norm}.weight"] = _one(gamma)
 
