@@ -202,9 +202,6 @@ def model_from_hf_model(hf_model, **overrides) -> GPT:
     return GPT.from_state_dict(config, state)
 
 
-gpt2_from_hf_model = model_from_hf_model  # the name earlier versions exported
-
-
 def _load_hf(loader, name_or_dir: str, what: str, **kwargs):
     """``loader.from_pretrained`` with the offline hint as one ConversionError."""
     try:

@@ -129,7 +129,7 @@ def test_init_from_gpt2_in_train_and_finetune(char_data_dir, tmp_path, tmp_path_
     from train import TrainConfig, train
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32))
-    monkeypatch.setattr(convert, "gpt2_from_pretrained", lambda name, **kw: convert.gpt2_from_hf_model(hf, **kw))
+    monkeypatch.setattr(convert, "gpt2_from_pretrained", lambda name, **kw: convert.model_from_hf_model(hf, **kw))
     bpe_dir = str(tmp_path / "bpe")
     prepare_text("The king shall not love thee, my lord. " * 400, bpe_dir, "gpt2")
     common = ["--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--batch_size=2", "--block_size=16",

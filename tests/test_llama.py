@@ -3,8 +3,10 @@
 Every Hugging Face model here is built in the test from a config (random weights made far from uniform) and every
 tokenizer is trained here on tinyshakespeare: nothing is downloaded.
 """
+import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,7 +22,14 @@ from hf_models import (
 
 transformers = pytest.importorskip("transformers")
 
-from convert import ConversionError, ConvertConfig, convert, export_hf, hf_pretrained  # noqa: E402
+from convert import (  # noqa: E402
+    ConversionError,
+    ConvertConfig,
+    convert,
+    export_hf,
+    hf_pretrained,
+    model_from_hf_model,
+)
 
 VARIANTS = {  # name: llama() keyword arguments
     "gqa_8_2": dict(n_head=8, n_kv_head=2),
@@ -165,7 +174,7 @@ def imported():
     models = {}
     for name, kw in (("qwen2", dict(qwen2=True)), ("llama", dict(tied=True, rope_scaling=True))):
         hf = llama(n_head=8, n_kv_head=2, **kw)
-        models[name] = __import__("convert").model_from_hf_model(hf)
+        models[name] = model_from_hf_model(hf)
     return models
 
 
@@ -325,8 +334,6 @@ def test_prepare_refuses_to_overwrite_and_checks_its_input(pipeline, tmp_path):
 
 def test_large_vocabularies_are_stored_as_uint32(tmp_path):
     """Llama 3 / Qwen2 ids exceed uint16: the dataset records uint32 and the loader reads it back."""
-    import numpy as np
-
     from dataset import BatchLoader, load_meta, prepare_text
     from hf_models import shakespeare_text
     tok = train_tokenizer(vocab_size=300)
@@ -378,9 +385,9 @@ def test_lm_eval_on_an_exported_llama_agrees_with_our_loss(pipeline):
     bits_per_byte = next(v for k, v in metrics.items() if k.startswith("bits_per_byte") and "stderr" not in k)
     text = json.loads(open(os.path.join(hf_dir, "lm_eval", "val.jsonl")).readline())["text"]
     from dataset import Tokenizer
-    tokens = __import__("numpy").array(Tokenizer(ckpt["meta"]).encode(text))
+    tokens = np.array(Tokenizer(ckpt["meta"]).encode(text))
     nll_per_token = rolling_loss(ours, tokens, prefix=bos)
-    ours_bits_per_byte = nll_per_token * len(tokens) / len(text.encode()) / __import__("math").log(2)
+    ours_bits_per_byte = nll_per_token * len(tokens) / len(text.encode()) / math.log(2)
     assert abs(ours_bits_per_byte / bits_per_byte - 1) < 1e-4
 
 
