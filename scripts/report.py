@@ -395,8 +395,114 @@ def benchmarks(_: dict | None) -> str:
     return "\n".join(lines)
 
 
+def gap_pct(x: dict, digits: int = 2) -> str:
+    """A relative gap (mean_spread of val / original − 1) in percent."""
+    return (f"{100 * x['mean']:+.{digits}f}% ± {100 * x['std']:.{digits}f}" if x["n"] > 1
+            else f"{100 * x['mean']:+.{digits}f}%")
+
+
+def slope_text(fit: dict) -> str:
+    ci = "" if fit["slope_ci"] is None else " [{:+.2f}, {:+.2f}]".format(*fit["slope_ci"])
+    return f"{fit['slope']:+.2f}{ci}"
+
+
+def mean_steps(per_seed: list, budget: int) -> str:
+    """Steps to recover over seeds: their mean, '>budget' counted for a seed that did not recover."""
+    done = [x for x in per_seed if x is not None]
+    if not done:
+        return f"> {budget}"
+    text = f"{statistics.fmean(done):.0f}"
+    return text if len(done) == len(per_seed) else f"{text} ({len(per_seed) - len(done)} of {len(per_seed)} > {budget})"
+
+
+def scale(r: dict) -> str:
+    rows, ratios, at = r["rows"], r["ratios"], r["at"]
+    methods = list(dict.fromkeys(c["method"] for c in rows[0]["zero_shot"]))
+    n_maps = max(c["gap"]["n"] for row in rows for c in row["zero_shot"])
+    ft = r["finetune"]
+    lines = ["**Base models.** Character-level (char) and GPT-2 BPE (bpe) tinyshakespeare, 4 layers, head size "
+             f"{r['head_size']['char']} (n_head = d / {r['head_size']['char']}), each family's CPU recipe unchanged at "
+             "every width (char: 2000 iterations × 768 tokens; bpe: 1000 × 768, tied head). Val loss on the full val "
+             "split, training seed 0; the spread over training seeds where measured.", "",
+             "| family | d | n_head | parameters | val loss (full val) | training-seed spread |",
+             "|---|---|---|---|---|---|"]
+    yard = {(y["family"], y["d"]): y for y in r["yardstick"]}
+    for row in rows:
+        y = yard.get((row["family"], row["d"]))
+        lines.append(f"| {row['family']} | {row['d']} | {row['n_head']} | {row['params'] / 1e6:.2f} M | "
+                     f"{row['reference_val_loss']:.4f} | {'—' if y is None else ms(y['val_loss'], 4)} "
+                     f"{'' if y is None else '(n = {})'.format(y['val_loss']['n'])} |")
+    lines += ["", f"**Zero-shot gap** (val / original − 1 on the full val split, before any finetuning). Gaussian "
+              f"rows: mean ± std over n = {n_maps} map seeds; PCA is deterministic (n = 1). The recommended recipe is "
+              f"PCA + a learned orthonormal T ({r['learn_steps']} Adam steps) + refit=all, calibrated on "
+              f"{r['calibration_sequences']} training sequences. The paper's Gaussian sandwich is inside its stated "
+              "domain (Algorithm 1, m < d) everywhere here.", "",
+              "| family | d | m/d | m | " + " | ".join(methods) + " |", "|---|---|---|---|" + "---|" * len(methods)]
+    for row in rows:
+        for ratio in ratios:
+            cells = {c["method"]: c for c in row["zero_shot"] if c["ratio"] == ratio}
+            lines.append(f"| {row['family']} | {row['d']} | {ratio:g} | {cells[methods[0]]['m']} | "
+                         + " | ".join(gap_pct(cells[m]["gap"]) for m in methods) + " |")
+    lines += ["", "**Trend with d.** A least-squares line through log gap against log d (the map-seed means, one "
+              "point per width): its slope with a 95% interval (t, n − 2 degrees of freedom; two widths give a slope "
+              "and no interval), the factor by which the gap changes per doubling of d, and — **extrapolations, not "
+              "findings** — the gap the line predicts at d = " + " and ".join(
+                  str(d) for d in r["fits"][0]["predict"]) + " with its 95% prediction interval. A random map's "
+              "distortion ε ∝ 1/√m predicts a slope of −0.5 at a fixed m/d.", "",
+              "| family | method | m/d | slope [95% interval] | per doubling of d | " + " | ".join(
+                  f"predicted gap at d = {d}" for d in r["fits"][0]["predict"]) + " |",
+              "|---|---|---|---|---|" + "---|" * len(r["fits"][0]["predict"])]
+    for fit in r["fits"]:
+        preds = [f"{100 * p[0]:.2f}% [{100 * p[1]:.2f}, {100 * p[2]:.2f}]" for p in fit["predict"].values()]
+        preds += ["—"] * (len(r["fits"][0]["predict"]) - len(preds))
+        lines.append(f"| {fit['family']} | {fit['method']} | {fit['ratio']:g} | {slope_text(fit)} | "
+                     f"×{fit['per_doubling']:.2f} | " + " | ".join(preds) + " |")
+    exact = max(row["exact_max_abs_delta"] for row in rows)
+    lines += ["", "**Exactness at m ≥ d** (residual porting, orthogonal T, seed 0, m/d = "
+              + " and ".join(f"{x:g}" for x in r["exact_ratios"]) + f"): max |Δ val loss| = {exact:.1e} over every "
+              "width (" + ", ".join(f"{row['family']} d = {row['d']}: {row['exact_max_abs_delta']:.1e}"
+                                     for row in rows) + ").", ""]
+    lines += [f"**Geometry at m/d = {at:g}** (residual porting; {r['n_probes']} probes of the original's hidden "
+              "states). The map's ε on the probe pairs (|‖Tu−Tv‖²/‖u−v‖² − 1|, 99th percentile and max) against the "
+              "JL guarantee at that m (δ = 0.05; none below the width where the lemma guarantees ε < 1), and the "
+              f"transformed model's own AE and HC. Gaussian: n = {n_maps} map seeds.", "",
+              "| family | d | m | Gaussian ε q99 | Gaussian ε max | JL bound ε | Gaussian AE model (rad) | "
+              "Gaussian HC model | PCA AE model (rad) | PCA HC model |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        g, p = row["geometry"]["gaussian"], row["geometry"]["pca"]
+        bound = g["jl_eps_bound"]
+        lines.append(f"| {row['family']} | {row['d']} | {row['geometry_m']} | {ms(g['jl_eps_empirical_q99'])} | "
+                     f"{ms(g['jl_eps_empirical_max'], 2)} | {'none < 1' if bound is None else f'{bound:.3f}'} | "
+                     f"{ms(g['ae_model'])} | {ms(g['hc_model'])} | {ms(p['ae_model'])} | {ms(p['hc_model'])} |")
+    lines += ["", f"**Recovery at m/d = {at:g}** against the control, n = {ft['seeds']} finetuning seeds, "
+              f"{ft['iters']} steps, eval every {ft['eval_interval']} steps on {ft['eval_iters']} fixed val batches. "
+              "Steps to recover: first eval within 1% of the control (per seed; — = not within the budget). Final gap: "
+              "val / control − 1 at the end.", "",
+              "| family | d | transform | loss | zero-shot (full val) | steps to recover | mean | "
+              "final gap to control |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for rec in row["recovery"]:
+            zero = next(c for c in row["zero_shot"] if c["method"] == rec["method"] and c["ratio"] == at)
+            lines.append(f"| {row['family']} | {row['d']} | {rec['method']} | {rec['loss']} | "
+                         f"{row['reference_val_loss'] * (1 + zero['gap']['values'][0]):.3f} | "
+                         f"{steps(rec['steps_to_recover_vs_control'])} | "
+                         f"{mean_steps(rec['steps_to_recover_vs_control'], ft['iters'])} | {pct(rec['final_gap'])} |")
+    if r["yardstick"]:
+        lines += ["", f"**The yardstick: training seeds.** The same transforms at m/d = {at:g} (map seed 0) applied "
+                  f"to each of n = {r['yardstick'][0]['val_loss']['n']} trainings of one width: the spread here is how "
+                  "much two trainings of the same "
+                  "model differ, against which a difference between widths is read.", "",
+                  "| family | d | val loss | " + " | ".join(f"{m} gap" for m in methods) + " |",
+                  "|---|---|---|" + "---|" * len(methods)]
+        for y in r["yardstick"]:
+            lines.append(f"| {y['family']} | {y['d']} | {ms(y['val_loss'], 4)} | "
+                         + " | ".join(gap_pct(y["gap"][m]) for m in methods) + " |")
+    lines += ["", "![zero-shot gap against base width](results/scale/scale.png)", "", provenance(r)]
+    return "\n".join(lines)
+
+
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
-                                    quantization, shrink_quality, recovery)}
+                                    quantization, shrink_quality, recovery, scale)}
 
 
 def render(name: str) -> str:

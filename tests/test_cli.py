@@ -22,7 +22,7 @@ OTHER_ENTRY_POINTS = ["data/shakespeare_char/prepare.py", "data/shakespeare/prep
                       "scripts/report.py", "scripts/experiments.py", "bench/train_throughput.py",
                       "bench/transform_speed.py", "bench/geometry_speed.py", "checkpoint.py",
                       "scripts/all.sh", "scripts/worked_example.sh", "scripts/heads.sh", "scripts/shrink_quality.sh",
-                      "scripts/recovery.sh", "bench/distill_speed.py"]
+                      "scripts/recovery.sh", "scripts/scale.sh", "bench/distill_speed.py"]
 
 
 def _listing(path) -> list[str]:

@@ -63,7 +63,7 @@ def test_widths_are_multiples_of_the_head_count():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
-                                        "quantization", "shrink_quality", "recovery", "grow_staging"])
+                                        "quantization", "shrink_quality", "recovery", "grow_staging", "scale"])
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
@@ -82,6 +82,8 @@ def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_d
     s.seeds, s.finetune_iters, s.finetune_eval_interval, s.finetune_eval_iters = (0, 1), 4, 2, 2
     s.grow_iters, s.curve_eval = 4, ["--eval_interval=2", "--eval_iters=2", "--eval_seed=0"]
     monkeypatch.setattr(experiments, "GROW_ARMS", experiments.GROW_ARMS[-3:])  # clone: fresh/carried, re-warm
+    monkeypatch.setattr(experiments, "scale_widths", lambda s: {"char": (16, 32, 64)})  # d = 16 is the base model
+    monkeypatch.setattr(experiments, "SCALE_HEAD_SIZE", {"char": 8})
     experiments.EXPERIMENTS[experiment](s)
     result = json.load(open(tmp_path / "results" / experiment / "results.json"))
     table = getattr(report, experiment)(result)
@@ -267,3 +269,20 @@ def test_a_model_trained_without_its_curve_is_the_same_model(runs, char_data_dir
     assert evals[0][-1]["val/loss"] == evals[1][-1]["val/loss"]
     a, b = (torch.load(os.path.join(p, "ckpt.pt"), weights_only=False)["model"] for p in (with_curve, without))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_scale_fit_recovers_a_power_law_and_its_interval_matches_linregress():
+    import numpy as np
+    from scipy import stats
+
+    import experiments
+    ds = [64, 128, 256, 512]
+    exact = experiments.loglog_fit(ds, [0.3 * d ** -0.5 for d in ds], at=(1024,))
+    assert abs(exact["slope"] + 0.5) < 1e-12 and abs(exact["per_doubling"] - 2 ** -0.5) < 1e-12
+    assert abs(exact["predict"]["1024"][0] - 0.3 * 1024 ** -0.5) < 1e-12  # a line through the points extrapolates
+    noisy = [0.3 * d ** -0.5 * f for d, f in zip(ds, (1.1, 0.9, 1.05, 0.97))]
+    fit = experiments.loglog_fit(ds, noisy)
+    ref = stats.linregress(np.log(ds), np.log(noisy))
+    half = stats.t.ppf(0.975, len(ds) - 2) * ref.stderr
+    assert np.allclose(fit["slope_ci"], [ref.slope - half, ref.slope + half])
+    assert experiments.loglog_fit([128, 256], [0.02, 0.01])["slope_ci"] is None  # two widths: a slope, no interval
