@@ -11,8 +11,12 @@ It is always written atomically: a temporary file in the same directory, then ``
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import random
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -22,6 +26,7 @@ from model import GPT, GPTConfig
 
 CHECKPOINT_NAME = "ckpt.pt"
 REQUIRED_KEYS = ("model", "model_args")
+LOCK_NAME = ".lock"  # in a directory a command is writing: the holder's pid and command line
 
 
 def checkpoint_path(path_or_dir: str) -> str:
@@ -65,6 +70,54 @@ def save_checkpoint(ckpt: dict, out_dir: str) -> str:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+@contextmanager
+def hold_run_dir(out_dir: str, command: str) -> Iterator[None]:
+    """Hold ``out_dir`` exclusively while ``command`` writes it, so two writers never replace each other's
+    checkpoint or interleave their metrics. The lock is an flock on ``out_dir/.lock`` (which names the holder's
+    pid and command): the kernel releases it when the holder exits however it exits, so a lock file left by a
+    killed process is taken over, with a note. A second writer gets one line naming the holder. On release the
+    lock file goes, and so does ``out_dir`` if this call created it and nothing was written there. A path that
+    cannot hold a lock (a file, an unwritable parent) is left to the command's own checks and their message."""
+    created = []  # the directories this call makes, deepest first: removed again if nothing was written
+    parent = os.path.abspath(out_dir)
+    while parent and not os.path.exists(parent):
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    path = os.path.join(out_dir, LOCK_NAME)
+    while True:
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise CheckpointError(f"'{out_dir}' is being written by another run ({holder}); wait for it to finish "
+                                  "or choose another --out_dir") from None
+        if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder removed the file between our open and our lock: lock the one that is there now
+    left = os.read(fd, 4096).decode(errors="replace").strip()
+    if left:
+        print(f"note: '{out_dir}' had the lock of a run that is no longer running ({left}): taken over",
+              file=sys.stderr)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}: {command}".encode(), 0)
+    try:
+        yield
+    finally:
+        os.remove(path)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        for directory in created:
+            if os.path.isdir(directory) and not os.listdir(directory):
+                os.rmdir(directory)
 
 
 def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False) -> None:

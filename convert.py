@@ -22,7 +22,15 @@ from dataclasses import dataclass
 
 import torch
 
-from checkpoint import check_output_dir, clean_state_dict, load_checkpoint, load_model, save_checkpoint
+from checkpoint import (
+    check_output_dir,
+    check_writable_dir,
+    clean_state_dict,
+    hold_run_dir,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+)
 from cli import run_cli
 from configurator import load_config
 from dataset import (
@@ -626,7 +634,7 @@ class ConvertConfig:
     to_hf: str = ""  # directory for the exported GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM + tokenizer
     lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
-    overwrite: bool = False  # replace a checkpoint already in out_dir
+    overwrite: bool = False  # replace a checkpoint already in out_dir, or an export already in to_hf
 
     def validate(self) -> None:
         modes = [bool(self.from_hf), bool(self.from_nanogpt), bool(self.to_hf)]
@@ -638,8 +646,22 @@ class ConvertConfig:
             raise ConfigError("--in_dir=DIR (our checkpoint) is required with --to_hf")
 
 
+def check_export_dir(to_hf: str, overwrite: bool) -> None:
+    """Before any work: ``to_hf`` is a directory (or can be one) that holds no export, unless ``overwrite``."""
+    if os.path.exists(to_hf) and not os.path.isdir(to_hf):
+        raise ConversionError(f"--to_hf='{to_hf}' is a file: the export is a directory (config.json, weights, "
+                              "tokenizer); give a directory path")
+    held = [name for name in ("config.json", "model.safetensors", "pytorch_model.bin")
+            if os.path.exists(os.path.join(to_hf, name))]
+    if held and not overwrite:
+        raise ConversionError(f"'{to_hf}' already holds an export ({', '.join(held)}); choose another --to_hf, or "
+                              "pass --overwrite=True to replace it")
+    check_writable_dir(to_hf)
+
+
 def convert(cfg: ConvertConfig) -> str:
     if cfg.to_hf:
+        check_export_dir(cfg.to_hf, cfg.overwrite)
         model, ckpt = load_model(cfg.in_dir)
         if ckpt.get("meta") is None:  # checked before anything is written
             raise ConversionError(f"{cfg.in_dir} records no tokenizer (meta): the export would have no tokenizer")
@@ -680,7 +702,9 @@ def nanogpt_meta(ckpt: dict, data_dir: str = "") -> dict:
 
 
 def main(argv: list[str]) -> None:
-    print(f"wrote {convert(load_config(ConvertConfig, argv, prog='convert.py'))}")
+    cfg = load_config(ConvertConfig, argv, prog="convert.py")
+    with hold_run_dir(cfg.to_hf or cfg.out_dir, "convert.py"):
+        print(f"wrote {convert(cfg)}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import geometry as geo
-from checkpoint import check_writable_dir, load_model
+from checkpoint import check_writable_dir, hold_run_dir, load_model
 from cli import run_cli
 from configurator import load_config
 from dataset import (
@@ -54,6 +54,7 @@ class GeometryConfig:
     ref_dir: str = ""  # the reference (untransformed) checkpoint (required)
     in_dir: str = ""  # the transformed or finetuned checkpoint ('' → analyse ref_dir alone)
     out_dir: str = "geom"  # where metrics.json and the figures go
+    overwrite: bool = False  # replace a geometry report (metrics.json) already in out_dir
     allow_unrelated: bool = False  # compare in_dir with a ref_dir that is not the transform's recorded source
     data_dir: str = ""  # '' → the data directory recorded in ref_dir's checkpoint
     n_probes: int = 4096  # probe vectors: token embeddings + hidden states spread over every layer
@@ -407,6 +408,9 @@ def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoa
 def evaluate_geometry(cfg: GeometryConfig) -> dict:
     """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb."""
     check_writable_dir(cfg.out_dir)
+    if os.path.exists(os.path.join(cfg.out_dir, "metrics.json")) and not cfg.overwrite:
+        raise CheckpointError(f"'{cfg.out_dir}' already holds a geometry report (metrics.json); choose another "
+                              "--out_dir, or pass --overwrite=True to replace it")
     cfg.device = resolve_device(cfg.device)  # before any work: a missing GPU is one clear error
     ref, ref_ckpt = load_model(cfg.ref_dir, device=cfg.device)
     new, new_ckpt = load_model(cfg.in_dir, device=cfg.device) if cfg.in_dir else (None, None)
@@ -525,7 +529,8 @@ def flat_scalars(metrics: dict, prefix: str = "") -> dict:
 
 def main(argv: list[str]) -> None:
     cfg = load_config(GeometryConfig, argv, prog="eval_geometry.py")
-    m = evaluate_geometry(cfg)
+    with hold_run_dir(cfg.out_dir, "eval_geometry.py"):
+        m = evaluate_geometry(cfg)
     loss = m["loss"]
     print(f"val loss: reference {loss['ref']['val_loss']:.4f}" +
           (f", transformed {loss['new']['val_loss']:.4f}, KL {m['kl']:.4f}, top-1 agreement "

@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from checkpoint import check_output_dir, load_checkpoint, load_model
+from checkpoint import check_output_dir, hold_run_dir, load_checkpoint, load_model
 from cli import run_cli
 from configurator import load_config
 from dataset import (
@@ -237,7 +238,9 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    summary = finetune(load_config(FinetuneConfig, argv, prog="finetune.py"))
+    cfg = load_config(FinetuneConfig, argv, prog="finetune.py")
+    with hold_run_dir(cfg.out_dir, "finetune.py") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+        summary = finetune(cfg)
     if summary.get("val_loss") is None:  # a non-master DDP process
         return
     ref = summary["reference_val_loss"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from checkpoint import load_checkpoint
+from checkpoint import hold_run_dir, load_checkpoint
 from cli import run_cli
 from configurator import load_config
 from dataset import prepare_text, read_shakespeare, read_text_file
@@ -69,7 +69,8 @@ def prepare(cfg: PrepareConfig) -> dict:
 
 def main(argv: list[str]) -> None:
     cfg = load_config(PrepareConfig, argv, prog="prepare.py")
-    meta = prepare(cfg)
+    with hold_run_dir(cfg.out_dir, "prepare.py"):
+        meta = prepare(cfg)
     print(f"wrote {cfg.out_dir} ({meta['fingerprint']})")
 
 

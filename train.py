@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from checkpoint import (
     check_output_dir,
+    hold_run_dir,
     load_checkpoint,
     model_from_checkpoint,
     rng_state,
@@ -636,7 +637,8 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
 
 def main(argv: list[str]) -> None:
     cfg = load_config(TrainConfig, argv, prog="train.py")
-    summary = train(cfg)
+    with hold_run_dir(cfg.out_dir, "train.py") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+        summary = train(cfg)
     if cfg.eval_only:
         print(f"evaluated at iter {summary['iter_num']}: val loss {summary['val_loss']:.4f}")
     elif summary.get("val_loss") is not None:

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from checkpoint import check_output_dir, load_checkpoint, model_from_checkpoint, save_checkpoint
+from checkpoint import check_output_dir, hold_run_dir, load_checkpoint, model_from_checkpoint, save_checkpoint
 from cli import run_cli
 from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss, window_size
@@ -960,7 +960,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
 
 def main(argv: list[str]) -> None:
     cfg = load_config(TransformConfig, argv, prog="transform.py")
-    record = transform_checkpoint(cfg)
+    with hold_run_dir(cfg.out_dir, "transform.py"):
+        record = transform_checkpoint(cfg)
     print(f"{record['kind']} {record['porting']} d={record['d']} → m={record['m']} (norms={record['norms']}); "
           f"JL minimum width {record['jl_min_width']} for N={record['jl_points']}; exact: {record['exact']}")
     for note in record["notes"]:

@@ -290,7 +290,8 @@ def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | No
 
 
 def geometry(s: Setting, ref: str, new: str = "", **options) -> dict:
-    cfg = GeometryConfig(ref_dir=ref, in_dir=new, out_dir="", wandb_log=False, device=s.device, **options)
+    cfg = GeometryConfig(ref_dir=ref, in_dir=new, out_dir="", wandb_log=False, device=s.device, overwrite=True,
+                         **options)  # overwrite: a directory without a marker is a partial run
 
     def build(out: str) -> dict:
         cfg.out_dir = out

@@ -103,6 +103,15 @@ def _fresh(c: Ctx, name: str) -> str:
     return os.path.join(c.tmp, "fresh", name)  # never created by a failing command
 
 
+def _holding(c: Ctx, name: str, *files: str) -> str:
+    """A directory that already holds ``files`` (another command's output), made once."""
+    path = os.path.join(c.tmp, "holding", name)
+    os.makedirs(path, exist_ok=True)
+    for file in files:
+        open(os.path.join(path, file), "a").close()
+    return path
+
+
 # (script, argv from the context, words the one-line error must contain)
 CASES = [
     # train.py: config values
@@ -254,6 +263,12 @@ CASES = [
      ["no such directory"]),
     ("prepare", lambda c: [f"--tokenizer_from={c.empty_dir}", f"--out_dir={_fresh(c, 'p')}"],
      ["has no tokenizer.json"]),
+    # writers that would replace what they did not make
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={_holding(c, 'g', 'metrics.json')}"],
+     ["already holds a geometry report", "--overwrite=True"]),
+    ("convert", lambda c: [f"--in_dir={c.trained}", f"--to_hf={_holding(c, 'hf', 'config.json')}"],
+     ["already holds an export (config.json)", "--overwrite=True"]),
+    ("convert", lambda c: [f"--in_dir={c.trained}", f"--to_hf={c.a_file}"], ["is a file", "give a directory"]),
 ]
 
 
@@ -389,3 +404,57 @@ def test_generation_never_samples_ids_past_the_tokenizer():
     out = model.generate(torch.zeros(4, 1, dtype=torch.long), 30, vocab_limit=40)
     assert int(out.max()) < 40
     assert int(model.generate(torch.zeros(4, 1, dtype=torch.long), 30).max()) >= 40  # the test can fail
+
+
+@pytest.mark.parametrize("script", ["train", "finetune", "transform", "eval_geometry", "convert", "prepare"])
+def test_a_second_writer_of_a_run_directory_is_refused_while_the_first_holds_it(ctx, script, tmp_path, capsys):
+    from checkpoint import LOCK_NAME, hold_run_dir
+    out = str(tmp_path / "run")
+    text = tmp_path / "input.txt"
+    text.write_text(synthetic_text(3000))
+    argv = {"train": _train(ctx, f"--out_dir={out}"),
+            "finetune": [f"--in_dir={ctx.transformed}", f"--out_dir={out}", "--max_iters=2"],
+            "transform": [f"--in_dir={ctx.trained}", f"--out_dir={out}", "--width=16", "--eval_iters=0"],
+            "eval_geometry": [f"--ref_dir={ctx.trained}", f"--out_dir={out}", "--wandb_log=False"],
+            "convert": [f"--from_nanogpt={ctx.trained}", f"--out_dir={out}"],
+            "prepare": ["--tokenizer=char", f"--input={text}", f"--out_dir={out}"]}[script]
+    with hold_run_dir(out, "the first writer"):  # an flock from another open file: as another process holds it
+        rc = run_cli(importlib.import_module(script).main, argv)
+        err = capsys.readouterr().err.strip()
+        assert rc == 1 and err == (f"error: '{out}' is being written by another run (pid {os.getpid()}: the first "
+                                   "writer); wait for it to finish or choose another --out_dir"), err
+        assert os.listdir(out) == [LOCK_NAME]  # nothing of the second writer's
+    assert not os.path.exists(out)  # the holder made the directory for its lock and wrote nothing: gone again
+
+
+def test_a_lock_left_by_a_killed_writer_is_taken_over_with_a_note(ctx, tmp_path, capsys):
+    from checkpoint import LOCK_NAME
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("pid 999999: train.py")  # its holder died (kill -9) without removing it
+    assert run_cli(importlib.import_module("train").main, _train(ctx, f"--out_dir={out}")) == 0
+    err = capsys.readouterr().err
+    assert "had the lock of a run that is no longer running (pid 999999: train.py): taken over" in err
+    assert (out / "ckpt.pt").exists() and not (out / LOCK_NAME).exists()
+
+
+def test_two_train_processes_on_one_out_dir_one_trains_the_other_is_refused(ctx, tmp_path):
+    out = str(tmp_path / "run")
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *_train(ctx, f"--out_dir={out}", "--max_iters=300",
+                                                                   "--eval_interval=300")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):  # until the first holds the directory
+            if os.path.exists(os.path.join(out, ".lock")):
+                break
+            first.poll()
+            assert first.returncode is None, first.communicate()
+            import time
+            time.sleep(0.05)
+        second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        out_first, err_first = first.communicate(timeout=300)
+    assert first.returncode == 0, err_first
+    assert second.returncode == 1 and "is being written by another run (pid" in second.stderr, second.stderr
+    assert "train.py" in second.stderr and second.stdout == ""
