@@ -160,7 +160,44 @@ def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
         raise CheckpointError(f"'{path}' is not a nanoLGPT/nanoGPT checkpoint: it lacks {REQUIRED_KEYS} "
                               f"(found {found}). Hugging Face GPT-2 directories are imported with "
                               "python convert.py --from_hf=DIR --out_dir=OUT")
+    check_finite(ckpt["model"], path)
     return ckpt
+
+
+def check_finite(state_dict: dict, source: str) -> None:
+    """Refuse a model with a NaN or infinite weight: everything computed from it would be NaN, silently."""
+    for name, value in state_dict.items():
+        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+            what = "NaN" if torch.isnan(value).any() else "infinite values"
+            raise CheckpointError(f"'{source}' holds {what} in {name}: the model cannot be used; train it again, or "
+                                  "resume from a checkpoint saved before its weights went bad")
+
+
+def weights_fingerprint(state_dict: dict) -> str:
+    """A fingerprint of a model's weights (names, shapes, each tensor's sum and sum of squares in float64): what a
+    transform records of its source, so a consumer of the record notices a source retrained or replaced in place."""
+    import hashlib
+    digest = hashlib.sha1()
+    for name in sorted(state_dict):
+        value = state_dict[name]
+        if torch.is_tensor(value) and value.is_floating_point():
+            v = value.detach().double()
+            digest.update(f"{name}{tuple(v.shape)}{v.sum().item():.12e}{v.pow(2).sum().item():.12e}".encode())
+    return digest.hexdigest()[:16]
+
+
+def check_transform_source(record: dict | None, source_ckpt: dict, source: str) -> None:
+    """``source`` (read as ``source_ckpt``) must still be the model the transform ``record`` was made from."""
+    recorded = (record or {}).get("source_fingerprint")
+    if recorded and weights_fingerprint(source_ckpt["model"]) != recorded:
+        raise CheckpointError(f"'{source}' has changed since the transform read it (its weights are not the ones the "
+                              "transform recorded: retrained or replaced in place), so it is no longer this model's "
+                              "reference; transform it again, or point to the original model")
+
+
+def is_interrupted(ckpt: dict) -> bool:
+    """A training run stopped before max_iters (SIGINT/SIGTERM): its checkpoint is marked ``complete: False``."""
+    return ckpt.get("complete", True) is False
 
 
 def clean_state_dict(state_dict: dict) -> dict:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from checkpoint import (
+    check_finite,
     check_output_dir,
     check_writable_dir,
     clean_state_dict,
@@ -675,6 +676,7 @@ def convert(cfg: ConvertConfig) -> str:
     check_output_dir(cfg.out_dir, cfg.from_nanogpt, cfg.overwrite)
     if cfg.from_hf:
         model, arch = hf_pretrained(cfg.from_hf)
+        check_finite(model.state_dict(), cfg.from_hf)
         meta = GPT2_META if arch == GPT2 else hf_tokenizer_meta_for(cfg.from_hf, model)
         source = {"init_from": cfg.from_hf, "hf_architecture": arch}
     else:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import geometry as geo
-from checkpoint import check_writable_dir, hold_run_dir, load_model
+from checkpoint import check_transform_source, check_writable_dir, hold_run_dir, load_model
 from cli import run_cli
 from configurator import load_config
 from dataset import (
@@ -311,10 +311,22 @@ def check_related(cfg: GeometryConfig, ref_ckpt: dict, new_ckpt: dict | None) ->
     if ours is not None and theirs is not None and ours != theirs:
         raise CheckpointError(f"ref_dir and in_dir use different tokenizers ({describe_tokenizer(ref_ckpt['meta'])} "
                               f"vs {describe_tokenizer(new_ckpt['meta'])}); compare models of one tokenizer")
-    source = (new_ckpt.get("transform") or {}).get("source")
-    if source and os.path.realpath(source) != os.path.realpath(cfg.ref_dir) and not cfg.allow_unrelated:
+    record = new_ckpt.get("transform")
+    if cfg.allow_unrelated:
+        return
+    if record is None:  # same width: compared as is (a model with itself, or finetuned); another width: unrelated
+        widths = ref_ckpt["model_args"]["n_embd"], new_ckpt["model_args"]["n_embd"]
+        if widths[0] != widths[1]:
+            raise CheckpointError(f"in_dir '{cfg.in_dir}' (width {widths[1]}) records no transform, so nothing says it "
+                                  f"was made from ref_dir '{cfg.ref_dir}' (width {widths[0]}); give a transform's "
+                                  "output (or a finetune of one), or pass --allow_unrelated=True to compare two "
+                                  "unrelated models")
+        return
+    source = record.get("source")
+    if source and os.path.realpath(source) != os.path.realpath(cfg.ref_dir):
         raise CheckpointError(f"in_dir was transformed from '{source}', not from ref_dir '{cfg.ref_dir}'; pass that "
                               "model as --ref_dir, or --allow_unrelated=True to compare them anyway")
+    check_transform_source(record, ref_ckpt, cfg.ref_dir)
 
 
 def reader_alignment(ref: GPT, new: GPT, record: dict) -> float:

@@ -20,12 +20,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from checkpoint import check_output_dir, hold_run_dir, load_checkpoint, load_model
+from checkpoint import (
+    check_output_dir,
+    check_transform_source,
+    hold_run_dir,
+    is_interrupted,
+    load_checkpoint,
+    load_model,
+    model_from_checkpoint,
+)
 from cli import run_cli
 from configurator import load_config
 from dataset import (
@@ -91,16 +100,28 @@ class FinetuneConfig(TrainConfig):
         super().validate()
 
 
-def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run) -> float | None:
+def transform_source(record: dict | None) -> tuple[str, dict] | None:
+    """(path, checkpoint) of the model a transform record was made from, if it is still there; checked to be the
+    model the transform read (not retrained or replaced in place since)."""
+    source = (record or {}).get("source")
+    if not source or not os.path.exists(os.path.join(source, "ckpt.pt")):
+        return None
+    source_ckpt = load_checkpoint(source)
+    check_transform_source(record, source_ckpt, source)
+    return source, source_ckpt
+
+
+def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run,
+                   source: tuple[str, dict] | None = None) -> float | None:
     """The reference val loss on the same eval batches the finetune loop uses, on the run's device and in its
-    autocast dtype (the curve it is compared with is measured so): computed once, by rank 0, and broadcast."""
+    autocast dtype (the curve it is compared with is measured so): computed once, by rank 0, and broadcast.
+    ``source``: the transform's source as ``transform_source`` read it."""
     value = None
     if cfg.reference_val_loss is not None:
         value = cfg.reference_val_loss
     elif record and run.rt.master:
-        source = record.get("source")
-        if source and os.path.exists(os.path.join(source, "ckpt.pt")):
-            reference, _ = load_model(source, device=run.rt.device)
+        if source is not None:
+            reference = model_from_checkpoint(source[1]).to(run.rt.device)
             value = evaluate_loss(reference, run.loader, "val", cfg.eval_iters, cfg.eval_batch_seed(),
                                   run.rt.autocast())
             del reference
@@ -126,6 +147,8 @@ def load_teacher(cfg: FinetuneConfig, ckpt: dict):
         raise ConfigError("--distill needs a teacher: the checkpoint records no transform source; pass "
                           "--teacher_dir=DIR (the model to learn from)")
     teacher, teacher_ckpt = load_model(source)  # on the CPU; distill.py moves it to the run's device
+    if not cfg.teacher_dir:
+        check_transform_source(ckpt.get("transform"), teacher_ckpt, source)
     ours, theirs = tokenizer_fingerprint(ckpt.get("meta")), tokenizer_fingerprint(teacher_ckpt.get("meta"))
     if (ours is not None and theirs is not None and ours != theirs) or (
             teacher.config.vocab_size != ckpt["model_args"]["vocab_size"]):
@@ -205,7 +228,12 @@ def finetune(cfg: FinetuneConfig) -> dict:
     cfg.data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir or (dataset_dir(cfg.dataset) if cfg.dataset else ""))
     cfg.dataset = cfg.dataset or (ckpt.get("config") or {}).get("dataset") or os.path.basename(cfg.data_dir)
     check_tokenizer(ckpt, cfg.data_dir)
+    if is_interrupted(ckpt) and not resume:
+        print(f"note: in_dir '{cfg.in_dir}' comes from an interrupted training run (marked incomplete); finetuning "
+              "it anyway", file=sys.stderr)
     control_curve = read_control(cfg) if cfg.control_dir else None
+    # the reference (the transform's source) is checked before any work: a source changed since is an error
+    source = None if resume or cfg.reference_val_loss is not None else transform_source(ckpt.get("transform"))
     make_loss = None
     if cfg.distill:
         teacher, teacher_source = load_teacher(cfg, ckpt)
@@ -217,7 +245,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
                   "steps_to_recover": None, "reference_val_loss": None}
 
         def on_start(run: Run) -> None:  # once the run has its device, dtype and process group
-            record["reference_val_loss"] = reference_loss(cfg, ckpt.get("transform"), run)
+            record["reference_val_loss"] = reference_loss(cfg, ckpt.get("transform"), run, source)
     extra = {"finetune": record}
     if "transform" in ckpt:
         extra["transform"] = ckpt["transform"]

@@ -49,7 +49,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from checkpoint import check_output_dir, hold_run_dir, load_checkpoint, model_from_checkpoint, save_checkpoint
+from checkpoint import (
+    check_output_dir,
+    hold_run_dir,
+    is_interrupted,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
+    weights_fingerprint,
+)
 from cli import run_cli
 from configurator import load_config
 from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss, window_size
@@ -938,6 +946,10 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head)
     record["source"] = os.path.abspath(cfg.in_dir)
+    record["source_fingerprint"] = weights_fingerprint(ckpt["model"])  # consumers check the source is unchanged
+    if is_interrupted(ckpt):
+        record["notes"].append(f"in_dir is an interrupted training run (stopped at iter {ckpt.get('iter_num', 0)}, "
+                               "marked incomplete): the transformed model is marked incomplete too")
     carried = None
     if cfg.carry_optimizer:
         from carry import carry_moments
@@ -954,6 +966,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
            "iter_num": 0, "source_iter_num": ckpt.get("iter_num", 0),  # finetune.py --init_state goes on from it
            "best_val_loss": record.get("val_loss_after", float("inf")), "optimizer": None,
            "optimizer_moments": carried, "meta": ckpt.get("meta"), "transform": record}
+    if is_interrupted(ckpt):
+        out["complete"] = False
     save_checkpoint(out, cfg.out_dir)
     return record
 

@@ -32,12 +32,21 @@ class Ctx:
     no_meta_small_vocab: str  # a checkpoint without a tokenizer and a 32-token vocabulary (nanoGPT char style)
     corrupt_ckpt: str
     foreign_ckpt: str
+    other_width: str  # a model of width 40 made without a transform (unrelated to trained)
+    nan_weights: str  # trained, with one NaN in a weight
+    inf_weights: str  # trained, with one infinite value in a weight
     a_file: str
     empty_dir: str
     binary_file: str
     bad_config: str
     raising_config: str
     tmp: str
+
+
+def _spoiled(state: dict, value: float) -> dict:
+    state = {k: v.clone() for k, v in state.items()}
+    state["transformer.h.0.mlp.c_fc.weight"][3, 5] = value
+    return state
 
 
 def _variant(src: str, dst: str, **changes) -> str:
@@ -90,6 +99,9 @@ def ctx(trained_dir, char_data_dir, tmp_path_factory):
         no_meta_small_vocab=_variant(trained_dir, str(base / "nometa"), meta=None, model_args=args,
                                      model={k: v[:32] if k.startswith(("transformer.wte", "lm_head")) else v
                                             for k, v in ckpt["model"].items()}),
+        other_width=_variant(transformed, str(base / "other_width"), transform=None),
+        nan_weights=_variant(trained_dir, str(base / "nan"), model=_spoiled(ckpt["model"], float("nan"))),
+        inf_weights=_variant(trained_dir, str(base / "inf"), model=_spoiled(ckpt["model"], float("inf"))),
         corrupt_ckpt=files["corrupt_ckpt.pt"], foreign_ckpt=files["foreign_ckpt.pt"], a_file=files["a_file"],
         empty_dir=empty, binary_file=files["binary_file"], bad_config=files["bad_config.py"],
         raising_config=files["raising_config.py"], tmp=str(base))
@@ -263,6 +275,17 @@ CASES = [
      ["no such directory"]),
     ("prepare", lambda c: [f"--tokenizer_from={c.empty_dir}", f"--out_dir={_fresh(c, 'p')}"],
      ["has no tokenizer.json"]),
+    # models that are not what they claim
+    ("transform", lambda c: [f"--in_dir={c.nan_weights}", f"--out_dir={_fresh(c, 't')}", "--width=16"],
+     ["holds NaN in transformer.h.0.mlp.c_fc.weight", "train it again"]),
+    ("finetune", lambda c: [f"--in_dir={c.inf_weights}", f"--out_dir={_fresh(c, 'f')}"],
+     ["holds infinite values in transformer.h.0.mlp.c_fc.weight"]),
+    ("train", lambda c: _train(c, f"--out_dir={c.nan_weights}", "--init_from=resume"), ["holds NaN"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.nan_weights}", f"--out_dir={_fresh(c, 'g')}"], ["holds NaN"]),
+    ("sample", lambda c: [f"--out_dir={c.inf_weights}"], ["holds infinite values"]),
+    ("convert", lambda c: [f"--from_nanogpt={c.nan_weights}", f"--out_dir={_fresh(c, 'c')}"], ["holds NaN"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--in_dir={c.other_width}", f"--out_dir={_fresh(c, 'g')}"],
+     ["(width 40) records no transform", "--allow_unrelated=True"]),
     # writers that would replace what they did not make
     ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={_holding(c, 'g', 'metrics.json')}"],
      ["already holds a geometry report", "--overwrite=True"]),
@@ -458,3 +481,38 @@ def test_two_train_processes_on_one_out_dir_one_trains_the_other_is_refused(ctx,
     assert first.returncode == 0, err_first
     assert second.returncode == 1 and "is being written by another run (pid" in second.stderr, second.stderr
     assert "train.py" in second.stderr and second.stdout == ""
+
+
+def test_a_source_changed_since_its_transform_is_refused_as_the_reference(ctx, tmp_path, capsys):
+    """Retraining a transform's source in place must not silently make the new model the reference."""
+    from transform import TransformConfig, transform_checkpoint
+    source, out = str(tmp_path / "source"), str(tmp_path / "t")
+    shutil.copytree(ctx.trained, source)
+    transform_checkpoint(TransformConfig(in_dir=source, out_dir=out, width=48, kind="orthogonal", eval_iters=0))
+    ckpt = torch.load(os.path.join(source, "ckpt.pt"), weights_only=False)
+    ckpt["model"]["transformer.h.0.mlp.c_fc.weight"] += 0.01  # the source "retrained" in place
+    torch.save(ckpt, os.path.join(source, "ckpt.pt"))
+    for script, argv in [("eval_geometry", [f"--ref_dir={source}", f"--in_dir={out}", f"--out_dir={tmp_path / 'g'}",
+                                            "--wandb_log=False"]),
+                         ("finetune", [f"--in_dir={out}", f"--out_dir={tmp_path / 'f'}", "--max_iters=2"]),
+                         ("finetune", [f"--in_dir={out}", f"--out_dir={tmp_path / 'f'}", "--max_iters=2",
+                                       "--distill=True"])]:
+        assert run_cli(importlib.import_module(script).main, argv) == 1
+        err = capsys.readouterr().err
+        assert f"'{source}' has changed since the transform read it" in err, err
+    assert not os.path.exists(tmp_path / "g") and not os.path.exists(tmp_path / "f")
+
+
+def test_an_interrupted_source_gives_a_transform_marked_incomplete_with_a_note(ctx, tmp_path, capsys):
+    from checkpoint import is_complete
+    interrupted = _variant(ctx.trained, str(tmp_path / "interrupted"), complete=False)
+    out = str(tmp_path / "t")
+    argv = [f"--in_dir={interrupted}", f"--out_dir={out}", "--width=16", "--eval_iters=0"]
+    assert run_cli(importlib.import_module("transform").main, argv) == 0
+    assert "in_dir is an interrupted training run" in capsys.readouterr().out
+    assert not is_complete(out) and is_complete(ctx.transformed)
+
+
+def test_the_readme_counts_the_table():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert f"holds the table: {len(CASES)} bad command lines" in readme
