@@ -91,6 +91,9 @@ def read_config_file(path: str) -> dict[str, Any]:
         namespace = runpy.run_path(path)
     except SyntaxError as e:
         raise ConfigError(f"config file '{path}' has a syntax error at line {e.lineno}: {e.msg}") from e
+    except SystemExit as e:  # exit() in a config file would end the command with its code and nothing done
+        raise ConfigError(f"config file '{path}' called exit({e.code!r}); a config file holds plain assignments "
+                          "such as n_layer = 4, and the command decides when to stop") from None
     except Exception as e:
         raise ConfigError(f"config file '{path}' raised {e.__class__.__name__}: {e}; "
                           "a config file holds plain assignments such as n_layer = 4") from e
@@ -123,19 +126,25 @@ class HelpRequested(Exception):  # noqa: N818 - a control-flow signal, not an er
 def load_config(cls: type[C], argv: list[str], base: C | None = None, prog: str | None = None) -> C:
     """Build a ``cls`` dataclass from its defaults (or ``base``), config files and --key=value overrides.
 
-    The keys given explicitly (in files or on the command line) are kept in ``config.explicit_keys``.
+    The keys given explicitly (in files or on the command line) are kept in ``config.explicit_keys``, those given
+    on the command line in ``config.cli_keys``.
     Raises ``HelpRequested`` for -h/--help, with the help of ``cls`` filled in with the values so far.
     """
     help_at = next((i for i, a in enumerate(argv) if a in HELP_FLAGS), None)
     types_by_key = _field_types(cls)
     values = dataclasses.asdict(base) if base is not None else {}
     explicit: set[str] = set()
+    cli: set[str] = set()
     for source, update in parse_args(argv if help_at is None else argv[:help_at]):
         for key, value in update.items():
             if key not in types_by_key:
                 raise _unknown_key(key, list(types_by_key), source)
             values[key] = coerce(key, value, types_by_key[key], source)
             explicit.add(key)
+            if source.startswith("argument"):
+                cli.add(key)
+            else:
+                cli.discard(key)  # a later config file's value is the one in force
     if help_at is not None:
         raise HelpRequested(help_text(cls, values, prog))
     try:
@@ -148,6 +157,7 @@ def load_config(cls: type[C], argv: list[str], base: C | None = None, prog: str 
     except ValueError as e:  # model.GPTConfig raises plain ValueError (model.py imports nothing of ours)
         raise ConfigError(str(e)) from e
     config.explicit_keys = frozenset(explicit)
+    config.cli_keys = frozenset(cli)
     return config
 
 

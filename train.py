@@ -230,18 +230,35 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
 
 
 def check_checkpoint_overrides(cfg: TrainConfig, model_args: dict, source: str) -> None:
-    """A model that comes from a checkpoint keeps its architecture: an explicitly given model field that differs
-    (other than dropout, norm_reg, a smaller block_size) would be silently ignored, so it is an error."""
+    """A model that comes from a checkpoint keeps its architecture. A model field given on the command line that
+    differs (other than dropout, norm_reg, a smaller block_size) would be silently ignored, so it is an error; one
+    that only a config file sets (e.g. the file the run was started with, resuming a transformed model) gets a
+    note saying the checkpoint's value is used."""
     explicit = getattr(cfg, "explicit_keys", frozenset())
-    differing = [f"{k}={getattr(cfg, k)!r} (checkpoint: {model_args.get(k)!r})" for k in GPTConfig.field_names()
-                 if k in explicit and k not in CHECKPOINT_OVERRIDABLE and getattr(cfg, k) != model_args.get(k)]
-    if differing:
+    cli = getattr(cfg, "cli_keys", explicit)
+
+    def differs(k: str) -> bool:
+        if k == "block_size":
+            return getattr(cfg, k) > model_args[k]  # a smaller context crops the model
+        return k not in CHECKPOINT_OVERRIDABLE and getattr(cfg, k) != model_args.get(k)
+
+    differing = [k for k in GPTConfig.field_names() if k in explicit and differs(k)]
+    described = {k: f"{k}={getattr(cfg, k)!r} (checkpoint: {model_args.get(k)!r})" for k in differing}
+    contradicting = [described[k] for k in differing if k in cli]
+    if contradicting:
         raise ConfigError(f"the model comes from {source}, whose architecture is fixed; these settings contradict "
-                          f"it: {', '.join(differing)}. Drop them (only dropout, norm_reg and a smaller block_size "
-                          "can change), or train from scratch in a new out_dir")
-    if "block_size" in explicit and cfg.block_size > model_args["block_size"]:
-        raise ConfigError(f"block_size={cfg.block_size} is larger than the checkpoint's {model_args['block_size']}; "
-                          "a model's context can only be cropped")
+                          f"it: {', '.join(contradicting)}. Drop them (only dropout, norm_reg and a smaller "
+                          "block_size can change), or train from scratch in a new out_dir")
+    if differing:
+        print(f"note: the architecture comes from {source}; the config file's "
+              f"{', '.join(described[k] for k in differing)} are not used", file=sys.stderr)
+
+
+def record_architecture(cfg: TrainConfig, model: GPT) -> None:
+    """The run's config holds the architecture it trained, not the defaults or a config file's unused values."""
+    for k, v in model.config.to_dict().items():
+        if hasattr(cfg, k):
+            setattr(cfg, k, v)
 
 
 def init_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict | None) -> tuple[GPT, dict | None]:
@@ -263,12 +280,15 @@ def init_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict |
         check_checkpoint_overrides(cfg, model.config.to_dict(), f"Hugging Face {cfg.init_from}")
     elif cfg.init_from == "scratch":
         vocab_size = cfg.vocab_size or (data_meta["vocab_size"] if data_meta else 50304)
-        return GPT(GPTConfig(**cfg.model_args(vocab_size=vocab_size))), None
+        model = GPT(GPTConfig(**cfg.model_args(vocab_size=vocab_size)))
+        record_architecture(cfg, model)
+        return model, None
     else:
         raise ConfigError(f"init_from={cfg.init_from!r} is not one of 'scratch', 'resume', 'gpt2', "
                           "'gpt2-medium', 'gpt2-large', 'gpt2-xl'")
     if "block_size" in explicit and cfg.block_size < model.config.block_size:
         model.crop_block_size(cfg.block_size)  # e.g. finetune GPT-2 (1024) on shorter contexts, as nanoGPT
+    record_architecture(cfg, model)
     return model, resume_ckpt
 
 

@@ -40,6 +40,7 @@ class Ctx:
     binary_file: str
     bad_config: str
     raising_config: str
+    exiting_config: str
     tmp: str
 
 
@@ -81,11 +82,12 @@ def ctx(trained_dir, char_data_dir, tmp_path_factory):
     ckpt = torch.load(os.path.join(trained_dir, "ckpt.pt"), weights_only=False)
     args = dict(ckpt["model_args"], vocab_size=32)
     files = {name: str(base / name) for name in ("a_file", "binary_file", "bad_config.py", "raising_config.py",
-                                                   "corrupt_ckpt.pt", "foreign_ckpt.pt")}
+                                                   "exiting_config.py", "corrupt_ckpt.pt", "foreign_ckpt.pt")}
     open(files["a_file"], "w").write("not a directory")
     open(files["binary_file"], "wb").write(bytes(range(256)))
     open(files["bad_config.py"], "w").write("n_layer = = 3\n")
     open(files["raising_config.py"], "w").write("n_layer = 1 // 0\n")
+    open(files["exiting_config.py"], "w").write("import sys\nn_layer = 2\nsys.exit(0)\n")
     open(files["corrupt_ckpt.pt"], "wb").write(b"PK\x03\x04 not really a checkpoint")
     torch.save({"weights": {}}, files["foreign_ckpt.pt"])
     empty = str(base / "empty_dir")
@@ -104,7 +106,7 @@ def ctx(trained_dir, char_data_dir, tmp_path_factory):
         inf_weights=_variant(trained_dir, str(base / "inf"), model=_spoiled(ckpt["model"], float("inf"))),
         corrupt_ckpt=files["corrupt_ckpt.pt"], foreign_ckpt=files["foreign_ckpt.pt"], a_file=files["a_file"],
         empty_dir=empty, binary_file=files["binary_file"], bad_config=files["bad_config.py"],
-        raising_config=files["raising_config.py"], tmp=str(base))
+        raising_config=files["raising_config.py"], exiting_config=files["exiting_config.py"], tmp=str(base))
 
 
 def _train(c: Ctx, *extra) -> list[str]:
@@ -149,6 +151,9 @@ CASES = [
     ("train", lambda c: [os.path.join(c.tmp, "missing.py")], ["does not exist", "configs/"]),
     ("train", lambda c: [c.tmp], ["is a directory"]),
     ("train", lambda c: [c.bad_config], ["syntax error at line 1"]),
+    ("train", lambda c: [c.exiting_config, *_train(c)], ["called exit(0)", "plain assignments"]),
+    ("finetune", lambda c: [c.exiting_config, f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}"],
+     ["called exit(0)"]),
     ("train", lambda c: [c.raising_config], ["raised ZeroDivisionError"]),
     # train.py: data
     ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.empty_dir}", f"--out_dir={_fresh(c, 'a')}"],
@@ -232,7 +237,7 @@ CASES = [
     ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", "--n_layer=3"],
      ["contradict", "n_layer=3"]),
     ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'f')}", "--block_size=999"],
-     ["can only be cropped"]),
+     ["contradict", "block_size=999 (checkpoint: 16)", "a smaller block_size"]),
     ("finetune", lambda c: [f"--in_dir={c.no_dataset}", f"--out_dir={_fresh(c, 'f')}"], ["records no dataset"]),
     # eval_geometry.py
     ("eval_geometry", lambda c: [f"--in_dir={c.transformed}"], ["ref_dir is required"]),
@@ -516,3 +521,23 @@ def test_an_interrupted_source_gives_a_transform_marked_incomplete_with_a_note(c
 def test_the_readme_counts_the_table():
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert f"holds the table: {len(CASES)} bad command lines" in readme
+
+
+def test_resuming_with_the_config_file_the_run_started_with_takes_the_architecture_from_the_checkpoint(
+        ctx, tmp_path, capsys):
+    """A transformed model (width 40) resumed with a config file that says another width: the checkpoint's
+    architecture is used, with a note; the run's records hold what was used, not the file's values."""
+    from checkpoint import load_checkpoint
+    run = str(tmp_path / "run")
+    shutil.copytree(ctx.transformed, run)
+    config = tmp_path / "original.py"
+    config.write_text("n_layer = 2\nn_embd = 32\nn_head = 2\nblock_size = 16\nbias = True\n")
+    argv = [str(config), f"--out_dir={run}", "--init_from=resume", f"--data_dir={ctx.data}", "--max_iters=2",
+            "--eval_iters=1", "--eval_interval=1", "--batch_size=2"]
+    assert run_cli(importlib.import_module("train").main, argv) == 0
+    err = capsys.readouterr().err
+    assert "note: the architecture comes from the checkpoint" in err and "n_embd=32 (checkpoint: 40)" in err
+    ckpt = load_checkpoint(run)
+    assert ckpt["config"]["n_embd"] == ckpt["model_args"]["n_embd"] == 40
+    assert {k: ckpt["config"][k] for k in ("n_layer", "bias", "block_size")} == {
+        k: ckpt["model_args"][k] for k in ("n_layer", "bias", "block_size")}
