@@ -628,12 +628,12 @@ def scale_width(s: Setting, family: str, d: int) -> dict:
     exact = [abs(transformed(s, base, width(ratio, d, n_head), "orthogonal")[1]["val_loss_after"] - reference)
              for ratio in SCALE_EXACT_RATIOS]
     m = width(SCALE_AT, d, n_head)
-    geometry_rows = {}
+    geometry_rows, reports = {}, []
     for kind in ("gaussian", "pca"):
         options = {} if kind in RANDOM_KINDS else CALIBRATION
-        per_seed = [geometry_row(geometry(s, base, transformed(s, base, m, kind, seed=seed, **options)[0],
-                                          n_probes=2048, eval_iters=10))
-                    for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
+        reports += [geometry(s, base, transformed(s, base, m, kind, seed=seed, **options)[0], n_probes=2048,
+                             eval_iters=10) for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
+        per_seed = [geometry_row(r) for r in reports[-(len(s.seeds) if kind in RANDOM_KINDS else 1):]]
         geometry_rows[kind] = {k: mean_spread([r[k] for r in per_seed]) for k in per_seed[0] if k != "jl_eps_bound"}
         geometry_rows[kind]["jl_eps_bound"] = per_seed[0]["jl_eps_bound"]
     control = canonical(s, base)
@@ -647,7 +647,9 @@ def scale_width(s: Setting, family: str, d: int) -> dict:
             run.pop("curve"), run.pop("control_curve")
     return {"family": family, "d": d, "n_head": n_head, "params": load_model(base)[0].get_num_params(),
             "reference_val_loss": reference, "zero_shot": zero_shot, "exact_max_abs_delta": max(exact),
-            "geometry_m": m, "geometry": geometry_rows, "recovery": recoveries}
+            "geometry_m": m, "geometry": geometry_rows, "recovery": recoveries,
+            # principal components holding 95% of the original's residual variance (embeddings, then each block)
+            "intrinsic_dimension": reports[0]["models"]["ref"]["intrinsic_dimension"]}
 
 
 def scale_gaps(s: Setting, base: str, d: int, n_head: int, method: str, ratio: float, reference: float,
@@ -696,10 +698,8 @@ def loglog_fit(ds: list[int], ys: list[float], at: tuple[int, ...] = ()) -> dict
     return fit
 
 
-def scale(s: Setting) -> None:
-    t0 = time.time()
-    widths = [(family, d) for family, ds in scale_widths(s).items() for d in ds]
-    rows = each(widths, lambda cell: scale_width(s, *cell))
+def scale_fits(s: Setting, rows: list[dict]) -> list[dict]:
+    """Log–log fits of the zero-shot gap against d per family, method and m/d, and of PCA's advantage."""
     fits = []
     for family in scale_widths(s):
         for method in SCALE_METHODS:
@@ -709,6 +709,22 @@ def scale(s: Setting) -> None:
                 if len(points) > 1 and all(g > 0 for _, g in points):
                     fits.append({"family": family, "method": method, "ratio": ratio,
                                  **loglog_fit(*zip(*points), at=SCALE_EXTRAPOLATE)})
+            if method == "residual, PCA":  # PCA's advantage: the Gaussian map's gap over PCA's, against d
+                gaps = {(row["d"], c["method"]): c["gap"]["mean"] for row in rows if row["family"] == family
+                        for c in row["zero_shot"] if c["ratio"] == SCALE_AT}
+                ds = sorted({d for d, _ in gaps})
+                ratios = [gaps[(d, "residual, Gaussian")] / gaps[(d, method)] for d in ds]
+                if len(ds) > 1 and all(x > 0 for x in ratios):
+                    fits.append({"family": family, "method": "advantage: Gaussian gap / PCA gap", "ratio": SCALE_AT,
+                                 **loglog_fit(ds, ratios, at=SCALE_EXTRAPOLATE)})
+    return fits
+
+
+def scale(s: Setting) -> None:
+    t0 = time.time()
+    widths = [(family, d) for family, ds in scale_widths(s).items() for d in ds]
+    rows = each(widths, lambda cell: scale_width(s, *cell))
+    fits = scale_fits(s, rows)
     payload = {"rows": rows, "fits": fits, "ratios": SCALE_RATIOS, "exact_ratios": SCALE_EXACT_RATIOS,
                "at": SCALE_AT, "head_size": SCALE_HEAD_SIZE, "finetune": finetune_recipe(s),
                "losses": {loss: list(RECOVERY_LOSSES[loss]) for loss in SCALE_LOSSES}, "n_probes": 2048,
