@@ -515,6 +515,11 @@ def trend_words(fit: dict) -> str:
     return f"{verdict} (slope {slope_text(fit)}{per})"
 
 
+def fit_words(fits: dict, key: tuple) -> str:
+    """``trend_words`` of a fit, or why there is none (a gap ≤ 0 at some width has no logarithm)."""
+    return trend_words(fits[key]) if key in fits else "has no log–log fit (a gap ≤ 0 at some width)"
+
+
 def scale_reading(r: dict) -> str:
     """The Reading of the scale study, every number from results/scale (so it cannot drift from the tables)."""
     fits = {(f["family"], f["method"], f["ratio"]): f for f in r["fits"]}
@@ -533,24 +538,24 @@ def scale_reading(r: dict) -> str:
            f"*(1) The paper's hypothesis.* At a fixed m/d the zero-shot gap of a random Gaussian map (residual "
            f"porting) from d = {char[0]} to {char[-1]}: " + "; ".join(
                f"m/d = {x:g}: {gap_pct(gap(lo, gauss, x), 1)} → {gap_pct(gap(hi, gauss, x), 1)}, "
-               f"{trend_words(fits[('char', gauss, x)])}" for x in r["ratios"] if ('char', gauss, x) in fits)
+               f"{fit_words(fits, ('char', gauss, x))}" for x in r["ratios"] if ('char', gauss, x) in fits)
            + ". The JL bound's slope, −0.5, lies inside the interval at "
            + (", ".join(f"m/d = {x:g}" for x in r["ratios"] if ("char", gauss, x) in fits
                         and fits[("char", gauss, x)]["slope_ci"] and fits[("char", gauss, x)]["slope_ci"][0] <= -0.5
                         <= fits[("char", gauss, x)]["slope_ci"][1]) or "no ratio")
            + ". The paper's own rule (Gaussian sandwich): " + "; ".join(
                f"m/d = {x:g}: {gap_pct(gap(lo, paper, x), 1)} → {gap_pct(gap(hi, paper, x), 1)}, "
-               f"{trend_words(fits[('char', paper, x)])}" for x in r["ratios"] if ("char", paper, x) in fits) + "."]
+               f"{fit_words(fits, ('char', paper, x))}" for x in r["ratios"] if ("char", paper, x) in fits) + "."]
     adv = [(d, gap(rows[("char", d)], gauss, at)["mean"] / max(gap(rows[("char", d)], pca, at)["mean"], 1e-12))
            for d in char]
     rising = all(b > a for (_, a), (_, b) in zip(adv, adv[1:]))
     out.append(f"*(2) PCA against random maps.* PCA's gap at m/d = {at:g} is {gap_pct(gap(lo, pca, at), 2)} at "
                f"d = {char[0]} and {gap_pct(gap(hi, pca, at), 3)} at d = {char[-1]} (its line "
-               f"{trend_words(fits[('char', pca, at)])}), so the random map's "
+               f"{fit_words(fits, ('char', pca, at))}), so the random map's "
                "gap is " + ", ".join(f"{ratio:.0f}×" for _, ratio in adv)
                + f" PCA's at d = {', '.join(str(d) for d in char)}"
                + (" — larger at every doubling" if rising else "")
-               + f"; the advantage {trend_words(fits[('char', 'advantage: Gaussian gap / PCA gap', at)])}. "
+               + f"; the advantage {fit_words(fits, ('char', 'advantage: Gaussian gap / PCA gap', at))}. "
                "The principal components that hold 95% of the original's residual "
                f"variance (last block) are {lo['intrinsic_dimension'][-1]} of {lo['d']} at d = {lo['d']} and "
                f"{hi['intrinsic_dimension'][-1]} of {hi['d']} at d = {hi['d']}: the wider models use a smaller "
@@ -561,7 +566,7 @@ def scale_reading(r: dict) -> str:
                 if x >= at)
     out.append(f"*(3) The recommended recipe* stays near-lossless at every width: its largest gap at m/d ≥ {at:g} is "
                f"{100 * worst[0]:+.2f}% ({worst[1]}, d = {worst[2]}, m/d = {worst[3]:g}); at m/d = {at:g} its gap "
-               f"{trend_words(fits[('char', best, at)])} "
+               f"{fit_words(fits, ('char', best, at))} "
                f"({gap_pct(gap(lo, best, at), 2)} → {gap_pct(gap(hi, best, at), 3)} at m/d = {at:g}; "
                f"{gap_pct(gap(lo, best, 0.25), 1)} → {gap_pct(gap(hi, best, 0.25), 2)} at 0.25).")
     recs = [(row["d"], rec) for row in r["rows"] for rec in row["recovery"]]
@@ -620,7 +625,8 @@ def scale_reading(r: dict) -> str:
                 "not their size." if all(gap(rows[("bpe", d)], m_, at)["mean"] < gap(rows[("char", d)], m_, at)["mean"]
                                          for d in bpe for m_ in (gauss, pca, best)) else
                 " over this doubling (one model per width: no interval).")
-    preds = [(x, m_, fits[("char", m_, x)]) for m_ in (gauss, best) for x in (at,) if ("char", m_, x) in fits]
+    preds = [(x, m_, fits[("char", m_, x)]) for m_ in (gauss, best) for x in (at,)
+             if ("char", m_, x) in fits and fits[("char", m_, x)]["predict"]]
     out.append("*Extrapolation, not a finding* (the fitted line's 95% prediction interval, char): " + "; ".join(
         f"{m_} at m/d = {x:g}: " + ", ".join(f"d = {d}: {100 * p[0]:.2f}% [{100 * p[1]:.2f}, {100 * p[2]:.2f}]"
                                               for d, p in fit["predict"].items()) for x, m_, fit in preds)
