@@ -255,9 +255,11 @@ def check_checkpoint_overrides(cfg: TrainConfig, model_args: dict, source: str) 
 
 
 def record_architecture(cfg: TrainConfig, model: GPT) -> None:
-    """The run's config holds the architecture it trained, not the defaults or a config file's unused values."""
+    """The run's config holds the architecture it trained, not the defaults or a config file's unused values. The
+    fields a run may set itself (dropout, norm_reg, block_size) stay as the run's settings: finetune's control
+    check compares them as part of the recipe."""
     for k, v in model.config.to_dict().items():
-        if hasattr(cfg, k):
+        if hasattr(cfg, k) and k not in CHECKPOINT_OVERRIDABLE:
             setattr(cfg, k, v)
 
 
