@@ -232,8 +232,11 @@ def finetune(cfg: FinetuneConfig) -> dict:
         print(f"note: in_dir '{cfg.in_dir}' comes from an interrupted training run (marked incomplete); finetuning "
               "it anyway", file=sys.stderr)
     control_curve = read_control(cfg) if cfg.control_dir else None
-    # the reference (the transform's source) is checked before any work: a source changed since is an error
+    # the reference (the transform's source) is checked before any work: a source changed since is an error; every
+    # process checks it (they stop together), only rank 0 keeps it until it has measured the reference loss
     source = None if resume or cfg.reference_val_loss is not None else transform_source(ckpt.get("transform"))
+    if int(os.environ.get("RANK", "0")) != 0:
+        source = None
     make_loss = None
     if cfg.distill:
         teacher, teacher_source = load_teacher(cfg, ckpt)
@@ -245,7 +248,9 @@ def finetune(cfg: FinetuneConfig) -> dict:
                   "steps_to_recover": None, "reference_val_loss": None}
 
         def on_start(run: Run) -> None:  # once the run has its device, dtype and process group
+            nonlocal source
             record["reference_val_loss"] = reference_loss(cfg, ckpt.get("transform"), run, source)
+            source = None  # the source's weights are not held through training
     extra = {"finetune": record}
     if "transform" in ckpt:
         extra["transform"] = ckpt["transform"]

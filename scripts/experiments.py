@@ -628,12 +628,12 @@ def scale_width(s: Setting, family: str, d: int) -> dict:
     exact = [abs(transformed(s, base, width(ratio, d, n_head), "orthogonal")[1]["val_loss_after"] - reference)
              for ratio in SCALE_EXACT_RATIOS]
     m = width(SCALE_AT, d, n_head)
-    geometry_rows, reports = {}, []
+    geometry_rows, reports = {}, {}
     for kind in ("gaussian", "pca"):
         options = {} if kind in RANDOM_KINDS else CALIBRATION
-        reports += [geometry(s, base, transformed(s, base, m, kind, seed=seed, **options)[0], n_probes=2048,
-                             eval_iters=10) for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
-        per_seed = [geometry_row(r) for r in reports[-(len(s.seeds) if kind in RANDOM_KINDS else 1):]]
+        reports[kind] = [geometry(s, base, transformed(s, base, m, kind, seed=seed, **options)[0], n_probes=2048,
+                                  eval_iters=10) for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
+        per_seed = [geometry_row(r) for r in reports[kind]]
         geometry_rows[kind] = {k: mean_spread([r[k] for r in per_seed]) for k in per_seed[0] if k != "jl_eps_bound"}
         geometry_rows[kind]["jl_eps_bound"] = per_seed[0]["jl_eps_bound"]
     control = canonical(s, base)
@@ -649,7 +649,7 @@ def scale_width(s: Setting, family: str, d: int) -> dict:
             "reference_val_loss": reference, "zero_shot": zero_shot, "exact_max_abs_delta": max(exact),
             "geometry_m": m, "geometry": geometry_rows, "recovery": recoveries,
             # principal components holding 95% of the original's residual variance (embeddings, then each block)
-            "intrinsic_dimension": reports[0]["models"]["ref"]["intrinsic_dimension"]}
+            "intrinsic_dimension": reports["pca"][0]["models"]["ref"]["intrinsic_dimension"]}
 
 
 def scale_gaps(s: Setting, base: str, d: int, n_head: int, method: str, ratio: float, reference: float,
