@@ -66,10 +66,27 @@ def save_checkpoint(ckpt: dict, out_dir: str) -> str:
     try:
         torch.save(ckpt, tmp)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as RuntimeError (PytorchStreamWriter)
+        raise CheckpointError(f"could not write '{path}' ({write_failure(e, out_dir)}); the previous checkpoint "
+                              "there, if any, is untouched: free disk space or choose another --out_dir") from e
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def write_failure(error: BaseException, directory: str) -> str:
+    """A failed write's cause in words, with the free space left where it was written: a full disk, a quota or a
+    file-size limit are named as such (torch.save reports them only as a failed stream write)."""
+    import errno
+    import shutil
+    free = f"{shutil.disk_usage(directory).free / 2**30:.2f} GiB free there"
+    code = getattr(error, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on the device, {free}"
+    if code == errno.EFBIG or isinstance(error, RuntimeError):
+        return f"the write stopped part-way, {free}: a full disk or a file-size limit"
+    return f"{error.__class__.__name__}: {error}; {free}"
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import pickle
 import urllib.request
 import warnings
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -79,9 +79,13 @@ def gpt2_encoding():
 
 def _atomic_write(path: str, write) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # a failed write (a full disk) leaves nothing behind
+            os.remove(tmp)
 
 
 def token_dtype(meta: dict | None) -> type:
@@ -106,7 +110,7 @@ def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: f
                         "(its val split is the last 10%) — give a larger text file")
     split = int(len(text) * (1 - val_fraction))
     if isinstance(tokenizer, dict):
-        meta = {k: v for k, v in tokenizer.items() if k not in ("fingerprint", "dtype")}
+        meta = {k: v for k, v in tokenizer.items() if k not in ("fingerprint", "dtype", "tokens")}
     elif tokenizer == "char":
         chars = sorted(set(text))
         meta = {"tokenizer": "char", "vocab_size": len(chars),
@@ -121,12 +125,49 @@ def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: f
     tok = Tokenizer(meta)
     splits = [(name, np.array(tok.encode(part), dtype=np.int64))
               for name, part in (("train", text[:split]), ("val", text[split:]))]  # all encoded before any write
+    with writing_dataset(out_dir) as tokens:
+        for name, ids in splits:
+            write_split(ids, os.path.join(out_dir, f"{name}.bin"), token_dtype(meta))
+            tokens[name] = len(ids)
+            print(f"{name}: {len(ids):,} tokens")
+        meta = write_meta(out_dir, meta, tokens)
+    return meta
+
+
+PREPARING_MARKER = ".preparing"  # in a dataset directory while it is written: not yet one dataset
+
+
+@contextmanager
+def writing_dataset(out_dir: str) -> Iterator[dict]:
+    """Write a dataset in place so that no reader ever takes a part-written one for a dataset: a marker file names
+    the directory unfinished from before the first byte (the old meta.pkl goes at once, so new ids never sit beside
+    an old vocabulary) until after the new meta.pkl, which records the token count of each split (the manifest the
+    BatchLoader checks). A kill anywhere in between leaves a directory every reader refuses. Yields the dict the
+    writer fills with {split: tokens}."""
     os.makedirs(out_dir, exist_ok=True)
-    for name, ids in splits:
-        write_split(ids, os.path.join(out_dir, f"{name}.bin"), token_dtype(meta))
-        print(f"{name}: {len(ids):,} tokens")
+    marker = os.path.join(out_dir, PREPARING_MARKER)
+    with open(marker, "w") as f:
+        f.write(f"pid {os.getpid()}")
+    if os.path.exists(os.path.join(out_dir, "meta.pkl")):
+        os.remove(os.path.join(out_dir, "meta.pkl"))
+    tokens: dict[str, int] = {}
+    yield tokens
+    os.remove(marker)
+
+
+def write_meta(out_dir: str, meta: dict, tokens: dict[str, int]) -> dict:
+    """meta.pkl, the tokenizer description plus the manifest: how many tokens each split's .bin holds."""
+    meta = dict(meta, tokens=dict(tokens))
     _atomic_write(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     return meta
+
+
+def check_prepared(data_dir: str) -> None:
+    """Refuse a dataset directory whose preparation never finished (killed or still running)."""
+    if os.path.exists(os.path.join(data_dir, PREPARING_MARKER)):
+        raise DataError(f"the dataset in '{data_dir}' was not completely prepared (its preparation was interrupted "
+                        "or is still running); prepare it again (prepare.py --overwrite=True, or "
+                        "data/<name>/prepare.py)")
 
 
 def data_dir_for_checkpoint(ckpt: dict, data_dir: str = "", flag: str = "--data_dir") -> str:
@@ -199,12 +240,13 @@ def check_tokenizer(model_meta: dict | None, data_dir: str, flag: str = "--data_
 
 def ensure_prepared(data_dir: str, dataset: str) -> None:
     """Prepare a known dataset in place if train.bin is missing; otherwise name the command that does."""
-    if os.path.exists(os.path.join(data_dir, "train.bin")):
+    unfinished = os.path.exists(os.path.join(data_dir, PREPARING_MARKER))
+    if os.path.exists(os.path.join(data_dir, "train.bin")) and not (unfinished and dataset in DATASETS):
         return
     if dataset not in DATASETS:
         raise DataError(f"no prepared data in '{data_dir}' (train.bin missing). Run data/{dataset}/prepare.py "
                         "first, or set data_dir to a prepared dataset directory")
-    print(f"no prepared data in {data_dir}; preparing {dataset} now")
+    print(f"{'an unfinished dataset' if unfinished else 'no prepared data'} in {data_dir}; preparing {dataset} now")
     prepare_text(read_shakespeare(), data_dir, DATASETS[dataset])
 
 
@@ -267,6 +309,8 @@ class Tokenizer:
 
 
 def load_meta(data_dir: str) -> dict | None:
+    """A dataset's meta.pkl (None if it has none, as nanoGPT's OpenWebText); a half-prepared dataset is refused."""
+    check_prepared(data_dir)
     path = os.path.join(data_dir, "meta.pkl")
     if not os.path.exists(path):
         return None
@@ -294,12 +338,19 @@ class BatchLoader:
 
     def __init__(self, data_dir: str, block_size: int, batch_size: int, device: str = "cpu"):
         self.data_dir, self.block_size, self.batch_size, self.device = data_dir, block_size, batch_size, device
-        self.dtype = token_dtype(load_meta(data_dir))
+        meta = load_meta(data_dir)
+        self.dtype = token_dtype(meta)
         for split in ("train", "val"):
             path = os.path.join(data_dir, f"{split}.bin")
             if not os.path.exists(path):
                 raise DataError(f"'{path}' is missing; prepare the dataset first (data/<name>/prepare.py)")
-            if os.path.getsize(path) // np.dtype(self.dtype).itemsize <= block_size + 1:
+            size = os.path.getsize(path) // np.dtype(self.dtype).itemsize
+            recorded = ((meta or {}).get("tokens") or {}).get(split)
+            if recorded is not None and recorded != size:
+                raise DataError(f"'{path}' holds {size:,} tokens but the dataset's meta.pkl records {recorded:,}: the "
+                                "file is not the one prepared with this vocabulary (cut short, or replaced); prepare "
+                                "the dataset again")
+            if size <= block_size + 1:
                 raise DataError(f"'{path}' holds fewer tokens than block_size={block_size} + 1")
         self.generator = torch.Generator()
 

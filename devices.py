@@ -54,3 +54,30 @@ def peak_flops(device: str, dtype: torch.dtype, override_tflops: float = 0.0) ->
         if key in name:
             return tflops * 1e12 / (2 if dtype == torch.float32 else 1)
     return None
+
+
+def available_memory(device: str) -> int | None:
+    """Bytes a new allocation on ``device`` can take now: the GPU's free memory, or the host's available memory
+    (MemAvailable: free plus reclaimable caches). None where it cannot be told."""
+    try:
+        if device.startswith("cuda"):
+            return torch.cuda.mem_get_info(torch.device(device))[0]
+        if device == "cpu":
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+            import os
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, RuntimeError, AssertionError, AttributeError):
+        return None
+    return None
+
+
+def check_memory(needed: int, device: str, what: str, fix: str) -> None:
+    """Before starting: refuse work whose estimated memory (``needed`` bytes) exceeds what ``device`` has free,
+    with one line naming ``what`` needs it and the ``fix``, instead of an out-of-memory kill minutes later."""
+    free = available_memory(device)
+    if free is not None and needed > free:
+        raise ConfigError(f"{what} would need about {needed / 2**30:.1f} GiB on {device}, but only {free / 2**30:.1f} GiB "
+                          f"is available; {fix}")

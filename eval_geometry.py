@@ -40,7 +40,7 @@ from dataset import (
     tokenizer_fingerprint,
     window_size,
 )
-from devices import resolve_device
+from devices import check_memory, resolve_device
 from errors import CheckpointError, ConfigError
 from logger import MetricsLogger
 from model import GPT, embedding_norm_stats
@@ -127,6 +127,22 @@ def collect_probes(ref: GPT, new: GPT | None, loader: BatchLoader, n_probes: int
 
 # ----------------------------------------------------------------------------------------------
 # Per-model measurements
+
+
+def geometry_memory(cfg: GeometryConfig, ref: GPT, new: GPT | None, block: int) -> int:
+    """Bytes the geometry statistics hold at once beyond the models, roughly, so that an impossible request stops
+    before it starts: the probes and their unit copies (float64, n × both widths, twice), the blocks of pairwise
+    cosines (float64, geo.PAIR_BLOCK × n, five at once: the measured slope is 11 KB a probe at widths 32 and 24), every
+    layer's hidden states of the probe batches (float32, and their centred copies) and one block of logits (float32,
+    with its softmax and its float copy)."""
+    n = cfg.n_probes
+    widths = ref.config.n_embd + (new.config.n_embd if new is not None else 0)
+    tokens = cfg.probe_batches * cfg.batch_size * block
+    probes = 2 * 8 * n * widths
+    pair_blocks = 5 * 8 * geo.PAIR_BLOCK * n
+    hidden = 2 * 4 * tokens * (ref.config.n_layer + 1) * widths
+    logits = 3 * 4 * min(LOGITS_BUDGET, max(tokens, cfg.batch_size * block) * ref.config.vocab_size)
+    return probes + pair_blocks + hidden + logits
 
 
 def weight_matrices(model: GPT) -> dict[str, torch.Tensor]:
@@ -441,6 +457,9 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     block = min(ref.config.block_size, new.config.block_size if new is not None else ref.config.block_size)
     loader = BatchLoader(data_dir, window_size(cfg.block_size, block), cfg.batch_size, cfg.device)
     centre = bool(record and record["norms"] == "fold" and ref.config.norm_type == "layernorm")
+    check_memory(geometry_memory(cfg, ref, new, loader.block_size), cfg.device,
+                 f"the probe statistics (n_probes={cfg.n_probes}, probe_batches={cfg.probe_batches}, "
+                 f"batch_size={cfg.batch_size})", "lower --n_probes (default 4096), --probe_batches or --batch_size")
     probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, centre)
     X, groups = probes["X"], probes["groups"]
     L = ref.config.n_layer

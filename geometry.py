@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+PAIR_BLOCK = 256  # probe rows per block of the pairwise statistics (AE, HC): a block holds PAIR_BLOCK × n cosines
+
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
     return F.normalize(x.double(), dim=1, eps=1e-12)
@@ -30,7 +32,7 @@ def _pair_chunks(X: torch.Tensor, Y: torch.Tensor, chunk: int):
         yield cx[mask].clamp(-1, 1), cy[mask].clamp(-1, 1)
 
 
-def angular_error(X: torch.Tensor, Y: torch.Tensor, chunk: int = 256) -> float:
+def angular_error(X: torch.Tensor, Y: torch.Tensor, chunk: int = PAIR_BLOCK) -> float:
     """AE = mean over pairs i<j of |∠(x_i, x_j) − ∠(y_i, y_j)|, in radians (∠ = arccos of the cosine)."""
     total, count = 0.0, 0
     for cx, cy in _pair_chunks(X, Y, chunk):
@@ -63,7 +65,7 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a @ b).item() / denom if denom > 0 else float("nan")
 
 
-def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = 256, spearman_pairs: int = 200_000,
+def hyperspherical_concordance(X: torch.Tensor, Y: torch.Tensor, chunk: int = PAIR_BLOCK, spearman_pairs: int = 200_000,
                                seed: int = 0) -> dict:
     """HC: Pearson correlation, over all pairs i<j, of cos(x_i, x_j) against cos(y_i, y_j) (from streamed
     sums), and Spearman's rank correlation on a seeded sample of ``spearman_pairs`` pairs."""

@@ -65,3 +65,28 @@ class MetricsLogger:
 def read_metrics(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def drop_rows_after(path: str, iter_num: int) -> int:
+    """Resuming at ``iter_num``: drop the rows a run logged past its last checkpoint (it stopped without saving
+    them: killed, or its save failed), so the resumed run's rows are not logged twice. Kept: every row before
+    ``iter_num`` and the evaluation at ``iter_num`` that the checkpoint was saved with. Returns the rows dropped."""
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut off by the stop
+        step = row.get("iter", -1)
+        if step < iter_num or (step == iter_num and "val/loss" in row):
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if len(kept) < len(lines):
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
+    return len(lines) - len(kept)

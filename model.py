@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -539,15 +540,23 @@ class GPT(nn.Module):
         """Sample ``max_new_tokens`` tokens after ``idx`` (B, T), feeding each prediction back in. ``vocab_limit``:
         only ids below it (a vocabulary padded past its tokenizer, e.g. 50304 for GPT-2's 50257, has ids that
         decode to nothing)."""
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, vocab_limit))
+        return torch.cat([idx, *new], dim=1)
+
+    @torch.no_grad()
+    def generate_tokens(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: int | None = None, vocab_limit: int | None = None) -> Iterator[torch.Tensor]:
+        """``generate`` one token at a time: yields each new (B, 1) token as it is sampled, keeping only the last
+        block_size tokens as context, so memory and time per token stay bounded however many are asked for."""
+        context = idx[:, -self.config.block_size:]
         for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
-            logits, _ = self(idx_cond)
+            logits, _ = self(context)
             logits = logits[:, -1, :] / max(temperature, 1e-8)
             if vocab_limit is not None:
                 logits[:, vocab_limit:] = -float("inf")
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
-            probs = F.softmax(logits, dim=-1)
-            idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
-        return idx
+            token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            context = torch.cat((context, token), dim=1)[:, -self.config.block_size:]
+            yield token

@@ -6,6 +6,8 @@ Sample text from a trained checkpoint.
 """
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -58,7 +60,26 @@ def read_prompt(start: str) -> str:
     return read_text_file(start[5:], "--start=FILE:")
 
 
-def sample(cfg: SampleConfig) -> list[str]:
+STREAM_NOTE_TOKENS = 10_000  # a run asked for more tokens than this is told how to stop it
+
+
+def text_pieces(tokens: Iterator[int], tokenizer: Tokenizer, hold: int = 8) -> Iterator[str]:
+    """The decoded text of a token stream, piece by piece as tokens come. A byte-level BPE token can end inside a
+    multi-byte character; such a piece (decoding to U+FFFD) waits for up to ``hold`` more tokens to complete it."""
+    pending: list[int] = []
+    for token in tokens:
+        pending.append(token)
+        text = tokenizer.decode(pending)
+        if text.endswith("\ufffd") and len(pending) < hold:
+            continue
+        yield text
+        pending = []
+    if pending:
+        yield tokenizer.decode(pending)
+
+
+def stream_samples(cfg: SampleConfig) -> Iterator[tuple[int, str]]:
+    """(sample index, text) as it is generated: the prompt first, then the continuation piece by piece."""
     device = resolve_device(cfg.device)
     prompt = read_prompt(cfg.start)
     ckpt = load_checkpoint(cfg.out_dir)
@@ -69,18 +90,34 @@ def sample(cfg: SampleConfig) -> list[str]:
         raise DataError("the prompt encodes to no tokens; pass a non-empty --start")
     torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
-    texts = []
-    for _ in range(cfg.num_samples):
-        y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                           vocab_limit=tokenizer.vocab_size)
-        texts.append(prompt + tokenizer.decode(y[0, len(ids):].tolist()))
+    for k in range(cfg.num_samples):
+        yield k, prompt
+        tokens = model.generate_tokens(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                                       vocab_limit=tokenizer.vocab_size)
+        for piece in text_pieces((int(t) for t in tokens), tokenizer):
+            yield k, piece
+
+
+def sample(cfg: SampleConfig) -> list[str]:
+    """The samples as whole texts (prompt + continuation)."""
+    texts = [""] * cfg.num_samples
+    for k, piece in stream_samples(cfg):
+        texts[k] += piece
     return texts
 
 
 def main(argv: list[str]) -> None:
-    for text in sample(load_config(SampleConfig, argv, prog="sample.py")):
-        print(text)
-        print("---------------")
+    cfg = load_config(SampleConfig, argv, prog="sample.py")
+    if cfg.max_new_tokens > STREAM_NOTE_TOKENS:
+        print(f"note: {cfg.max_new_tokens:,} tokens per sample are printed as they come; Ctrl-C stops (what was "
+              "printed stays)", file=sys.stderr)
+    current = 0
+    for k, piece in stream_samples(cfg):
+        if k != current:
+            print("\n---------------", flush=True)
+            current = k
+        print(piece, end="", flush=True)
+    print("\n---------------", flush=True)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from dataset import (
 )
 from devices import peak_flops, resolve_device
 from errors import ConfigError, TrainingDiverged
-from logger import MetricsLogger
+from logger import MetricsLogger, drop_rows_after
 from model import GPT, GPTConfig
 
 # model fields a run may set on a model that comes from a checkpoint: the rest is the checkpoint's architecture
@@ -354,6 +354,10 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
     extra_checkpoint = dict(extra_checkpoint or {})
     if resume_ckpt is not None:
         restore(resume_ckpt, optimizer, state, extra_checkpoint, rt.master)
+        dropped = drop_rows_after(os.path.join(cfg.out_dir, logger_name), state.iter_num) if rt.master else 0
+        if dropped:
+            print(f"note: {dropped} metrics rows logged after the checkpoint's iteration {state.iter_num} were dropped "
+                  "(the run stopped without saving them); they are logged again as the run resumes")
     elif cfg.init_state:
         continue_state(cfg, init_checkpoint, model, optimizer, state, rt.master)
     elif cfg.overwrite and rt.master and os.path.exists(os.path.join(cfg.out_dir, logger_name)):

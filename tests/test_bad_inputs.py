@@ -15,6 +15,7 @@ import torch
 
 from cli import run_cli
 from conftest import ROOT, TINY_MODEL, synthetic_text
+from dataset import PREPARING_MARKER, load_meta, write_meta
 
 
 @dataclass
@@ -24,6 +25,8 @@ class Ctx:
     other_data: str  # a char dataset with another vocabulary
     tiny_data: str  # a dataset with fewer tokens than a block
     corrupt_meta_data: str  # a dataset whose meta.pkl is garbage
+    unfinished_data: str  # a dataset whose preparation never finished (the marker is still there)
+    cut_data: str  # a dataset whose train.bin holds fewer tokens than its meta.pkl records
     transformed: str  # trained → width 40
     copy: str  # a byte copy of trained elsewhere (another path)
     no_dataset: str  # trained, with its config emptied (as imported or hand-made checkpoints are)
@@ -67,13 +70,21 @@ def ctx(trained_dir, char_data_dir, tmp_path_factory):
     prepare_text(synthetic_text(5000, seed=1).upper() + "0123456789!?", other, "char")
     tiny = str(base / "tiny_data")
     prepare_text("To be, or not to be. " * 60, tiny, "char")
-    for split in ("train", "val"):  # cut to fewer tokens than a block of 16 + 1
+    for split in ("train", "val"):  # cut to fewer tokens than a block of 16 + 1, its manifest saying so
         with open(os.path.join(tiny, f"{split}.bin"), "r+b") as f:
             f.truncate(20)
+    write_meta(tiny, load_meta(tiny), {"train": 10, "val": 10})
     corrupt_meta = str(base / "corrupt_meta")
     shutil.copytree(char_data_dir, corrupt_meta)
     with open(os.path.join(corrupt_meta, "meta.pkl"), "wb") as f:
         f.write(b"\x80\x04garbage")
+    unfinished = str(base / "unfinished")
+    shutil.copytree(char_data_dir, unfinished)
+    open(os.path.join(unfinished, PREPARING_MARKER), "w").write("pid 1")
+    cut = str(base / "cut")
+    shutil.copytree(char_data_dir, cut)
+    with open(os.path.join(cut, "train.bin"), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(cut, "train.bin")) - 2000)
     transformed = str(base / "t40")
     transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=transformed, width=40, eval_iters=0))
     copy = str(base / "copy")
@@ -94,6 +105,7 @@ def ctx(trained_dir, char_data_dir, tmp_path_factory):
     os.makedirs(empty)
     return Ctx(
         trained=trained_dir, data=char_data_dir, other_data=other, tiny_data=tiny, corrupt_meta_data=corrupt_meta,
+        unfinished_data=unfinished, cut_data=cut,
         transformed=transformed, copy=copy,
         no_dataset=_variant(trained_dir, str(base / "no_dataset"), config={}),
         moved_data=_variant(trained_dir, str(base / "moved"), config=dict(ckpt["config"], data_dir=str(base / "gone"))),
@@ -162,6 +174,14 @@ CASES = [
      ["fewer tokens than block_size=16"]),
     ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.corrupt_meta_data}", f"--out_dir={_fresh(c, 'c')}"],
      ["not a readable meta.pkl", "prepare the dataset"]),
+    ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.unfinished_data}", f"--out_dir={_fresh(c, 'c')}"],
+     ["was not completely prepared", "prepare it again"]),
+    ("train", lambda c: [*TINY_MODEL, f"--data_dir={c.cut_data}", f"--out_dir={_fresh(c, 'c')}"],
+     ["meta.pkl records", "prepare the dataset again"]),
+    ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--data_dir={c.unfinished_data}",
+                            f"--out_dir={_fresh(c, 'f')}"], ["was not completely prepared"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--data_dir={c.cut_data}", f"--out_dir={_fresh(c, 'g')}"],
+     ["meta.pkl records"]),
     # train.py: output and resume
     ("train", lambda c: _train(c, f"--out_dir={c.trained}"), ["already exists", "--overwrite=True"]),
     ("train", lambda c: _train(c, f"--out_dir={c.a_file}"), ["is a file"]),
@@ -241,6 +261,8 @@ CASES = [
     ("finetune", lambda c: [f"--in_dir={c.no_dataset}", f"--out_dir={_fresh(c, 'f')}"], ["records no dataset"]),
     # eval_geometry.py
     ("eval_geometry", lambda c: [f"--in_dir={c.transformed}"], ["ref_dir is required"]),
+    ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--out_dir={_fresh(c, 'g')}", "--n_probes=100000000"],
+     ["n_probes=100000000", "GiB", "is available", "lower --n_probes"]),
     ("eval_geometry", lambda c: [f"--ref_dir={c.copy}", f"--in_dir={c.transformed}", f"--out_dir={_fresh(c, 'g')}"],
      ["was transformed from", "--allow_unrelated=True"]),
     ("eval_geometry", lambda c: [f"--ref_dir={c.trained}", f"--in_dir={c.other_tokenizer}",
@@ -541,3 +563,131 @@ def test_resuming_with_the_config_file_the_run_started_with_takes_the_architectu
     assert ckpt["config"]["n_embd"] == ckpt["model_args"]["n_embd"] == 40
     assert {k: ckpt["config"][k] for k in ("n_layer", "bias", "block_size")} == {
         k: ckpt["model_args"][k] for k in ("n_layer", "bias", "block_size")}
+
+
+# ----------------------------------------------------------------------------------------------
+# A full disk, a killed preparation, unbounded work
+
+
+def _limited_file_size(limit: int):
+    import resource
+
+    def apply() -> None:  # in the child: writes past ``limit`` bytes fail with EFBIG, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_disk_at_save_is_one_line_and_the_previous_checkpoint_survives(ctx, tmp_path):
+    run = str(tmp_path / "run")
+    shutil.copytree(ctx.trained, run)
+    before = _hash(run)
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), *_train(ctx, f"--out_dir={run}", "--init_from=resume",
+                                                                   "--max_iters=64", "--eval_interval=2")]
+    done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                          timeout=300, preexec_fn=_limited_file_size(60_000))
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert err[-1].startswith("error: could not write") and "free disk space" in err[-1], err
+    assert _hash(run) == before and sorted(os.listdir(run)) == ["ckpt.pt", "metrics.jsonl"]  # no temp file left
+
+
+def test_a_full_disk_in_any_other_writer_is_one_line(ctx, tmp_path):
+    out, text = str(tmp_path / "data"), str(tmp_path / "text.txt")
+    open(text, "w").write(synthetic_text(60_000))
+    cmd = [sys.executable, os.path.join(ROOT, "prepare.py"), "--tokenizer=char", f"--input={text}", f"--out_dir={out}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          preexec_fn=_limited_file_size(20_000))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().startswith("error: could not write") and "File too large" in done.stderr
+    assert not [f for f in os.listdir(out) if ".tmp" in f]
+
+
+def test_a_killed_preparation_leaves_a_dataset_every_reader_refuses_until_prepared_again(ctx, tmp_path, capsys,
+                                                                                        monkeypatch):
+    import dataset
+    import prepare
+    data = str(tmp_path / "data")
+    text = str(tmp_path / "text.txt")
+    open(text, "w").write(synthetic_text(20_000))
+    assert run_cli(prepare.main, ["--tokenizer=char", f"--input={text}", f"--out_dir={data}"]) == 0
+    other = str(tmp_path / "other.txt")  # another vocabulary: new ids must never sit beside the old meta.pkl
+    open(other, "w").write(synthetic_text(20_000, seed=3).upper())
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the kill between the token files and meta.pkl
+    monkeypatch.setattr(dataset, "write_meta", killed)
+    assert run_cli(prepare.main, ["--tokenizer=char", f"--input={other}", f"--out_dir={data}",
+                                  "--overwrite=True"]) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    out = _fresh(ctx, "after_kill")
+    assert run_cli(importlib.import_module("train").main, [*TINY_MODEL, f"--data_dir={data}", f"--out_dir={out}",
+                                                           "--max_iters=2"]) == 1
+    assert "was not completely prepared" in capsys.readouterr().err and not os.path.exists(out)
+    assert run_cli(prepare.main, ["--tokenizer=char", f"--input={other}", f"--out_dir={data}",
+                                  "--overwrite=True"]) == 0
+    assert dataset.load_meta(data)["stoi"].keys() == set(open(other).read())
+    assert not os.path.exists(os.path.join(data, PREPARING_MARKER))
+
+
+def test_resume_drops_the_metrics_rows_a_run_logged_past_its_last_checkpoint(ctx, tmp_path, capsys):
+    from logger import read_metrics
+    run = str(tmp_path / "run")
+    shutil.copytree(ctx.trained, run)
+    path = os.path.join(run, "metrics.jsonl")
+    last = torch.load(os.path.join(run, "ckpt.pt"), weights_only=False)["iter_num"]
+    rows = read_metrics(path)
+    with open(path, "a") as f:  # what a run killed (or whose save failed) after its checkpoint had logged
+        f.write(f'{{"iter": {last}, "train/lm_loss": 9.0}}\n{{"iter": {last + 1}, "val/loss": 9.0}}\n'
+                f'{{"iter": {last + 2}, "tr')
+    assert run_cli(importlib.import_module("train").main, _train(ctx, f"--out_dir={run}", "--init_from=resume",
+                                                                 f"--max_iters={last + 2}")) == 0
+    assert "3 metrics rows logged after the checkpoint's iteration" in capsys.readouterr().out
+    after = read_metrics(path)
+    assert after[:len(rows)] == rows and 9.0 not in [r.get("val/loss", r.get("train/lm_loss")) for r in after]
+    iters = [(r["iter"], "val/loss" in r) for r in after]
+    assert len(iters) == len(set(iters))  # no step logged twice
+
+
+def test_sample_streams_tokens_as_they_come_and_stops_cleanly_on_ctrl_c(ctx):
+    import signal
+    import time
+    cmd = [sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={ctx.trained}", "--max_new_tokens=100000000",
+           "--num_samples=1", "--start=The "]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        first = proc.stdout.read(40)  # arrives while the 10^8 tokens are still being generated
+        time.sleep(0.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert first.startswith(b"The ") and len(first) == 40
+    assert proc.returncode == 130 and b"Ctrl-C stops" in err and b"Traceback" not in err, err
+
+
+def test_streamed_text_equals_the_whole_decode_even_across_multibyte_characters():
+    from dataset import Tokenizer
+    from sample import text_pieces
+    tokenizer = Tokenizer({"tokenizer": "gpt2", "vocab_size": 50257})
+    text = "Ünïcödé — 漢字 and emoji 🎭🎭 in a stream"
+    ids = tokenizer.encode(text)
+    pieces = list(text_pieces(iter(ids), tokenizer))
+    assert "".join(pieces) == text and len(pieces) > 1 and not any("\ufffd" in p for p in pieces)
+
+
+def test_the_geometry_memory_estimate_covers_the_probes_it_builds(ctx):
+    from checkpoint import load_model
+    from eval_geometry import GeometryConfig, collect_probes, geometry_memory
+    ref, _ = load_model(ctx.trained)
+    new, _ = load_model(ctx.transformed)
+    from dataset import BatchLoader
+    loader = BatchLoader(ctx.data, 16, 16)
+    cfg = GeometryConfig(ref_dir=ctx.trained, n_probes=2048)
+    probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, False)
+    built = probes["X"].nbytes + probes["Y"].nbytes + sum(h.nbytes for h in probes["ref_hidden"] + probes["new_hidden"])
+    assert geometry_memory(cfg, ref, new, 16) >= built
+    double = GeometryConfig(ref_dir=ctx.trained, n_probes=4096)
+    assert geometry_memory(double, ref, new, 16) - geometry_memory(cfg, ref, new, 16) >= probes["X"].nbytes * 2

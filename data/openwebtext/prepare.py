@@ -6,14 +6,19 @@ The tokenizer and file layout are nanoGPT's: documents end with <|endoftext|>, i
 """
 import argparse
 import os
-import pickle
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from cli import run_cli  # noqa: E402
-from dataset import GPT2_META, gpt2_encoding, tokenizer_fingerprint  # noqa: E402
+from dataset import (  # noqa: E402
+    GPT2_META,
+    gpt2_encoding,
+    tokenizer_fingerprint,
+    write_meta,
+    writing_dataset,
+)
 from errors import DataError  # noqa: E402
 
 
@@ -70,12 +75,11 @@ def main(argv=None) -> None:
     splits = dataset.train_test_split(test_size=args.val_fraction, seed=args.seed, shuffle=True)
     splits["val"] = splits.pop("test")
     tokenized = {name: tokenize_dataset(split, args.num_proc) for name, split in splits.items()}
-    os.makedirs(args.out_dir, exist_ok=True)
-    for name, split in tokenized.items():
-        n = write_bin(split, os.path.join(args.out_dir, f"{name}.bin"))
-        print(f"{name}: {n:,} tokens")
-    with open(os.path.join(args.out_dir, "meta.pkl"), "wb") as f:
-        pickle.dump(dict(GPT2_META, fingerprint=tokenizer_fingerprint(GPT2_META)), f)
+    with writing_dataset(args.out_dir) as tokens:
+        for name, split in tokenized.items():
+            tokens[name] = write_bin(split, os.path.join(args.out_dir, f"{name}.bin"))
+            print(f"{name}: {tokens[name]:,} tokens")
+        write_meta(args.out_dir, dict(GPT2_META, fingerprint=tokenizer_fingerprint(GPT2_META)), tokens)
 
 
 if __name__ == "__main__":
