@@ -126,8 +126,12 @@ def hold_run_dir(out_dir: str, command: str) -> Iterator[None]:
               file=sys.stderr)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()}: {command}".encode(), 0)
+    before = _listing(out_dir)
     try:
         yield
+    except BaseException:
+        _remove_unsaved(out_dir, before)
+        raise
     finally:
         os.remove(path)
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -135,6 +139,26 @@ def hold_run_dir(out_dir: str, command: str) -> Iterator[None]:
         for directory in created:
             if os.path.isdir(directory) and not os.listdir(directory):
                 os.rmdir(directory)
+
+
+def _listing(out_dir: str) -> dict[str, tuple[int, int]]:
+    return {name: (st.st_ino, st.st_mtime_ns) for name in os.listdir(out_dir)
+            for st in [os.stat(os.path.join(out_dir, name), follow_symlinks=False)]}
+
+
+def _remove_unsaved(out_dir: str, before: dict[str, tuple[int, int]]) -> None:
+    """A command that failed leaves no new file that a later command could take for a result: what it created in
+    ``out_dir`` goes. Not when it saved a checkpoint there (complete, or marked incomplete on an interrupt), nor when
+    it changed a file that was there before (a resumed run's metrics, a dataset being replaced under its
+    'preparing' marker): then its files stay together, as the command's own marks describe them."""
+    import shutil
+    after = _listing(out_dir) if os.path.isdir(out_dir) else {}
+    if CHECKPOINT_NAME in after and after[CHECKPOINT_NAME] != before.get(CHECKPOINT_NAME) or any(
+            name in after and after[name] != stamp for name, stamp in before.items() if name != LOCK_NAME):
+        return
+    for name in set(after) - set(before) - {LOCK_NAME}:
+        path = os.path.join(out_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
 
 
 def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False) -> None:
@@ -177,8 +201,58 @@ def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
         raise CheckpointError(f"'{path}' is not a nanoLGPT/nanoGPT checkpoint: it lacks {REQUIRED_KEYS} "
                               f"(found {found}). Hugging Face GPT-2 directories are imported with "
                               "python convert.py --from_hf=DIR --out_dir=OUT")
+    check_structure(ckpt, path)
     check_finite(ckpt["model"], path)
     return ckpt
+
+
+# what each top-level field of a checkpoint may hold (a field may be absent: older and foreign checkpoints)
+FIELD_TYPES = {"model": (dict,), "model_args": (dict,), "config": (dict, type(None)), "meta": (dict, type(None)),
+               "optimizer": (dict, type(None)), "iter_num": (int,), "best_val_loss": (int, float, type(None)),
+               "rng": (dict, type(None)), "transform": (dict, type(None)), "complete": (bool,)}
+
+
+def check_structure(ckpt: dict, path: str) -> None:
+    """Refuse a damaged checkpoint before anything reads it: every field of the right type, ``model_args`` a valid
+    GPTConfig, every weight a floating tensor whose name and shape are the ones that config builds, and a readable
+    tokenizer description. One CheckpointError naming the field, instead of a traceback wherever it is first used."""
+    from configurator import config_from_dict
+    from dataset import check_meta
+    fix = "the file is damaged or was edited: use the run's original checkpoint, or train/convert it again"
+    for key, allowed in FIELD_TYPES.items():
+        if key in ckpt and not isinstance(ckpt[key], allowed) or key == "iter_num" and ckpt.get(key) is True:
+            raise CheckpointError(f"'{path}': its field '{key}' holds a {type(ckpt[key]).__name__}, not a "
+                                  f"{' or '.join(t.__name__ for t in allowed)}; {fix}")
+    try:
+        config = config_from_dict(GPTConfig, clean_model_args(ckpt["model_args"]), f"'{path}' model_args")
+    except ValueError as e:  # ConfigError (a wrong type) or GPTConfig's own check (an impossible value)
+        raise CheckpointError(f"{str(e).rstrip('.')}; {fix}") from None
+    state = clean_state_dict(ckpt["model"])
+    for name, value in state.items():
+        if not torch.is_tensor(value) or not value.is_floating_point():
+            what = f"a {value.dtype} tensor" if torch.is_tensor(value) else f"a {type(value).__name__}"
+            raise CheckpointError(f"'{path}': weight '{name}' is {what}, not a floating-point tensor; {fix}")
+    blocks = {int(k.split(".")[2]) for k in state if k.startswith("transformer.h.") and k.split(".")[2].isdigit()}
+    if len(blocks) != config.n_layer:  # checked before building: n_layer = 10**9 would never finish
+        raise CheckpointError(f"'{path}': model_args says n_layer={config.n_layer} but its weights hold {len(blocks)} "
+                              f"blocks; {fix}")
+    with torch.device("meta"):
+        expected = {k: v.shape for k, v in GPT(config).state_dict().items()}
+    if config.head == "tied":
+        expected.pop("lm_head.weight")
+        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    for name in sorted(set(expected) | set(state)):
+        if name not in state or name not in expected or state[name].shape != expected[name]:
+            problem = ("is missing" if name not in state else "is not part of this model" if name not in expected
+                       else f"has shape {tuple(state[name].shape)}, model_args builds {tuple(expected[name])}")
+            raise CheckpointError(f"'{path}': weight '{name}' {problem}; {fix}")
+    if ckpt.get("meta") is not None:
+        check_meta(ckpt["meta"], f"'{path}'")
+
+
+def clean_model_args(model_args: dict) -> dict:
+    """The GPTConfig fields of a checkpoint's model_args (nanoGPT and older checkpoints hold other keys too)."""
+    return {k: v for k, v in model_args.items() if k in GPTConfig.field_names()}
 
 
 def check_finite(state_dict: dict, source: str) -> None:
@@ -235,7 +309,7 @@ def clean_state_dict(state_dict: dict) -> dict:
 
 def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
     """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0)."""
-    args = {k: v for k, v in ckpt["model_args"].items() if k in GPTConfig.field_names()}
+    args = clean_model_args(ckpt["model_args"])
     args.update(overrides)
     state = {k: v.clone() for k, v in clean_state_dict(ckpt["model"]).items()}  # the model owns its weights
     try:

@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import inspect
 import io
+import math
 import os
 import runpy
 import sys
@@ -43,6 +44,9 @@ def _describe(tp: Any) -> str:
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
+INT64_LIMIT = 2**63
+
+
 def coerce(key: str, value: Any, tp: Any, source: str) -> Any:
     """Return ``value`` as type ``tp`` or raise ConfigError. ints pass as floats; 'true'/'false' as bools."""
     options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
@@ -55,8 +59,12 @@ def coerce(key: str, value: Any, tp: Any, source: str) -> Any:
             if isinstance(value, str) and value.lower() in ("true", "false"):
                 return value.lower() == "true"
         elif option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value if isinstance(value, float) else float(min(max(value, -2**1000), 2**1000))):
+                raise ConfigError(f"{source}: {key}={value!r} is not a finite number; give {key} a finite value")
             return float(value)
         elif option is int and isinstance(value, int) and not isinstance(value, bool):
+            if not -INT64_LIMIT <= value < INT64_LIMIT:  # every int setting ends up in a torch/numpy int64
+                raise ConfigError(f"{source}: {key}={value!r} is out of range; {key} must lie within ±2^63")
             return value
         elif option is str and isinstance(value, str):
             return value

@@ -322,7 +322,38 @@ def load_meta(data_dir: str) -> dict | None:
                         "again (data/<name>/prepare.py)") from e
     if not isinstance(meta, dict) or "vocab_size" not in meta:
         raise DataError(f"'{path}' holds no tokenizer description (a dict with vocab_size); prepare the dataset again")
+    check_meta(meta, f"'{path}'")
     return meta
+
+
+TOKENIZER_KINDS = ("char", "gpt2", "hf")
+
+
+def check_meta(meta: object, source: str) -> None:
+    """Refuse a tokenizer description (meta.pkl, or a checkpoint's 'meta') that ``Tokenizer`` could not use: the
+    kind, a positive vocab_size, and for 'char' the two symbol tables, inverse to each other; for 'hf' the
+    tokenizer.json text. One DataError naming what is wrong, instead of a KeyError at the first decode."""
+    def bad(what: str) -> DataError:
+        return DataError(f"{source}: its tokenizer description (meta) {what}; it is damaged: prepare the dataset or "
+                         "train/convert the model again")
+    if not isinstance(meta, dict):
+        raise bad(f"is a {type(meta).__name__}, not a dict")
+    kind = meta.get("tokenizer", "char" if "stoi" in meta else "gpt2")
+    if kind not in TOKENIZER_KINDS:
+        raise bad(f"names tokenizer {kind!r}, not one of {TOKENIZER_KINDS}")
+    size = meta.get("vocab_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise bad(f"has vocab_size {size!r}, not a positive integer")
+    if kind == "char":
+        stoi, itos = meta.get("stoi"), meta.get("itos")
+        if not (isinstance(stoi, dict) and isinstance(itos, dict)):
+            raise bad("lacks its symbol tables (stoi and itos, two dicts)")
+        if len(stoi) != size or any(not isinstance(c, str) or itos.get(i) != c for c, i in stoi.items()) \
+                or len(itos) != size:
+            raise bad(f"has symbol tables that do not list the same {size} symbols both ways")
+    if kind == "hf" and not (isinstance(meta.get("files"), dict)
+                             and isinstance(meta["files"].get(HF_TOKENIZER_FILE), str)):
+        raise bad(f"lacks the Hugging Face tokenizer's {HF_TOKENIZER_FILE}")
 
 
 # ----------------------------------------------------------------------------------------------

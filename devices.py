@@ -79,5 +79,5 @@ def check_memory(needed: int, device: str, what: str, fix: str) -> None:
     with one line naming ``what`` needs it and the ``fix``, instead of an out-of-memory kill minutes later."""
     free = available_memory(device)
     if free is not None and needed > free:
-        raise ConfigError(f"{what} would need about {needed / 2**30:.1f} GiB on {device}, but only {free / 2**30:.1f} GiB "
-                          f"is available; {fix}")
+        raise ConfigError(f"{what} would need about {needed / 2**30:.1f} GiB on {device}, but only "
+                          f"{free / 2**30:.1f} GiB is available; {fix}")

@@ -128,6 +128,9 @@ class TrainConfig(GPTConfig):
                               "finetune.py --in_dir) or drop --rewarm_iters")
         if self.eval_seed < -1:
             raise ConfigError(f"eval_seed must be >= 0, or -1 for the run's seed; got {self.eval_seed}")
+        if self.compile_backend and self.compile_backend not in torch._dynamo.list_backends(exclude_tags=()):
+            raise ConfigError(f"compile_backend={self.compile_backend!r} is not a torch.compile backend here; give one "
+                              f"of {torch._dynamo.list_backends()} (or '' for inductor on CUDA)")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         if self.init_from == "scratch":

@@ -93,6 +93,8 @@ class TransformConfig:
     restore_attn_scale: bool = False  # sandwich / paper_code: Q × √(m/d) keeps the attention scale 1/√(d/n_head)
     norms: str = "fold"  # 'fold' (exact) | 'scalar' (gain → its mean) | 'drop' (gain → 1)
     seed: int = 0  # seed of the random map (and of the growth symmetry breaking)
+    map_file: str = ""  # a saved T (torch.save of an m×d tensor, e.g. the paper script's --proj_out) used as it is,
+    #                     instead of sampling kind: to compare rules, or our code with another's, on one T
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
     # growing heads and MLP too (grow.py), function-preserving; 0 keeps the model's
@@ -238,6 +240,11 @@ def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
         if cfg.pos == "rope" and (m // cfg.n_head) % 2:
             raise TransformError(f"porting={porting!r} with RoPE needs an even head size m/n_head, "
                                  f"got {m // cfg.n_head}")
+    if porting == "paper_code" and d in (cfg.vocab_size, cfg.mlp_hidden):
+        axis = "vocab_size" if d == cfg.vocab_size else "mlp_hidden"
+        raise TransformError(f"porting='paper_code' maps every axis of length d={d} by shape, and this model's "
+                             f"{axis} is {d} too: the published code would map that axis as well and leave no model "
+                             "that runs; use porting='sandwich' (the paper's equations) or 'residual'")
 
 # ----------------------------------------------------------------------------------------------
 # Projections
@@ -790,14 +797,31 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
 # The whole transform
 
 
+def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
+                 calibration: Calibration | None, damping: float, keep_layernorm: bool) -> tuple[torch.Tensor, ...]:
+    """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
+    model keeps its LayerNorm."""
+    if given_map is not None:
+        T = given_map.detach().cpu().double()
+        T_pinv = pseudo_inverse(T)
+    else:
+        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping)
+    if keep_layernorm:
+        T = mean_preserving(T)
+        T_pinv = T.T.clone()
+    return T, T_pinv
+
+
 def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting: str = "residual",
                     norms: str = "fold", seed: int = 0, calibration_loader: BatchLoader | None = None,
                     calib_batches: int = 8, grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
                     pca_damping: float = 1e-6, keep_layernorm: bool = False, restore_attn_scale: bool = False,
                     refit: str = "none", refit_ridge: float = 1e-4, learn_steps: int = 0,
                     learn_lr: float = 1e-3, n_head: int = 0, mlp_hidden: int = 0, grow_mode: str = "zero",
-                    clone_noise: float = 0.0, n_kv_head: int = 0) -> tuple[GPT, dict]:
-    """Transform ``model`` to residual width ``width``; returns (new model, transform record)."""
+                    clone_noise: float = 0.0, n_kv_head: int = 0,
+                    given_map: torch.Tensor | None = None) -> tuple[GPT, dict]:
+    """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
+    (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file')."""
     started = time.perf_counter()
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
                               restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head)
@@ -815,10 +839,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     calibration = None
     if calibration_loader is not None:
         calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed)
-    T, T_pinv = make_projection(kind, d, m, seed, calibration, pca_damping)
-    if keep_layernorm:
-        T = mean_preserving(T)
-        T_pinv = T.T.clone()
+    T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm)
+    kind = "file" if given_map is not None else kind
     device = model.transformer.wte.weight.device
     T, T_pinv = T.to(device), T_pinv.to(device)  # the one move: every rule below meets the weights on their device
     corrections: dict = {}
@@ -838,7 +860,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                      f"{corrections['learned_map']['initial']:.4f} → {corrections['learned_map']['learned']:.4f} "
                      f"(kept: {corrections['learned_map']['kept']})")
     if porting == "paper_code":
-        T = paper_code_projection(kind, T)
+        T = T if given_map is not None else paper_code_projection(kind, T)
         T_pinv = pseudo_inverse(T)
         new_sd, new_cfg = paper_code_weights(sd, cfg, T)
     else:
@@ -918,6 +940,28 @@ def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Te
     return out
 
 
+def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
+    """A map T saved with torch.save: one finite floating m×d tensor (or a one-tensor dict), checked before work."""
+    if not os.path.isfile(path):
+        raise TransformError(f"map_file '{path}' does not exist; give a file written by torch.save(T) with T of shape "
+                             f"(width, d) = ({m}, {d})")
+    try:
+        T = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
+        raise TransformError(f"map_file '{path}' is not a readable torch.save file ({e.__class__.__name__}); give "
+                             f"torch.save(T) of a ({m}, {d}) tensor") from None
+    if isinstance(T, dict) and len(T) == 1:
+        T = next(iter(T.values()))
+    if not torch.is_tensor(T) or not T.is_floating_point() or tuple(T.shape) != (m, d):
+        what = f"a tensor of shape {tuple(T.shape)}, {T.dtype}" if torch.is_tensor(T) else f"a {type(T).__name__}"
+        raise TransformError(f"map_file '{path}' holds {what}; it must be a floating ({m}, {d}) tensor: "
+                             f"--width={m} and this model's d={d}")
+    if not torch.isfinite(T).all() or torch.linalg.matrix_rank(T.double()) < min(m, d):
+        raise TransformError(f"map_file '{path}' holds a map with non-finite entries or rank below {min(m, d)}; T "
+                             "must be finite and of full rank")
+    return T
+
+
 def transform_checkpoint(cfg: TransformConfig) -> dict:
     """The CLI's work: read in_dir/ckpt.pt, transform, evaluate before/after, write out_dir/ckpt.pt.
     Every check runs before any work, and nothing is written unless all of it succeeds."""
@@ -932,6 +976,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         from carry import check_carry
         check_carry(ckpt, cfg.porting, cfg.norms, cfg.kind, model.config.n_embd, cfg.width, cfg.keep_layernorm,
                     cfg.refit, cfg.learn_steps, regroups=regroups_heads(model.config, cfg.n_head, cfg.n_kv_head))
+    given_map = read_map_file(cfg.map_file, cfg.width, model.config.n_embd) if cfg.map_file else None
     loader = None
     if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
@@ -944,7 +989,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
-        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head)
+        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map)
     record["source"] = os.path.abspath(cfg.in_dir)
     record["source_fingerprint"] = weights_fingerprint(ckpt["model"])  # consumers check the source is unchanged
     if is_interrupted(ckpt):
