@@ -534,7 +534,7 @@ def scale_reading(r: dict) -> str:
     gauss, pca, best, paper = ("residual, Gaussian", "residual, PCA", "recommended: PCA + learned T + refit",
                                "paper: Gaussian sandwich")
     out = ["**Reading** (char unless said; a trend is claimed only where the slope's 95% interval excludes zero, "
-           "a difference only where it exceeds twice the spread). "
+           "a difference between methods only under the one significance rule of the Results introduction). "
            f"*(1) The paper's hypothesis.* At a fixed m/d the zero-shot gap of a random Gaussian map (residual "
            f"porting) from d = {char[0]} to {char[-1]}: " + "; ".join(
                f"m/d = {x:g}: {gap_pct(gap(lo, gauss, x), 1)} → {gap_pct(gap(hi, gauss, x), 1)}, "
@@ -635,6 +635,125 @@ def scale_reading(r: dict) -> str:
     return "\n\n".join(out)
 
 
+# ----------------------------------------------------------------------------------------------
+# The one significance rule: every Reading's "lower", "higher" and "no difference" come from here.
+
+SIGNIFICANCE_LEVEL = 0.05
+SIGNIFICANCE_RULE = (f"two-sided t-test at p < {SIGNIFICANCE_LEVEL}: paired over seeds where the two arms share "
+                     "their seeds (same data order, same eval batches), Welch's otherwise; anything else is \"no "
+                     "difference\", and n = 1 against n = 1 is never a difference")
+
+
+def verdict(a: list[float], b: list[float], paired: bool) -> dict:
+    """Is mean(a) lower or higher than mean(b)? {'words': 'lower' | 'higher' | 'no difference', 'p', 'test'}."""
+    from scipy import stats
+    if len(a) < 2 or len(b) < 2 or paired and len(a) != len(b):
+        return {"words": "no difference", "p": None, "test": "n too small"}
+    if paired:
+        diffs = [x - y for x, y in zip(a, b)]
+        spread = max(diffs) - min(diffs)
+        if spread <= 1e-12 * max(abs(x) for x in diffs):  # a constant paired shift: no variance to test against
+            p = 1.0 if max(abs(x) for x in diffs) == 0 else 0.0
+        else:
+            p = stats.ttest_rel(a, b).pvalue
+        test = "paired t"
+    else:
+        p, test = stats.ttest_ind(a, b, equal_var=False).pvalue, "Welch t"
+    p = 1.0 if p != p else float(p)  # identical samples: NaN
+    words = "no difference" if p >= SIGNIFICANCE_LEVEL else "lower" if statistics.fmean(a) < statistics.fmean(b) \
+        else "higher"
+    return {"words": words, "p": p, "test": test}
+
+
+def grow_summary(r: dict) -> dict[str, str]:
+    """What the growth experiment's summaries quote: the arms' gap to the scratch curve at equal compute, and each
+    arm's final loss against the fully decayed equal-compute scratch run (paired by seed) under the one rule."""
+    gaps = [arm["final_gap_to_scratch_curve"]["mean"] for arm in r["arms"]]
+    decayed = r["scratch_equal_compute_full_val_loss"]["values"]
+    verdicts = [verdict([s["full_val_loss"] for s in arm["seeds"]], decayed, paired=True)["words"]
+                for arm in r["arms"]]
+    counts = {w: verdicts.count(w) for w in ("higher", "no difference", "lower")}
+    return {"behind_scratch_curve": f"{100 * min(gaps):+.1f}–{100 * max(gaps):.1f}%",
+            "vs_decayed": ", ".join(f"{n} of {len(verdicts)} arms {w}" for w, n in counts.items() if n)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Quoted numbers: prose outside the tables quotes results through named quotes, so it cannot go stale.
+# In README.md a quote is  <!-- q NAME -->TEXT<!-- /q -->; report.py rewrites TEXT from results/, and --check
+# fails, naming the section, when TEXT differs from what results/ gives or NAME is unknown.
+
+
+QUOTE = re.compile(r"<!-- q ([\w.@+-]+) -->(.*?)<!-- /q -->", re.S)
+
+
+def _shrink_gap(ratio: float, correction: str, digits: int = 2) -> str:
+    r = load("shrink_quality")
+    row = next(row for row in r["rows"] if row["kind"] == "pca" and row["correction"] == correction
+               and row["ratio"] == ratio)
+    return f"{100 * (row['zero_shot']['mean'] / r['reference_val_loss'] - 1):+.{digits}f}%"
+
+
+def _shrink_seconds(correction: str) -> str:
+    """The range of a correction's measured seconds over the ratios and map kinds (every seed)."""
+    values = [v for row in load("shrink_quality")["rows"] if row["correction"] == correction
+              for v in row["seconds"]["values"]]
+    return f"{min(values):.0f}–{max(values):.0f} s"
+
+
+RECIPE, RECIPE_X4 = "learned T + all", "learned T ×4 steps + all, ×4 calibration"
+
+
+def _growth(key: str) -> str:
+    return grow_summary(load("grow_staging"))[key]
+
+
+QUOTES = {
+    "recipe@0.75": lambda: _shrink_gap(0.75, RECIPE),
+    "recipe@0.5": lambda: _shrink_gap(0.5, RECIPE),
+    "recipe@0.25": lambda: _shrink_gap(0.25, RECIPE, 1),
+    "recipe_x4@0.75": lambda: _shrink_gap(0.75, RECIPE_X4, 3),
+    "recipe_x4@0.5": lambda: _shrink_gap(0.5, RECIPE_X4, 3),
+    "recipe_x4@0.25": lambda: _shrink_gap(0.25, RECIPE_X4),
+    "pca@0.75": lambda: _shrink_gap(0.75, "none", 1),
+    "pca@0.5": lambda: _shrink_gap(0.5, "none", 1),
+    "pca@0.25": lambda: _shrink_gap(0.25, "none", 0),
+    "recipe.seconds": lambda: _shrink_seconds(RECIPE),
+    "recipe_x4.seconds": lambda: _shrink_seconds(RECIPE_X4),
+    "growth.behind_scratch_curve": lambda: _growth("behind_scratch_curve"),
+    "growth.vs_decayed": lambda: _growth("vs_decayed"),
+    "significance_rule": lambda: SIGNIFICANCE_RULE,
+}
+
+
+def quote(name: str) -> str:
+    if name not in QUOTES:
+        raise KeyError(name)
+    return QUOTES[name]()
+
+
+def section_of(text: str, position: int) -> str:
+    """The heading a position of the README lies under."""
+    headings = re.findall(r"^#+ (.+)$", text[:position], re.M)
+    return headings[-1] if headings else "(top)"
+
+
+def fill_quotes(text: str) -> tuple[str, list[str]]:
+    """The README with every quote rewritten from results/, and the problems found (section: quote: was → is)."""
+    problems = []
+
+    def one(match: re.Match) -> str:
+        name, was = match.group(1), match.group(2)
+        try:
+            now = quote(name)
+        except KeyError:
+            problems.append(f"{section_of(text, match.start())}: unknown quote '{name}' (report.QUOTES names them)")
+            return match.group(0)
+        if now != was:
+            problems.append(f"{section_of(text, match.start())}: quote '{name}' says {was!r}, results/ give {now!r}")
+        return f"<!-- q {name} -->{now}<!-- /q -->"
+    return QUOTE.sub(one, text), problems
+
+
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale)}
 
@@ -658,6 +777,23 @@ def render(name: str) -> str:
                 f"`QUICK=1 scripts/{name}.sh` re-runs it.*")
 
 
+def check_readme(text: str) -> tuple[str, list[str]]:
+    """(the README regenerated from results/, what differed): every table between its markers, every quote."""
+    new, problems = text, []
+    for name in list(SECTIONS) + ["worked_example", "benchmarks"]:
+        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
+        if not pattern.search(new):
+            problems.append(f"{name}: the README lacks its <!-- BEGIN {name} --> / <!-- END {name} --> markers")
+            continue
+        before = new
+        new = pattern.sub(lambda m, n=name: m.group(1) + render(n) + "\n" + m.group(2), new)
+        if new != before:
+            problems.append(f"{section_of(before, pattern.search(before).start())}: the {name} table differs from "
+                            "results/")
+    new, quoted = fill_quotes(new)
+    return new, problems + quoted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
@@ -665,18 +801,13 @@ def main() -> None:
     path = os.path.join(ROOT, "README.md")
     text = open(path).read()
     new = text
-    stale = []
-    for name in list(SECTIONS) + ["worked_example", "benchmarks"]:
-        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
-        before = new
-        new = pattern.sub(lambda m, n=name: m.group(1) + render(n) + "\n" + m.group(2), new)
-        if new != before:
-            stale.append(name)
+    new, problems = check_readme(text)
     if args.check:
-        if stale:
-            print(f"README tables out of date with results/: {', '.join(stale)}; run python scripts/report.py",
-                  file=sys.stderr)
-        sys.exit(1 if stale else 0)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            print("README out of date with results/: run python scripts/report.py", file=sys.stderr)
+        sys.exit(1 if problems else 0)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from experiments import PLOTS, replot  # figures too, from the same JSON
     for name in PLOTS:

@@ -1,0 +1,88 @@
+"""report.py keeps the README equal to results/: tables, quoted numbers in prose, and the one significance rule."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import report  # noqa: E402
+
+README = open(os.path.join(ROOT, "README.md")).read()
+
+
+def test_the_committed_readme_equals_what_results_give():
+    new, problems = report.check_readme(README)
+    assert not problems and new == README, problems
+
+
+def test_every_quote_in_the_readme_is_known_and_every_known_quote_is_used():
+    used = {m.group(1) for m in report.QUOTE.finditer(README)}
+    assert used and used <= set(report.QUOTES)
+    assert set(report.QUOTES) <= used, set(report.QUOTES) - used
+
+
+def test_an_edited_quoted_number_fails_the_check_naming_its_section(tmp_path):
+    match = next(m for m in report.QUOTE.finditer(README) if m.group(1) == "recipe@0.5")
+    edited = README[:match.start(2)] + "+0.45%" + README[match.end(2):]
+    _, problems = report.check_readme(edited)
+    assert len(problems) == 1 and "recipe@0.5" in problems[0] and "'+0.45%'" in problems[0]
+    assert problems[0].startswith("nanoLGPT:")  # the top summary, under the title
+    # and through the real command, on a copy of the repository's README and results
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    for name in ("report.py", "experiments.py", "harness.py"):
+        (copy / "scripts" / name).write_text(open(os.path.join(ROOT, "scripts", name)).read())
+    os.symlink(os.path.join(ROOT, "results"), copy / "results")
+    for name in ("bench",):
+        os.symlink(os.path.join(ROOT, name), copy / name)
+    (copy / "README.md").write_text(edited)
+    done = subprocess.run([sys.executable, str(copy / "scripts" / "report.py"), "--check"], capture_output=True,
+                          text=True, timeout=120, cwd=copy)
+    assert done.returncode == 1 and "quote 'recipe@0.5' says '+0.45%'" in done.stderr, done.stderr
+    (copy / "README.md").write_text(README)
+    assert subprocess.run([sys.executable, str(copy / "scripts" / "report.py"), "--check"], capture_output=True,
+                          timeout=120, cwd=copy).returncode == 0
+
+
+def test_an_unknown_quote_and_missing_table_markers_fail_the_check():
+    _, problems = report.check_readme(README + "\n<!-- q no_such_number -->1.0<!-- /q -->\n")
+    assert any("unknown quote 'no_such_number'" in p for p in problems)
+    _, problems = report.check_readme(README.replace("<!-- END heads -->", ""))
+    assert any(p.startswith("heads: the README lacks") for p in problems)
+
+
+def test_an_edited_table_cell_fails_the_check():
+    start = README.index("<!-- BEGIN shrink_quality -->")
+    edited = README[:start] + README[start:].replace("1.890", "1.891", 1)
+    _, problems = report.check_readme(edited)
+    assert len(problems) == 1 and "shrink_quality table differs" in problems[0]
+
+
+@pytest.mark.parametrize("a, b, paired, words", [
+    ([1.0, 1.1, 1.2], [2.0, 2.1, 2.2], True, "lower"),  # a constant paired shift: a difference however small n is
+    ([2.0, 2.1, 2.3], [1.0, 1.1, 1.2], False, "higher"),
+    ([1.0, 1.5, 0.5], [1.1, 0.6, 1.4], True, "no difference"),
+    ([1.0], [2.0], False, "no difference"),  # n = 1 against n = 1 is never a difference
+    ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], True, "no difference"),
+])
+def test_the_significance_rule(a, b, paired, words):
+    assert report.verdict(a, b, paired)["words"] == words
+
+
+def test_paired_and_welch_tests_agree_with_their_textbook_formulas():
+    import math
+
+    from scipy import stats
+    a, b = [2.03, 2.05, 2.02, 2.06], [2.00, 2.04, 1.99, 2.01]
+    diffs = [x - y for x, y in zip(a, b)]
+    mean = sum(diffs) / 4
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 3)
+    t = mean / (sd / 2)
+    assert math.isclose(report.verdict(a, b, True)["p"], 2 * stats.t.sf(abs(t), 3), rel_tol=1e-9)
+    va, vb = stats.tvar(a) / 4, stats.tvar(b) / 4
+    t = (sum(a) / 4 - sum(b) / 4) / math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 3)
+    assert math.isclose(report.verdict(a, b, False)["p"], 2 * stats.t.sf(abs(t), dof), rel_tol=1e-9)
