@@ -707,6 +707,30 @@ def _growth(key: str) -> str:
     return grow_summary(load("grow_staging"))[key]
 
 
+def _rule_verdict(a: str, b: str) -> str:
+    """Zero-shot of porting rule a against rule b on the same Gaussian maps (m/d = 0.75), paired by map seed."""
+    rows = [x for x in load("ppl_vs_width")["rows"] if x["kind"] == "gaussian" and x["ratio"] == 0.75
+            and not x.get("restore_attn_scale")]
+    values = {x["porting"]: x["zero_shot"]["values"] for x in rows}
+    v = verdict(values[a], values[b], paired=True)
+    return f"{v['words']} ({v['test']} over n = {len(values[a])} map seeds, p = {v['p']:.3f})"
+
+
+def _rewarm() -> str:
+    """Re-warming the LR after growth against the same arm without it, paired by seed, under the one rule."""
+    arms = {a["label"]: a for a in load("grow_staging")["arms"]}
+    found = []
+    for label, arm in arms.items():
+        if "no re-warm" in label and label.replace("no re-warm", "re-warm 100") in arms:
+            with_rewarm = [x["full_val_loss"] for x in arms[label.replace("no re-warm", "re-warm 100")]["seeds"]]
+            found.append(verdict(with_rewarm, [x["full_val_loss"] for x in arm["seeds"]], paired=True))
+    words = {v["words"] for v in found}
+    p = [v["p"] for v in found]
+    return (f"{'higher' if words == {'higher'} else 'lower' if words == {'lower'} else 'mixed'} in "
+            f"{sum(v['words'] != 'no difference' for v in found)} of {len(found)} pairings (paired t over seeds, "
+            f"p = {min(p):.3f}–{max(p):.3f})")
+
+
 QUOTES = {
     "recipe@0.75": lambda: _shrink_gap(0.75, RECIPE),
     "recipe@0.5": lambda: _shrink_gap(0.5, RECIPE),
@@ -722,6 +746,9 @@ QUOTES = {
     "growth.behind_scratch_curve": lambda: _growth("behind_scratch_curve"),
     "growth.vs_decayed": lambda: _growth("vs_decayed"),
     "significance_rule": lambda: SIGNIFICANCE_RULE,
+    "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
+    "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
+    "growth.rewarm": _rewarm,
 }
 
 
