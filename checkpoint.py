@@ -309,11 +309,12 @@ def clean_state_dict(state_dict: dict) -> dict:
 
 def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
     """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0)."""
+    from configurator import config_from_dict
     args = clean_model_args(ckpt["model_args"])
     args.update(overrides)
     state = {k: v.clone() for k, v in clean_state_dict(ckpt["model"]).items()}  # the model owns its weights
-    try:
-        return GPT.from_state_dict(GPTConfig(**args), state)
+    try:  # typed: an int where a float belongs (norm_eps = 1) becomes the float every consumer expects
+        return GPT.from_state_dict(config_from_dict(GPTConfig, args, "model_args"), state)
     except ValueError as e:
         raise CheckpointError(f"checkpoint weights do not match its model_args: {e}") from e
 

@@ -682,7 +682,7 @@ def convert(cfg: ConvertConfig) -> str:
     else:
         ckpt = load_checkpoint(cfg.from_nanogpt)
         model = import_nanogpt(ckpt)
-        meta, source = nanogpt_meta(ckpt, cfg.data_dir), dict(ckpt.get("config", {}), imported_from=cfg.from_nanogpt)
+        meta, source = nanogpt_meta(ckpt, cfg.data_dir), dict(ckpt.get("config") or {}, imported_from=cfg.from_nanogpt)
         if cfg.data_dir:
             source["data_dir"] = cfg.data_dir
     save_checkpoint({"model": model.state_dict(), "model_args": model.config.to_dict(), "config": source,

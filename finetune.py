@@ -166,7 +166,7 @@ def read_control(cfg: FinetuneConfig) -> list:
                           "there first, with this recipe")
     with open(path) as f:
         control = json.load(f)
-    theirs = control.get("config", {})
+    theirs = control.get("config") or {}
     ours = dataclasses.asdict(cfg)
     for key in ("eval_seed", "data_dir"):  # compare what they resolve to
         ours[key] = cfg.eval_batch_seed() if key == "eval_seed" else os.path.abspath(cfg.resolved_data_dir())

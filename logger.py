@@ -31,8 +31,14 @@ class MetricsLogger:
         if wandb_log:
             import wandb
             mode = os.environ.get("WANDB_MODE", "offline")
-            self.wandb = wandb.init(project=project, name=run_name, config=config, mode=mode,
-                                    dir=os.environ.get("WANDB_DIR", out_dir))
+            try:
+                self.wandb = wandb.init(project=project, name=run_name, config=config, mode=mode,
+                                        dir=os.environ.get("WANDB_DIR", out_dir))
+            except Exception as e:  # noqa: BLE001 - online without a network or a key, a bad mode: one line
+                from errors import ConfigError
+                raise ConfigError(f"wandb could not start (WANDB_MODE={mode}: {e.__class__.__name__}: "
+                                  f"{str(e).splitlines()[0][:200] if str(e) else ''}); set WANDB_MODE=offline, "
+                                  "log in with `wandb login`, or pass --wandb_log=False") from None
 
     def log(self, record: dict, step: int | None = None) -> None:
         if not self.enabled:

@@ -1007,7 +1007,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
             record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
         record["val_loss_after"] = evaluate_loss(new_model, loader, "val", cfg.eval_iters)
     out = {"model": new_model.state_dict(), "model_args": new_model.config.to_dict(),
-           "config": dict(ckpt.get("config", {}), **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
+           "config": dict(ckpt.get("config") or {}, **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
            "iter_num": 0, "source_iter_num": ckpt.get("iter_num", 0),  # finetune.py --init_state goes on from it
            "best_val_loss": record.get("val_loss_after", float("inf")), "optimizer": None,
            "optimizer_moments": carried, "meta": ckpt.get("meta"), "transform": record}

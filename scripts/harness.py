@@ -174,6 +174,16 @@ def locked(path: str, wait: bool | None = None):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def read_marker(marker: str) -> dict | None:
+    """A completion marker's record, or None when it is cut off or not a record (a disk that filled mid-write)."""
+    try:
+        with open(marker) as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return done if isinstance(done, dict) and {"result", "seconds"} <= set(done) else None
+
+
 def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> tuple[str, dict]:
     """(out_dir, result) of the run ``spec``, building it with ``build(out_dir)`` unless its marker exists."""
     out = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(spec, stage=stage))}")
@@ -187,11 +197,16 @@ def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> 
         if not os.path.exists(marker):
             raise NotCached(f"{os.path.relpath(out, ROOT)} is not built: --cost sums the build times of built runs; "
                             "run the experiment first")
-        with open(marker) as f:
-            done = json.load(f)
+        done = read_marker(marker)
+        if done is None:
+            raise NotCached(f"{os.path.relpath(marker, ROOT)} is cut off or unreadable: run the experiment to rebuild "
+                            "that run")
         TRACE[out] = done["seconds"]
         return out, done["result"]
     with locked(out):
+        if os.path.exists(marker) and read_marker(marker) is None:
+            print(f"note: {os.path.relpath(marker, ROOT)} is cut off or unreadable: the run is built again")
+            os.remove(marker)
         if not os.path.exists(marker):
             started = time.time()
             result = build(out)  # an exception or SIGINT leaves no marker: the next call starts over
@@ -200,8 +215,7 @@ def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> 
                 json.dump({"spec": spec, "result": result, "seconds": time.time() - started}, f, default=str)
             os.replace(tmp, marker)
             BUILT.append(out)
-    with open(marker) as f:
-        done = json.load(f)
+    done = read_marker(marker)
     READ[out] = done["seconds"]
     return out, done["result"]
 

@@ -34,6 +34,38 @@ def test_a_run_is_built_once_per_configuration(runs):
     assert marker["spec"] == {"lr": 1e-3} and marker["result"] == {"loss": 1.5}
 
 
+def test_a_cut_off_marker_is_built_again_with_a_note(runs, capsys):
+    calls = []
+
+    def build(out):
+        calls.append(out)
+        os.makedirs(out, exist_ok=True)
+        return {"loss": 1.5}
+
+    out, _ = harness.cached("train", "x", {"lr": 1e-3}, build)
+    marker = os.path.join(out, harness.MARKER)
+    text = open(marker).read()
+    for damaged in (text[: len(text) // 2], "", "[1, 2]"):
+        open(marker, "w").write(damaged)
+        again, result = harness.cached("train", "x", {"lr": 1e-3}, build)
+        assert (again, result) == (out, {"loss": 1.5}) and "cut off or unreadable" in capsys.readouterr().out
+    assert len(calls) == 4
+
+
+def test_wandb_that_cannot_start_is_one_config_error(tmp_path, monkeypatch):
+    import wandb
+
+    from errors import ConfigError
+    from logger import MetricsLogger
+
+    def refuse(**_):
+        raise RuntimeError("api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
+    monkeypatch.setattr(wandb, "init", refuse)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(ConfigError, match="wandb could not start .*WANDB_MODE=online.*api_key not configured"):
+        MetricsLogger(str(tmp_path), wandb_log=True)
+
+
 def test_an_interrupted_build_leaves_no_marker_and_is_built_again(runs):
     def interrupted(out):
         os.makedirs(out, exist_ok=True)
