@@ -107,7 +107,8 @@ def test_a_missing_or_mismatched_teacher_is_one_clear_error(shrunk, trained_dir,
     other = tmp_path / "other"
     shutil.copytree(trained_dir, other)
     ckpt = torch.load(other / "ckpt.pt", weights_only=False)
-    meta = dict(ckpt["meta"], stoi={k + "_": v for k, v in ckpt["meta"]["stoi"].items()})  # another alphabet
+    stoi = {k + "_": v for k, v in ckpt["meta"]["stoi"].items()}  # another alphabet, both tables consistent
+    meta = dict(ckpt["meta"], stoi=stoi, itos={v: k for k, v in stoi.items()})
     ckpt["meta"] = meta
     torch.save(ckpt, other / "ckpt.pt")
     with open(other / "meta.pkl", "wb") as f:
