@@ -220,7 +220,9 @@ def check_structure(ckpt: dict, path: str) -> None:
     from dataset import check_meta
     fix = "the file is damaged or was edited: use the run's original checkpoint, or train/convert it again"
     for key, allowed in FIELD_TYPES.items():
-        if key in ckpt and not isinstance(ckpt[key], allowed) or key == "iter_num" and ckpt.get(key) is True:
+        if key not in ckpt:
+            continue
+        if not isinstance(ckpt[key], allowed) or isinstance(ckpt[key], bool) and bool not in allowed:
             raise CheckpointError(f"'{path}': its field '{key}' holds a {type(ckpt[key]).__name__}, not a "
                                   f"{' or '.join(t.__name__ for t in allowed)}; {fix}")
     try:

@@ -59,9 +59,13 @@ def coerce(key: str, value: Any, tp: Any, source: str) -> Any:
             if isinstance(value, str) and value.lower() in ("true", "false"):
                 return value.lower() == "true"
         elif option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value if isinstance(value, float) else float(min(max(value, -2**1000), 2**1000))):
+            try:
+                number = float(value)
+            except OverflowError:  # an int past float's range
+                number = math.inf
+            if not math.isfinite(number):
                 raise ConfigError(f"{source}: {key}={value!r} is not a finite number; give {key} a finite value")
-            return float(value)
+            return number
         elif option is int and isinstance(value, int) and not isinstance(value, bool):
             if not -INT64_LIMIT <= value < INT64_LIMIT:  # every int setting ends up in a torch/numpy int64
                 raise ConfigError(f"{source}: {key}={value!r} is out of range; {key} must lie within ±2^63")

@@ -17,14 +17,18 @@ def runs(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_run_is_built_once_per_configuration(runs):
-    calls = []
-
+def counting_build(calls: list):
+    """A build that records each call and returns the same result."""
     def build(out):
         calls.append(out)
         os.makedirs(out, exist_ok=True)
         return {"loss": 1.5}
+    return build
 
+
+def test_a_run_is_built_once_per_configuration(runs):
+    calls = []
+    build = counting_build(calls)
     out, result = harness.cached("train", "x", {"lr": 1e-3}, build)
     again, same = harness.cached("train", "x", {"lr": 1e-3}, build)
     assert (out, result) == (again, same) == (calls[0], {"loss": 1.5}) and len(calls) == 1
@@ -36,12 +40,7 @@ def test_a_run_is_built_once_per_configuration(runs):
 
 def test_a_cut_off_marker_is_built_again_with_a_note(runs, capsys):
     calls = []
-
-    def build(out):
-        calls.append(out)
-        os.makedirs(out, exist_ok=True)
-        return {"loss": 1.5}
-
+    build = counting_build(calls)
     out, _ = harness.cached("train", "x", {"lr": 1e-3}, build)
     marker = os.path.join(out, harness.MARKER)
     text = open(marker).read()
