@@ -32,7 +32,7 @@ import copy
 import torch
 
 from errors import TransformError
-from grow import grow_heads, grow_mlp, moment_growth
+from grow import grow_depth, grow_heads, grow_mlp, moment_growth
 from model import GPT, GPTConfig
 from transform import PortMaps, canonicalize, porting_plan, residual_roles, scale_gain
 
@@ -128,8 +128,10 @@ def port_moments(moment: dict[str, torch.Tensor], cfg: GPTConfig, T: torch.Tenso
 
 
 def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model: GPT, n_head: int = 0,
-                  mlp_hidden: int = 0, grow_mode: str = "zero", n_kv_head: int = 0) -> dict:
-    """AdamW's state of ``model`` mapped onto ``new_model`` (its transform by T, then head / MLP growth):
+                  mlp_hidden: int = 0, grow_mode: str = "zero", n_kv_head: int = 0, n_layer: int = 0,
+                  depth_mode: str = "interleave") -> dict:
+    """AdamW's state of ``model`` mapped onto ``new_model`` (its transform by T, then head / MLP / depth growth;
+    new blocks start with no history):
     {"step": AdamW's step, "moments": {name: {exp_avg, exp_avg_sq}}} for every parameter of ``new_model``
     (zeros where a parameter has no history)."""
     m, d = T.shape
@@ -147,6 +149,7 @@ def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model:
         growth = moment_growth(grow_mode, power)
         grow_heads(moment, grown_cfg, n_head, growth, n_kv_head)
         grow_mlp(moment, grown_cfg, mlp_hidden, growth)
+        grow_depth(moment, grown_cfg, n_layer, depth_mode, copies=False)
         for name, p in new_model.named_parameters():
             value = moment.get(name)
             if value is not None and tuple(value.shape) != tuple(p.shape):

@@ -6,17 +6,21 @@ The one command-line wrapper of every entry point: ``run_cli(main)`` runs ``main
   stderr and exit 1, instead of a traceback;
 - a write that found the disk full (or a quota or file-size limit) into one line too;
 - an interrupted run (Ctrl-C or SIGTERM; the training loop saved a checkpoint marked incomplete) into
-  exit 130, as shells expect, so scripts and the experiment harness never take it for a finished run.
+  exit 130, as shells expect, so scripts and the experiment harness never take it for a finished run;
+- ``--threads=N`` (any command) into torch's CPU thread count; without it the command takes the cores that are
+  idle when it starts (``devices.use_threads``), so a busy machine slows it down gracefully.
 """
 from __future__ import annotations
 
 import errno
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from configurator import HelpRequested
-from errors import ProjectError
+from devices import use_threads
+from errors import ConfigError, ProjectError
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -27,12 +31,38 @@ class Interrupted(Exception):  # noqa: N818 - a control-flow signal
     """A run stopped early on SIGINT/SIGTERM after saving; the caller must not treat it as complete."""
 
 
+THREADS_HELP = ("\ncommon to every command:\n  --threads=N  CPU threads for torch (default: OMP_NUM_THREADS if set, "
+                "else the cores idle when the command starts)\n")
+
+
+def split_threads(argv: list[str]) -> tuple[int | None, list[str]]:
+    """(the --threads value or None, argv without it); a value that is not a positive integer is a ConfigError."""
+    value, rest = None, []
+    for arg in argv:
+        if arg.startswith("--threads="):
+            text = arg.split("=", 1)[1]
+            if not text.isdigit() or int(text) < 1:
+                raise ConfigError(f"--threads={text!r} must be a positive integer (CPU threads for torch)")
+            value = int(text)
+        else:
+            rest.append(arg)
+    return value, rest
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as a command shows it: ``warning: ...`` in one line, without Python's path and source line."""
+    return f"warning: {' '.join(str(message).split())}\n"
+
+
 def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) -> int:
     """Run ``main`` as a command; returns the exit code (the scripts pass it to ``sys.exit``)."""
+    warnings.formatwarning = one_line_warning
     try:
-        main(sys.argv[1:] if argv is None else argv)
+        threads, args = split_threads(sys.argv[1:] if argv is None else argv)
+        use_threads(threads)
+        main(args)
     except HelpRequested as h:
-        print(h.text, end="")
+        print(h.text + THREADS_HELP, end="")
         return 0
     except Interrupted as e:
         print(f"interrupted: {e}", file=sys.stderr)

@@ -199,16 +199,21 @@ def field_docs(cls: type) -> dict[str, FieldDoc]:
         if not dataclasses.is_dataclass(klass) or klass is object:
             continue
         source = textwrap.dedent(inspect.getsource(klass))
-        comments = {tok.start[0]: tok.string.lstrip("#").strip()
-                    for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+        raw = {tok.start[0]: tok.string
+               for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+        comments = {line: text.lstrip("#").strip() for line, text in raw.items()}
         lines = source.splitlines()
         class_def = ast.parse(source).body[0]
         body = class_def.body
         group = "settings"
-        previous_end = class_def.lineno
+        previous_end, previous = class_def.lineno, None
         for node in body:
-            for line in range(previous_end + 1, node.lineno):  # standalone comments between fields: a section
-                if line in comments and lines[line - 1].strip().startswith("#"):
+            for line in range(previous_end + 1, node.lineno):  # standalone comments between fields: a section,
+                if line not in comments or not lines[line - 1].strip().startswith("#"):
+                    continue
+                if raw[line].startswith("#  ") and previous is not None:  # or an indented continuation line
+                    docs[previous].comment += " " + comments[line]
+                else:
                     group = comments[line]
             previous_end = node.end_lineno
             if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
@@ -219,6 +224,7 @@ def field_docs(cls: type) -> dict[str, FieldDoc]:
                 docs[name].comment = comment or docs[name].comment
             else:
                 docs[name] = FieldDoc(name, group, comment)
+            previous = name
     return docs
 
 
@@ -238,6 +244,8 @@ def help_text(cls: type, values: dict[str, Any] | None = None, prog: str | None 
             "Every key must be one of those below, with a value of its type.", ""]
     by_group: dict[str, list[FieldDoc]] = {}
     for f in dataclasses.fields(cls):
+        if f.name in getattr(cls, "HELP_OMITS", ()):  # accepted, but documented by the command that uses it
+            continue
         entry = docs.get(f.name, FieldDoc(f.name, "settings", ""))
         by_group.setdefault(entry.group, []).append(entry)
     for group, entries in by_group.items():

@@ -223,6 +223,8 @@ def check_tokenizer(model_meta: dict | None, data_dir: str, flag: str = "--data_
         vocab_size = vocab_size or model_meta["model_args"].get("vocab_size")
         model_meta = model_meta.get("meta")
     data_meta = load_meta(data_dir)
+    if data_meta is None and not any(os.path.exists(os.path.join(data_dir, f"{s}.bin")) for s in ("train", "val")):
+        return None  # no data at all: the loader says so in one line, a tokenizer warning first would be noise
     if data_meta is None:
         warnings.warn(f"no meta.pkl in '{data_dir}': its tokenizer cannot be checked against the model's",
                       stacklevel=2)
@@ -456,6 +458,16 @@ def chunked_logits(model, h: torch.Tensor, budget: int = LOGITS_BUDGET) -> Itera
 
 
 @torch.no_grad()
+def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split: str = "val") -> str:
+    """What a loss from ``evaluate_loss`` was measured on, in words every printed loss carries: the same words mean
+    the same tokens, so the same model gives the same number."""
+    if eval_iters is None:
+        return f"full {split} split"
+    batches = "batch" if eval_iters == 1 else "batches"
+    return (f"{eval_iters} fixed {split} {batches} of {loader.batch_size} × {loader.block_size} tokens, "
+            f"eval seed {seed}")
+
+
 def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None, seed: int = 0,
                   ctx=None) -> float:
     """Mean LM cross-entropy of ``model`` on ``split``: over ``eval_iters`` fixed random batches, or over

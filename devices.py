@@ -81,3 +81,63 @@ def check_memory(needed: int, device: str, what: str, fix: str) -> None:
     if free is not None and needed > free:
         raise ConfigError(f"{what} would need about {needed / 2**30:.1f} GiB on {device}, but only "
                           f"{free / 2**30:.1f} GiB is available; {fix}")
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU threads. Torch's intra-op threads wait for each other at every operation: on a 2-core machine with the
+# other core busy, two threads run up to 40× slower than one. So a command takes as many threads as there are
+# idle cores when it starts (--threads=N or OMP_NUM_THREADS choose instead) and says so in its first line.
+
+THREADS_NOTE = ""  # set by use_threads; announce_threads prints it once
+
+
+def busy_cores(window: float = 0.25) -> float | None:
+    """How many cores other processes keep busy now: /proc/stat's non-idle share over ``window`` seconds × the
+    core count. None where /proc/stat does not exist (not Linux)."""
+    import os
+    import time
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(window)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
+
+
+def use_threads(requested: int | None) -> int:
+    """Set torch's CPU threads: ``requested`` (--threads), else OMP_NUM_THREADS when set, else the cores not busy
+    now (at least 1, at most torch's default). Records the note ``announce_threads`` prints."""
+    import os
+    global THREADS_NOTE
+    cores = os.cpu_count() or 1
+    if requested is not None:
+        n, why = requested, "--threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        n, why = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    else:
+        busy = busy_cores()
+        default = torch.get_num_threads()
+        n = default if busy is None else max(1, min(default, round(cores - busy)))
+        why = "torch's default" if busy is None else f"{busy:.1f} of {cores} cores busy when it started"
+    torch.set_num_threads(n)
+    THREADS_NOTE = f"CPU threads: {n} ({why}; --threads=N chooses)"
+    return n
+
+
+def announce_threads(device: str, file=None) -> None:
+    """Print the thread note once per process, for work on the CPU (each command's first line of work;
+    sample.py: on stderr)."""
+    global THREADS_NOTE
+    if THREADS_NOTE and str(device).startswith("cpu"):
+        print(THREADS_NOTE, file=file)
+        THREADS_NOTE = ""

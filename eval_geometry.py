@@ -37,10 +37,11 @@ from dataset import (
     eval_batches,
     evaluate_loss,
     head_rows,
+    loss_basis,
     tokenizer_fingerprint,
     window_size,
 )
-from devices import check_memory, resolve_device
+from devices import announce_threads, check_memory, resolve_device
 from errors import CheckpointError, ConfigError
 from logger import MetricsLogger
 from model import GPT, embedding_norm_stats
@@ -246,15 +247,36 @@ def norm_heatmap(models: dict[str, GPT], ids: torch.Tensor, path: str) -> str:
     return path
 
 
-def cosine_heatmaps(mats: dict[str, torch.Tensor], path: str) -> str:
+def probe_ticks(groups: list[int]) -> tuple[list[float], list[str], list[float]]:
+    """(tick positions, labels, boundaries) of probes sorted by layer: one tick at the middle of each layer's block,
+    labelled 'wte' for the token-embedding rows (group −1), 'h0' for the residual stream entering block 1 and 'h1',
+    'h2', … for the residual stream after each block."""
+    ticks, labels, bounds, start = [], [], [], 0
+    for i in range(1, len(groups) + 1):
+        if i == len(groups) or groups[i] != groups[start]:
+            ticks.append((start + i - 1) / 2)
+            labels.append("wte" if groups[start] < 0 else f"h{groups[start]}")
+            if i < len(groups):
+                bounds.append(i - 0.5)
+            start = i
+    return ticks, labels, bounds
+
+
+def cosine_heatmaps(mats: dict[str, torch.Tensor], path: str, groups: list[int]) -> str:
+    """Pairwise cosines of the same probes in each model, sorted by layer; the axes name each layer's block."""
     plt = _plt()
+    ticks, labels, bounds = probe_ticks(groups)
     fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4.2), squeeze=False)
     for ax, (name, M) in zip(axes[0], mats.items()):
         U = torch.nn.functional.normalize(M.double(), dim=1)
         im = ax.imshow((U @ U.T).cpu().numpy(), cmap="RdBu_r", vmin=-1, vmax=1)
         ax.set_title(f"pairwise cosine — {name}")
-        ax.set_xlabel("probe")
-        ax.set_ylabel("probe")
+        for b in bounds:
+            ax.axhline(b, color="k", lw=0.5)
+            ax.axvline(b, color="k", lw=0.5)
+        ax.set_xticks(ticks, labels, fontsize=7)
+        ax.set_yticks(ticks, labels, fontsize=7)
+        ax.set_xlabel("probes: wte = token embeddings, h0 = into block 1, hN = after block N", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -299,7 +321,8 @@ def layer_plots(reports: dict[str, dict], path: str) -> str:
     titles = [("logit lens: mean rank of the next token", "rank (log)"),
               ("logit lens: mean probability of the next token", "probability"),
               ("intrinsic dimension: PCA 95% variance, TwoNN", "dimension"),
-              ("excess kurtosis of hidden states", "kurtosis")]
+              ("excess kurtosis of hidden-state coordinates\n(basis-dependent: a PCA or rotated basis changes it, "
+               "the function unchanged)", "kurtosis")]
     for ax, (title, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("layer (0 = embedding)")
@@ -407,6 +430,8 @@ def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str, k: int = 10) 
         ax.set_title(f"{key.replace('_', ' ')} (top-{k} decoded tokens)", fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
+        ax.set_xticks(range(H))  # one tick per head and layer, not matplotlib's half steps
+        ax.set_yticks(range(L))
         fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "circuits.png"), dpi=110)
@@ -460,6 +485,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     check_memory(geometry_memory(cfg, ref, new, loader.block_size), cfg.device,
                  f"the probe statistics (n_probes={cfg.n_probes}, probe_batches={cfg.probe_batches}, "
                  f"batch_size={cfg.batch_size})", "lower --n_probes (default 4096), --probe_batches or --batch_size")
+    announce_threads(cfg.device)
     probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, centre)
     X, groups = probes["X"], probes["groups"]
     L = ref.config.n_layer
@@ -477,6 +503,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
         losses["new"] = evaluate_loss(new, loader, "val", cfg.eval_iters, cfg.seed)
         metrics.update(kl_and_agreement(ref, new, eval_batches(loader, "val", cfg.eval_iters, cfg.seed)))
     metrics["loss"] = {k: {"val_loss": v, "perplexity": math.exp(v)} for k, v in losses.items()}
+    metrics["loss_basis"] = loss_basis(loader, cfg.eval_iters, cfg.seed)
 
     # per-model reports
     reports = {"ref": model_report(ref, probes["ref_hidden"], probes["x"], cfg)}
@@ -524,7 +551,8 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     subset = subset[groups[subset].argsort()]  # grouped by layer, so block structure is visible
     heat = {"reference": X[subset]} | {f"{k}-level" if k == "map" else "transformed model": Y[subset]
                                        for k, Y in maps.items()}
-    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(cfg.out_dir, "cosine_heatmaps.png"))
+    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(cfg.out_dir, "cosine_heatmaps.png"),
+                                                 groups[subset].tolist())
     if maps:
         figures["concordance"] = concordance_plot(X, {("map-level T·u" if k == "map" else "model-level"): Y
                                                       for k, Y in maps.items()},
@@ -563,7 +591,7 @@ def main(argv: list[str]) -> None:
     with hold_run_dir(cfg.out_dir, "eval_geometry.py"):
         m = evaluate_geometry(cfg)
     loss = m["loss"]
-    print(f"val loss: reference {loss['ref']['val_loss']:.4f}" +
+    print(f"val loss ({m['loss_basis']}): reference {loss['ref']['val_loss']:.4f}" +
           (f", transformed {loss['new']['val_loss']:.4f}, KL {m['kl']:.4f}, top-1 agreement "
            f"{m['top1_agreement']:.3f}" if "new" in loss else ""))
     for flavour in ("map", "model"):

@@ -23,6 +23,7 @@ import os
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -53,6 +54,7 @@ from train import Run, TrainConfig, train
 @dataclass
 class FinetuneConfig(TrainConfig):
     """TrainConfig with finetuning defaults (tuned on the small CPU configs; see README)."""
+    HELP_OMITS: ClassVar[tuple[str, ...]] = ()
     # finetuning
     in_dir: str = ""  # the checkpoint to finetune (required, unless init_from is a GPT-2 name)
     out_dir: str = ""  # where the finetuned ckpt.pt, metrics.jsonl and finetune.json go (required)
@@ -260,7 +262,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
                     extra_checkpoint=extra, make_loss=make_loss, on_start=on_start)
     if int(os.environ.get("RANK", "0")) != 0:  # under DDP only the master evaluates and writes
         return summary
-    summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve")})
+    summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve", "recover_tol")})
     if control_curve is not None:
         summary["control_dir"] = os.path.abspath(cfg.control_dir)
         summary.update(against_control(record["curve"], control_curve, cfg.recover_tol))
@@ -276,14 +278,26 @@ def main(argv: list[str]) -> None:
         summary = finetune(cfg)
     if summary.get("val_loss") is None:  # a non-master DDP process
         return
-    ref = summary["reference_val_loss"]
-    print(f"val loss {summary['val_loss']:.4f}" + (f" (reference {ref:.4f})" if ref is not None else ""))
+    for line in report_lines(summary):
+        print(line)
+
+
+def report_lines(summary: dict) -> list[str]:
+    """What finetune.py prints at the end: every loss with its basis, and what 'recovered' was measured against."""
+    ref, tol = summary["reference_val_loss"], summary["recover_tol"]
+    lines = [f"val loss {summary['val_loss']:.4f}" + (f", reference {ref:.4f}" if ref is not None else "")
+             + f" ({summary['eval_basis']})"]
     steps = summary["steps_to_recover"]
-    print("steps to recover: " + (str(steps) if steps is not None else "not recovered within max_iters"))
+    when = str(steps) if steps is not None else "not within max_iters"
+    if ref is not None:
+        lines.append(f"steps to come within {tol:.0%} of the reference: {when} (the reference is the untransformed "
+                     "model, not finetuned: not a control; --control_dir=<the control's finetune> measures recovery "
+                     "against one)")
     if "gap_to_control" in summary:
         steps = summary["steps_to_recover_vs_control"]
-        print(f"gap to the control at the end: {summary['gap_to_control'][-1][1]:+.2%}; steps to recover vs the "
-              "control: " + (str(steps) if steps is not None else "not within max_iters"))
+        lines.append(f"gap to the control at the end: {summary['gap_to_control'][-1][1]:+.2%}; steps to come within "
+                     f"{tol:.0%} of the control: " + (str(steps) if steps is not None else "not within max_iters"))
+    return lines
 
 
 if __name__ == "__main__":

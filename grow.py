@@ -13,6 +13,13 @@ Each rule is one function; the docstring is its equation.
 
 Heads keep their size (head_dim) and the attention scale; the residual width is T's business (transform.py).
 
+Depth (``transform.py --n_layer=L'``): new blocks are copies of old ones whose writers (attention and MLP output
+projections, weights and biases) are zero, so each adds 0 to the residual stream and the function is unchanged;
+the zero writers receive gradient from the first step (a block's input is the stream). Where they go
+(``--depth_mode``): ``interleave`` puts each copy right after the block it copies (old blocks spread evenly over
+the new depth); ``stack`` appends copies of blocks 0, 1, … after the old stack (G_stack's order, Du et al. 2024);
+``gstack`` is G_stack itself, the copies' writers kept — not function-preserving (the non-exact alternative).
+
 Grouped-query attention (n_kv_head < n_head; query head h reads key/value head h // g, g = n_head / n_kv_head):
 ``--n_head`` alone keeps g, so the key/value heads grow in proportion, new ones grown as the query heads are
 (new query heads read only new key/value heads). ``--n_kv_head=K'`` sets the key/value heads instead, exactly when
@@ -30,6 +37,8 @@ from errors import TransformError
 from model import GPTConfig
 
 GROW_MODES = ("zero", "clone")
+DEPTH_MODES = ("interleave", "stack", "gstack")
+BLOCK_WRITERS = ("attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")
 
 
 def grown_kv_heads(cfg: GPTConfig, n_head: int, n_kv_head: int = 0) -> int:
@@ -148,3 +157,42 @@ def grow_mlp(sd: dict, cfg: GPTConfig, mlp_hidden: int, growth: UnitGrowth) -> N
         if f"{m}.c_proj.weight" in sd:
             sd[f"{m}.c_proj.weight"] = growth.outputs(sd[f"{m}.c_proj.weight"], mlp_hidden)
     cfg.mlp_hidden = mlp_hidden
+
+
+def check_depth(cfg: GPTConfig, n_layer: int, mode: str) -> None:
+    """Raise TransformError for a depth growth request that cannot apply to ``cfg``."""
+    if mode not in DEPTH_MODES:
+        raise TransformError(f"depth_mode={mode!r} is not one of {DEPTH_MODES}")
+    if n_layer and n_layer < cfg.n_layer:
+        raise TransformError(f"n_layer={n_layer} is below the model's {cfg.n_layer}: depth growth adds blocks, it "
+                             "does not remove them")
+
+
+def depth_plan(n_old: int, n_new: int, mode: str) -> list[tuple[int, bool]]:
+    """For each block of the grown model, (the old block it is or copies, whether it is a new copy)."""
+    extra = n_new - n_old
+    if mode == "interleave":  # old block j is followed by its copies; the copies spread evenly over the stack
+        plan: list[tuple[int, bool]] = []
+        for j in range(n_old):
+            plan += [(j, False)] + [(j, True)] * ((j + 1) * extra // n_old - j * extra // n_old)
+        return plan
+    return [(j, False) for j in range(n_old)] + [(k % n_old, True) for k in range(extra)]
+
+
+def grow_depth(sd: dict, cfg: GPTConfig, n_layer: int, mode: str, copies: bool = True) -> None:
+    """Insert the new blocks of ``depth_plan`` (in place; ``cfg.n_layer`` updated). ``copies``: new blocks are
+    copies of their old block with zero writers (``gstack``: writers kept); False leaves new blocks out of ``sd``
+    (an optimizer's moments: the new blocks start with no history)."""
+    if n_layer <= cfg.n_layer:
+        return
+    old: dict[int, dict[str, torch.Tensor]] = {}
+    for j in range(cfg.n_layer):
+        prefix = f"transformer.h.{j}."
+        old[j] = {k[len(prefix):]: sd.pop(k) for k in [k for k in sd if k.startswith(prefix)]}
+    for i, (j, new) in enumerate(depth_plan(cfg.n_layer, n_layer, mode)):
+        if new and not copies:
+            continue
+        for name, t in old[j].items():
+            writer = new and mode != "gstack" and name in BLOCK_WRITERS
+            sd[f"transformer.h.{i}.{name}"] = torch.zeros_like(t) if writer else t.clone()
+    cfg.n_layer = n_layer

@@ -31,9 +31,9 @@ class MetricsLogger:
         if wandb_log:
             import wandb
             mode = os.environ.get("WANDB_MODE", "offline")
-            try:
+            try:  # silent: wandb's own ~30 lines of banners would bury the command's output; one line instead
                 self.wandb = wandb.init(project=project, name=run_name, config=config, mode=mode,
-                                        dir=os.environ.get("WANDB_DIR", out_dir))
+                                        dir=os.environ.get("WANDB_DIR", out_dir), settings=wandb.Settings(silent=True))
             except Exception as e:  # noqa: BLE001 - online without a network or a key, a bad mode: one line
                 from errors import ConfigError
                 raise ConfigError(f"wandb could not start (WANDB_MODE={mode}: {e.__class__.__name__}: "
@@ -64,8 +64,12 @@ class MetricsLogger:
 
     def finish(self) -> None:
         if self.wandb is not None:
+            where, offline = self.wandb.dir, self.wandb.settings.mode == "offline"
             self.wandb.finish()
             self.wandb = None
+            run_dir = os.path.dirname(where.rstrip(os.sep))  # .../wandb/offline-run-…/files → the run directory
+            print(f"wandb: logged offline to {run_dir} (`wandb sync {run_dir}` uploads it)" if offline
+                  else f"wandb: logged to {run_dir}")
 
 
 def read_metrics(path: str) -> list[dict]:

@@ -16,7 +16,7 @@ from checkpoint import load_checkpoint, model_from_checkpoint
 from cli import run_cli
 from configurator import load_config
 from dataset import GPT2_META, Tokenizer, read_text_file
-from devices import resolve_device
+from devices import announce_threads, resolve_device
 from errors import ConfigError, DataError
 
 
@@ -88,6 +88,7 @@ def stream_samples(cfg: SampleConfig) -> Iterator[tuple[int, str]]:
     ids = tokenizer.encode_prompt(prompt)
     if not ids:
         raise DataError("the prompt encodes to no tokens; pass a non-empty --start")
+    announce_threads(device, file=sys.stderr)  # stdout is the samples
     torch.manual_seed(cfg.seed)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
     for k in range(cfg.num_samples):

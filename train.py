@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch.distributed import destroy_process_group, init_process_group
@@ -40,8 +41,9 @@ from dataset import (
     ensure_prepared,
     evaluate_loss,
     load_meta,
+    loss_basis,
 )
-from devices import peak_flops, resolve_device
+from devices import announce_threads, peak_flops, resolve_device
 from errors import ConfigError, TrainingDiverged
 from logger import MetricsLogger, drop_rows_after
 from model import GPT, GPTConfig
@@ -56,6 +58,7 @@ class TrainConfig(GPTConfig):
     """Every run setting. The GPTConfig fields above are the model's: validated in ``validate`` for a model built
     from scratch; for a model from a checkpoint (resume, finetune, gpt2) only dropout, norm_reg and a smaller
     block_size may be set, and an explicitly given architecture field that differs is an error."""
+    HELP_OMITS: ClassVar[tuple[str, ...]] = ("init_state", "rewarm_iters")  # finetune.py's options (its --help)
     vocab_size: int | None = None  # None: from the dataset's meta.pkl (else GPT-2's padded 50304)
     # I/O
     out_dir: str = "out"  # where ckpt.pt and metrics.jsonl go
@@ -259,10 +262,10 @@ def check_checkpoint_overrides(cfg: TrainConfig, model_args: dict, source: str) 
 
 def record_architecture(cfg: TrainConfig, model: GPT) -> None:
     """The run's config holds the architecture it trained, not the defaults or a config file's unused values. The
-    fields a run may set itself (dropout, norm_reg, block_size) stay as the run's settings: finetune's control
-    check compares them as part of the recipe."""
+    fields a run may set itself (dropout, norm_reg) stay as the run's settings: finetune's control check compares
+    them as part of the recipe; block_size is the context the model runs with (a larger setting is not used)."""
     for k, v in model.config.to_dict().items():
-        if hasattr(cfg, k) and k not in CHECKPOINT_OVERRIDABLE:
+        if hasattr(cfg, k) and (k not in CHECKPOINT_OVERRIDABLE or k == "block_size"):
             setattr(cfg, k, v)
 
 
@@ -376,6 +379,7 @@ def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpo
         if grad_accum * rt.world_size != cfg.gradient_accumulation_steps:
             print(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} rounded up to "
                   f"{grad_accum * rt.world_size}: {grad_accum} per process × {rt.world_size} DDP processes")
+        announce_threads(rt.device_type)
         print(f"{model.get_num_params() / 1e6:.2f}M parameters, {tokens_per_iter:,} tokens per iteration, "
               f"device {rt.device}, {rt.ptdtype}")
     return Run(cfg, rt, model, train_model, eval_model, optimizer, scaler, loader, logger, meta, extra_checkpoint,
@@ -469,8 +473,15 @@ def loss_record(losses: dict[str, float]) -> dict[str, float]:
     return {f"{split}/loss": value for split, value in losses.items()}
 
 
-def loss_line(iter_num: int, losses: dict[str, float]) -> str:
-    return f"step {iter_num}: " + ", ".join(f"{split} loss {value:.4f}" for split, value in losses.items())
+def loss_line(iter_num: int, losses: dict[str, float], basis: str) -> str:
+    return (f"step {iter_num}: " + ", ".join(f"{split} loss {value:.4f}" for split, value in losses.items())
+            + f" ({basis})")
+
+
+def eval_basis(run: Run) -> str:
+    """The basis of the losses the training log prints (each split on its own fixed batches)."""
+    return loss_basis(run.loader, run.cfg.eval_iters, run.cfg.eval_batch_seed(), "val").replace(
+        "fixed val batch", "fixed batch").replace(" tokens,", " tokens per split,")
 
 
 def last_good(run: Run) -> str:
@@ -487,7 +498,7 @@ def eval_and_save(run: Run, final: bool = False) -> None:
     record = {**loss_record(st.losses), "lr": get_lr(st.iter_num, cfg, st.rewarm_from)}
     if run.on_eval is not None:
         record.update(run.on_eval(st.iter_num, st.losses) or {})
-    print(loss_line(st.iter_num, st.losses))
+    print(loss_line(st.iter_num, st.losses, eval_basis(run)))
     run.logger.log(record, step=st.iter_num)
     improved = st.losses["val"] < st.best_val_loss
     st.best_val_loss = min(st.best_val_loss, st.losses["val"])
@@ -632,8 +643,9 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
         with stop_on_signals(st, master), progress_bar(run) as bar:
             if cfg.eval_only:
                 st.losses = evaluate(run)  # printed, not appended to the run's metrics: evaluating changes no run
-                print(loss_line(st.iter_num, st.losses))
-                return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses["val"]}
+                print(loss_line(st.iter_num, st.losses, eval_basis(run)))
+                return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses["val"],
+                        "eval_basis": eval_basis(run)}
             while st.iter_num < cfg.max_iters:
                 if st.iter_num % cfg.eval_interval == 0 and st.iter_num != st.last_eval_iter and master:
                     eval_and_save(run)
@@ -660,7 +672,7 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
             destroy_process_group()
     timed = sorted(step_times[1:]) or step_times
     return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses.get("val"),
-            "best_val_loss": st.best_val_loss,
+            "best_val_loss": st.best_val_loss, "eval_basis": eval_basis(run),
             "ms_per_iter_median": 1000 * timed[len(timed) // 2] if timed else None}
 
 
@@ -669,10 +681,10 @@ def main(argv: list[str]) -> None:
     with hold_run_dir(cfg.out_dir, "train.py") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
         summary = train(cfg)
     if cfg.eval_only:
-        print(f"evaluated at iter {summary['iter_num']}: val loss {summary['val_loss']:.4f}")
+        print(f"evaluated at iter {summary['iter_num']}: val loss {summary['val_loss']:.4f} ({summary['eval_basis']})")
     elif summary.get("val_loss") is not None:
         print(f"done: iter {summary['iter_num']}, val loss {summary['val_loss']:.4f}, "
-              f"best {summary['best_val_loss']:.4f}")
+              f"best {summary['best_val_loss']:.4f} ({summary['eval_basis']})")
 
 
 if __name__ == "__main__":

@@ -60,14 +60,25 @@ from checkpoint import (
 )
 from cli import run_cli
 from configurator import load_config
-from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss, window_size
-from devices import resolve_device
+from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss, loss_basis, window_size
+from devices import announce_threads, resolve_device
 from errors import ConfigError, TransformError
-from grow import GROW_MODES, check_growth, grow_heads, grow_mlp, grown_kv_heads, weight_growth
+from grow import (
+    DEPTH_MODES,
+    GROW_MODES,
+    check_depth,
+    check_growth,
+    grow_depth,
+    grow_heads,
+    grow_mlp,
+    grown_kv_heads,
+    weight_growth,
+)
 from model import GPT, GPTConfig
 from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
 
 KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
+JL_KINDS = ("gaussian", "rademacher", "sparse", "srht")  # random maps: the JL bound is what they guarantee
 PORTINGS = ("residual", "sandwich", "paper_code")
 PAPER_CODE_KINDS = ("gaussian", "orthogonal")  # the JL maps of the paper's public code
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
@@ -92,6 +103,8 @@ class TransformConfig:
     porting: str = "residual"  # 'residual' (ours; alias 'head') | 'sandwich' (paper's eqs) | 'paper_code' (its code)
     restore_attn_scale: bool = False  # sandwich / paper_code: Q × √(m/d) keeps the attention scale 1/√(d/n_head)
     norms: str = "fold"  # 'fold' (exact) | 'scalar' (gain → its mean) | 'drop' (gain → 1)
+    rescale_gains: bool = True  # norm gains × √(d/m), ε × d/m (an RMSNorm over m coordinates needs it); False
+    #                             leaves them as they are, as the paper's Algorithm 1 does (residual, sandwich)
     seed: int = 0  # seed of the random map (and of the growth symmetry breaking)
     map_file: str = ""  # a saved T (torch.save of an m×d tensor, e.g. the paper script's --proj_out) used as it is,
     #                     instead of sampling kind: to compare rules, or our code with another's, on one T
@@ -102,6 +115,9 @@ class TransformConfig:
     n_kv_head: int = 0  # key/value heads after growth (0: the ratio kept), e.g. n_kv_head=n_head turns GQA into MHA
     mlp_hidden: int = 0  # more MLP neurons
     grow_mode: str = "zero"  # 'zero' (fresh inputs, zero outputs) | 'clone' (copies, split outputs, ± noise)
+    n_layer: int = 0  # more blocks (0 keeps the model's): copies of old blocks with zero writers, function-preserving
+    depth_mode: str = "interleave"  # 'interleave' (each copy after its block) | 'stack' (copies appended) |
+    #                                 'gstack' (G_stack: the stack repeated, writers kept; not function-preserving)
     clone_noise: float = 0.0  # σ of the cancelling noise on cloned output columns
     carry_optimizer: bool = False  # map the AdamW moments (carry.py); finetune.py --init_state continues them
     # corrections after porting (refit.py), fitted on the calibration text; porting='residual'
@@ -130,7 +146,7 @@ class TransformConfig:
         if self.width <= 0:
             raise ConfigError(f"width must be a positive integer (the new residual width m), got {self.width}")
         for name, allowed in (("kind", KINDS), ("norms", NORM_MODES), ("refit", REFIT_MODES),
-                              ("grow_mode", GROW_MODES)):
+                              ("grow_mode", GROW_MODES), ("depth_mode", DEPTH_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
         if PORTING_ALIASES.get(self.porting, self.porting) not in PORTINGS:
@@ -138,7 +154,7 @@ class TransformConfig:
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
         for name in ("block_size", "grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps",
-                     "refit_ridge"):
+                     "refit_ridge", "n_layer"):
             if getattr(self, name) < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("calib_batches", "calib_batch_size"):
@@ -147,12 +163,17 @@ class TransformConfig:
         if self.eval_iters is not None and self.eval_iters < 0:
             raise ConfigError(f"eval_iters must be >= 0 (0 skips evaluation) or None (full val split), "
                               f"got {self.eval_iters}")
+        if not self.rescale_gains and (self.porting == "paper_code" or self.carry_optimizer):
+            raise ConfigError("rescale_gains=False applies to porting='residual' or 'sandwich' without "
+                              "carry_optimizer (paper_code never rescales; carried moments need the exact port); "
+                              "drop --rescale_gains=False")
 
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
                     keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False,
                     refit: str = "none", learn_steps: int = 0, n_head: int = 0, mlp_hidden: int = 0,
-                    grow_mode: str = "zero", n_kv_head: int = 0) -> str:
+                    grow_mode: str = "zero", n_kv_head: int = 0, n_layer: int = 0,
+                    depth_mode: str = "interleave") -> str:
     """Every check of a transform request against the model it applies to, in one place (every path calls
     it before any work). Returns the canonical porting name."""
     d, m = cfg.n_embd, width
@@ -177,6 +198,10 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
                                  "neither); drop them")
     check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm)
     check_growth(cfg, n_head, mlp_hidden, grow_mode, n_kv_head)
+    check_depth(cfg, n_layer, depth_mode)
+    if n_layer > cfg.n_layer and (porting == "paper_code" or keep_layernorm):
+        raise TransformError("n_layer grows depth on the canonical model (RMSNorm, folded gains), so a zero writer "
+                             "adds exactly 0; drop --porting=paper_code / --keep_layernorm, or --n_layer")
     if (n_head or n_kv_head or mlp_hidden) and keep_layernorm:
         raise TransformError("keep_layernorm exports to GPT-2, whose attention width equals its residual width; "
                              "grow heads/MLP without --keep_layernorm")
@@ -592,14 +617,15 @@ def keep(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
 PortRule = Callable[[torch.Tensor, PortMaps], torch.Tensor]
 
 
-def porting_plan(names: list[str], cfg: GPTConfig, porting: str) -> dict[str, PortRule]:
-    """The rule that ports each parameter, from the role table: the only place that says which rule applies where."""
+def porting_plan(names: list[str], cfg: GPTConfig, porting: str, rescale_gains: bool = True) -> dict[str, PortRule]:
+    """The rule that ports each parameter, from the role table: the only place that says which rule applies where.
+    ``rescale_gains=False`` keeps the norm gains (the paper's Algorithm 1 does not rescale them)."""
     roles = residual_roles(cfg)
     plan: dict[str, PortRule] = {name: port_embedding for name in roles.embeddings}
     plan.update({f"{r}.weight": port_reader for r in roles.readers})
     for writer in roles.writers:
         plan.update({f"{writer}.weight": port_writer, f"{writer}.bias": port_writer})
-    plan.update({f"{norm}.weight": scale_gain for norm in roles.norms})
+    plan.update({f"{norm}.weight": scale_gain if rescale_gains else keep for norm in roles.norms})
     if porting == "sandwich":
         for attn in roles.attention:
             plan.update({f"{attn}.c_attn.weight": sandwich_attention, f"{attn}.c_attn.bias": sandwich_attention,
@@ -608,11 +634,11 @@ def porting_plan(names: list[str], cfg: GPTConfig, porting: str) -> dict[str, Po
 
 
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
-                 reader_T_pinv: torch.Tensor | None = None) -> tuple[dict, GPTConfig]:
+                 reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True) -> tuple[dict, GPTConfig]:
     """Map a canonical (state_dict, config) of width d to width m = T.shape[0] by ``porting_plan``. ``sd`` is
     consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
-    KNN heads follow the embeddings; norm ε × d/m; ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv``
-    replaces T⁺ in the readers (grow symmetry breaking)."""
+    KNN heads follow the embeddings; norm ε × d/m (unless ``rescale_gains=False``, which keeps gains and ε);
+    ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv`` replaces T⁺ in the readers (grow symmetry breaking)."""
     if cfg.norm_gain == "vector":
         raise TransformError("port_weights needs scalar norm gains; run canonicalize first")
     m, d = T.shape
@@ -625,13 +651,14 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
                                                                     else reader_T_pinv)))
     if cfg.head != "linear":
         sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
-    plan = porting_plan(list(sd), cfg, porting)
+    plan = porting_plan(list(sd), cfg, porting, rescale_gains)
     out = {name: plan[name](sd.pop(name), maps) for name in list(sd)}
     if cfg.head == "tied":
         out["lm_head.weight"] = out["transformer.wte.weight"]
     cfg = copy.deepcopy(cfg)
     cfg.n_embd = m
-    cfg.norm_eps = cfg.norm_eps * d / m
+    if rescale_gains:
+        cfg.norm_eps = cfg.norm_eps * d / m
     if porting == "sandwich":
         cfg.head_dim = m // cfg.n_head
     return out, cfg
@@ -819,13 +846,19 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     refit: str = "none", refit_ridge: float = 1e-4, learn_steps: int = 0,
                     learn_lr: float = 1e-3, n_head: int = 0, mlp_hidden: int = 0, grow_mode: str = "zero",
                     clone_noise: float = 0.0, n_kv_head: int = 0,
-                    given_map: torch.Tensor | None = None) -> tuple[GPT, dict]:
+                    given_map: torch.Tensor | None = None, rescale_gains: bool = True, n_layer: int = 0,
+                    depth_mode: str = "interleave") -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
-    (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file')."""
+    (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
+    ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1)."""
     started = time.perf_counter()
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
-                              restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head)
+                              restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head,
+                              n_layer, depth_mode)
     d, m = model.config.n_embd, width
+    if not rescale_gains and porting == "paper_code":
+        raise TransformError("rescale_gains=False applies to porting='residual' or 'sandwich' (paper_code maps "
+                             "gains by shape and never rescales them); drop --rescale_gains")
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0)):
         if needed and calibration_loader is None:
@@ -848,10 +881,10 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         batches = calibration_batches(calibration_loader, calib_batches, seed)
         original = model_from_state(dict(sd), cfg)
     if learn_steps > 0:
-        skeleton = model_from_state(port_weights(dict(sd), cfg, T, T_pinv, porting)[0], cfg_at_width(cfg, m))
+        skeleton = model_from_state(*port_weights(dict(sd), cfg, T, T_pinv, porting, None, rescale_gains))
 
         def differentiable_port(T_: torch.Tensor):
-            return skeleton, port_weights(dict(sd), cfg, T_, T_.T, porting)[0]
+            return skeleton, port_weights(dict(sd), cfg, T_, T_.T, porting, None, rescale_gains)[0]
 
         T, corrections["learned_map"] = learn_map(original, T, differentiable_port, batches, learn_steps, learn_lr,
                                                   seed)
@@ -865,17 +898,12 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         new_sd, new_cfg = paper_code_weights(sd, cfg, T)
     else:
         reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed) if grow_noise > 0 else None
-        new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv)
+        new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv, rescale_gains)
     if restore_attn_scale:
         restore_attention_scale(new_sd, new_cfg, d)
         notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
-    if n_head or n_kv_head or mlp_hidden:
-        growth = weight_growth(grow_mode, clone_noise, torch.Generator().manual_seed(seed + 2))
-        grow_heads(new_sd, new_cfg, n_head, growth, n_kv_head)
-        grow_mlp(new_sd, new_cfg, mlp_hidden, growth)
-        notes.append(f"grown ({grow_mode}): n_head {model.config.n_head} → {new_cfg.n_head}, n_kv_head "
-                     f"{model.config.kv_heads} → {new_cfg.kv_heads}, mlp_hidden {model.config.mlp_hidden} → "
-                     f"{new_cfg.mlp_hidden}")
+    notes += grow_units(new_sd, new_cfg, model.config, n_head, n_kv_head, mlp_hidden, grow_mode, clone_noise, seed,
+                        n_layer, depth_mode)
     if keep_layernorm:
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
@@ -886,14 +914,16 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                      f"{corrections['calibration_kl_after']:.4f}")
     n_points = calibration.count if calibration is not None else model.config.vocab_size
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
-    if m < min_width and kind in ("gaussian", "rademacher", "sparse", "srht"):
+    if m < min_width and kind in JL_KINDS:
         warnings.warn(f"width m={m} is below the JL minimum width {min_width} for N={n_points} points at "
                       f"ε={jl_eps}, δ={jl_delta}: pairwise distances are not guaranteed", stacklevel=2)
     orthonormal = m >= d and bool(torch.allclose(T.T @ T, torch.eye(d, dtype=T.dtype, device=T.device), atol=1e-9))
-    exact = (porting == "residual" and orthonormal and norms == "fold"
+    exact = (porting == "residual" and orthonormal and norms == "fold" and rescale_gains
+             and not (n_layer > model.config.n_layer and depth_mode == "gstack")
              and not any(n.startswith("APPROX") for n in notes))
     record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting,
               "norms": "kept" if porting == "paper_code" else norms, "restore_attn_scale": restore_attn_scale,
+              "rescale_gains": rescale_gains and porting != "paper_code",
               "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "corrections": corrections, "seconds": time.perf_counter() - started,
@@ -901,17 +931,28 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     return new_model, record
 
 
+def grow_units(sd: dict, cfg: GPTConfig, old: GPTConfig, n_head: int, n_kv_head: int, mlp_hidden: int,
+               grow_mode: str, clone_noise: float, seed: int, n_layer: int, depth_mode: str) -> list[str]:
+    """Head, MLP and depth growth of a ported (state_dict, config), in place (grow.py); the notes it makes."""
+    notes = []
+    if n_head or n_kv_head or mlp_hidden:
+        growth = weight_growth(grow_mode, clone_noise, torch.Generator().manual_seed(seed + 2))
+        grow_heads(sd, cfg, n_head, growth, n_kv_head)
+        grow_mlp(sd, cfg, mlp_hidden, growth)
+        notes.append(f"grown ({grow_mode}): n_head {old.n_head} → {cfg.n_head}, n_kv_head {old.kv_heads} → "
+                     f"{cfg.kv_heads}, mlp_hidden {old.mlp_hidden} → {cfg.mlp_hidden}")
+    if n_layer > old.n_layer:
+        grow_depth(sd, cfg, n_layer, depth_mode)
+        notes.append(f"grown in depth ({depth_mode}): n_layer {old.n_layer} → {n_layer}"
+                     + (" (G_stack: copies keep their writers, the function changes)" if depth_mode == "gstack"
+                        else " (new blocks: copies with zero writers)"))
+    return notes
+
+
 def regroups_heads(cfg: GPTConfig, n_head: int, n_kv_head: int) -> bool:
     """Whether head growth changes how many query heads share a key/value head (copies of key/value heads)."""
     heads = n_head or cfg.n_head
     return heads // grown_kv_heads(cfg, heads, n_kv_head) != cfg.n_head // cfg.kv_heads
-
-
-def cfg_at_width(cfg: GPTConfig, m: int) -> GPTConfig:
-    """The config ``port_weights`` gives a residual port to width m."""
-    new = copy.deepcopy(cfg)
-    new.n_embd, new.norm_eps = m, cfg.norm_eps * cfg.n_embd / m
-    return new
 
 
 @torch.no_grad()
@@ -971,7 +1012,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
                     cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode,
-                    cfg.n_kv_head)
+                    cfg.n_kv_head, cfg.n_layer, cfg.depth_mode)
     if cfg.carry_optimizer:
         from carry import check_carry
         check_carry(ckpt, cfg.porting, cfg.norms, cfg.kind, model.config.n_embd, cfg.width, cfg.keep_layernorm,
@@ -983,13 +1024,15 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         check_tokenizer(ckpt, data_dir, "--data_dir")
         loader = BatchLoader(data_dir, window_size(cfg.block_size, model.config.block_size), cfg.calib_batch_size,
                              cfg.device)
+    announce_threads(cfg.device)
     new_model, record = transform_model(
         model, cfg.width, kind=cfg.kind, porting=cfg.porting, norms=cfg.norms, seed=cfg.seed,
         calibration_loader=loader, calib_batches=cfg.calib_batches, grow_noise=cfg.grow_noise, jl_eps=cfg.jl_eps,
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
-        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map)
+        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
+        rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode)
     record["source"] = os.path.abspath(cfg.in_dir)
     record["source_fingerprint"] = weights_fingerprint(ckpt["model"])  # consumers check the source is unchanged
     if is_interrupted(ckpt):
@@ -999,13 +1042,14 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     if cfg.carry_optimizer:
         from carry import carry_moments
         carried = carry_moments(model, ckpt["optimizer"], record["T"], new_model, cfg.n_head, cfg.mlp_hidden,
-                                cfg.grow_mode, cfg.n_kv_head)
+                                cfg.grow_mode, cfg.n_kv_head, cfg.n_layer, cfg.depth_mode)
         record["optimizer"] = {"carried": True, "step": carried["step"], "iter_num": ckpt.get("iter_num", 0),
                                "exp_avg": "exact on range(T)", "exp_avg_sq": "diagonal approximation (T∘T)"}
     if loader is not None and cfg.eval_iters != 0:
         if cfg.eval_reference:
             record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
         record["val_loss_after"] = evaluate_loss(new_model, loader, "val", cfg.eval_iters)
+        record["val_loss_basis"] = loss_basis(loader, cfg.eval_iters)
     out = {"model": new_model.state_dict(), "model_args": new_model.config.to_dict(),
            "config": dict(ckpt.get("config") or {}, **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
            "iter_num": 0, "source_iter_num": ckpt.get("iter_num", 0),  # finetune.py --init_state goes on from it
@@ -1017,17 +1061,29 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     return record
 
 
+def jl_line(record: dict) -> str:
+    """What the Johnson–Lindenstrauss bound says about this run, in words."""
+    bound = (f"JL minimum width for N={record['jl_points']} points at ε={record['jl_eps']}, δ={record['jl_delta']}: "
+             f"{record['jl_min_width']}")
+    if record["kind"] not in JL_KINDS:
+        return f"{bound} (applies to random maps only; kind={record['kind']!r} is not one, so it says nothing here)"
+    if record["m"] >= record["jl_min_width"]:
+        return f"{bound}; m={record['m']} reaches it: pairwise distances are kept within ε with probability 1 − δ"
+    return f"{bound}; m={record['m']} is below it: pairwise distances are not guaranteed to stay within ε"
+
+
 def main(argv: list[str]) -> None:
     cfg = load_config(TransformConfig, argv, prog="transform.py")
     with hold_run_dir(cfg.out_dir, "transform.py"):
         record = transform_checkpoint(cfg)
     print(f"{record['kind']} {record['porting']} d={record['d']} → m={record['m']} (norms={record['norms']}); "
-          f"JL minimum width {record['jl_min_width']} for N={record['jl_points']}; exact: {record['exact']}")
+          f"exact (the same function): {record['exact']}")
+    print(f"  {jl_line(record)}")
     for note in record["notes"]:
         print(f"  note: {note}")
     if "val_loss_after" in record:
         before = f"{record['val_loss_before']:.4f} → " if "val_loss_before" in record else ""
-        print(f"val loss {before}{record['val_loss_after']:.4f}")
+        print(f"val loss ({record['val_loss_basis']}): {before}{record['val_loss_after']:.4f}")
     print(f"wrote {os.path.join(cfg.out_dir, 'ckpt.pt')}")
 
 

@@ -1,7 +1,8 @@
 """Porting speed and memory on a GPT-2-small shape (12 layers, n_embd 768, 12 heads, vocab 50257, context 1024).
 
-    python bench/transform_speed.py
-Each case runs in a fresh subprocess so that its peak RSS is its own. Timed: canonicalize + projection +
+    python bench/transform_speed.py [OPTIONS_SUBSTRING | plain] [--repeats=3]
+Each case runs --repeats times, each in a fresh subprocess so that its peak RSS is its own; the table gives
+the mean ± std over the repeats. Timed: canonicalize + projection +
 port + building the new model; for the calibrated cases (pca, --refit, --learn_steps) also the calibration
 forward passes, the fits and the learned map, on a few batches of random tokens (the weights are random too:
 this measures cost, not quality). Results: bench/results/transform_speed.json.
@@ -16,6 +17,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import spread, threads_note  # noqa: E402
+
 CASES = [("orthogonal", 768, "head", ""), ("orthogonal", 1536, "head", ""), ("gaussian", 384, "head", ""),
          ("srht", 768, "head", ""), ("gaussian", 768, "sandwich", ""),
          ("pca", 384, "residual", "refit=all"), ("pca", 384, "residual", "refit=all,learn_steps=20")]
@@ -69,22 +73,33 @@ def main() -> None:
     if len(sys.argv) == 5:
         print(json.dumps(one_case(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])))
         return
-    only = sys.argv[1] if len(sys.argv) == 2 else ""  # e.g. 'refit': run the cases whose options mention it
+    repeats = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--repeats=")), 3)
+    rest = [a for a in sys.argv[1:] if not a.startswith("--repeats=")]
+    only = rest[0] if rest else ""  # e.g. 'refit': the cases whose options mention it; 'plain': those without
     path = os.path.join(ROOT, "bench", "results", "transform_speed.json")
-    results = {"threads": os.environ.get("OMP_NUM_THREADS", "default"), "cases": []}
-    if only and os.path.exists(path):
+    results = {"threads": threads_note(), "cases": []}
+    if os.path.exists(path):  # cases not run this time keep their last measurement
         with open(path) as f:
             results = json.load(f)
     exact = any(only == o for *_, o in CASES)  # an exact options string runs that case alone
     for kind, width, porting, options in CASES:
-        if only and (only != options if exact else only not in options):
+        if only == "plain":
+            if options:
+                continue
+        elif only and (only != options if exact else only not in options):
             continue  # otherwise every case whose options mention it
-        out = subprocess.run([sys.executable, __file__, kind, str(width), porting, options], capture_output=True,
-                             text=True, check=True).stdout
+        runs = []
+        for _ in range(repeats):
+            out = subprocess.run([sys.executable, __file__, kind, str(width), porting, options], capture_output=True,
+                                 text=True, check=True).stdout
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+        case = {key: runs[0][key] for key in ("kind", "m", "porting", "options", "model_mb")}
+        for key in ("seconds", "extra_peak_over_model", "total_peak_over_model"):
+            case[key] = spread([r[key] for r in runs])
         results["cases"] = [c for c in results["cases"] if (c["kind"], c["m"], c["porting"], c.get("options", ""))
                             != (kind, width, porting, options)]
-        results["cases"].append(json.loads(out.strip().splitlines()[-1]))
-        print(results["cases"][-1])
+        results["cases"].append(case)
+        print(case)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:  # after every case: a long run stopped early keeps what it measured
             json.dump(results, f, indent=2)

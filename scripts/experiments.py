@@ -173,6 +173,41 @@ def ppl_vs_width(s: Setting) -> None:
     save("ppl_vs_width", payload, t0, s)
 
 
+# ----------------------------------------------------------------------------------------------
+# sandwich_ablation: where our `sandwich` differs from the paper's Algorithm 1, and what each difference costs
+
+
+SANDWICH_ARMS = {  # (norms, rescale_gains); one factor at a time from ours, on the same T (gaussian, seeds)
+    "ours: fold + rescale": ("fold", True),
+    "norm gains averaged, LayerNorm kept (no folding)": ("scalar", True),
+    "no gain / ε rescale": ("fold", False),
+    "neither (Algorithm 1 as we read it)": ("scalar", False),
+}
+SANDWICH_RATIOS = (0.25, 0.5, 0.75)  # Algorithm 1's domain: m < d
+
+
+def sandwich_ablation(s: Setting) -> None:
+    """The paper's sandwich rule (Q, K, V, O → T·W·T⁺) with each of our two additions taken away: folding (per-
+    dimension gains into the readers, LayerNorm → RMSNorm with centred writers) and the √(d/m) gain / d/m ε
+    rescale. Same Gaussian T per seed in every arm; zero-shot on the full val split."""
+    t0 = time.time()
+    base = model(s, "base")
+    d, n_head = shape(base)
+
+    def row(cell: tuple) -> dict:
+        arm, ratio = cell
+        norms, rescale = SANDWICH_ARMS[arm]
+        m = width(ratio, d, n_head)
+        losses = each(s.seeds, lambda seed: transformed(s, base, m, "gaussian", "sandwich", norms, seed=seed,
+                                                        rescale_gains=rescale)[1]["val_loss_after"])
+        return {"arm": arm, "norms": norms, "rescale_gains": rescale, "ratio": ratio, "m": m,
+                "zero_shot": mean_spread(losses)}
+
+    rows = each([(arm, ratio) for arm in SANDWICH_ARMS for ratio in SANDWICH_RATIOS], row)
+    save("sandwich_ablation", {"d": d, "kind": "gaussian", "seeds": list(s.seeds),
+                               "reference_val_loss": full_val_loss(base, s.device), "rows": rows}, t0, s)
+
+
 def finetune_recipe(s: Setting) -> dict:
     return {"iters": s.finetune_iters, "eval_interval": s.finetune_eval_interval,
             "eval_iters": s.finetune_eval_iters, "seeds": len(s.seeds)}
@@ -416,26 +451,34 @@ def grow_models(s: Setting, seed: int = 0) -> tuple[str, str]:
 def grow_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
     """Stage 1 grown to the 2d model by ``arm`` and trained on to 2·iters along stage 1's schedule."""
     base = load_model(stage1)[0].config
-    run_cfg = load_checkpoint(stage1)["config"]
     grown, record = transformed(s, stage1, 2 * base.n_embd, "orthogonal", seed=seed, n_head=2 * base.n_head,
                                 mlp_hidden=2 * base.mlp_hidden, grow_mode=arm["grow_mode"], grow_noise=GROW_NOISE,
                                 clone_noise=CLONE_NOISE if arm["grow_mode"] == "clone" else 0.0,
                                 carry_optimizer=arm["carry_optimizer"])
+    return continued(s, stage1, grown, record, f"grown-{arm['grow_mode']}", arm["rewarm_iters"],
+                     lambda out: {"energy_in_range_T": range_energy(out)})
+
+
+def continued(s: Setting, stage1: str, grown: str, record: dict, label: str, rewarm_iters: int,
+              measure=lambda out: {}) -> dict:
+    """The grown model trained on to 2·iters along stage 1's schedule (its recipe, seed and state), with its curve
+    on the fixed eval batches, its full-val loss and ``measure(out_dir)``."""
+    run_cfg = load_checkpoint(stage1)["config"]
     recipe = [f"--{k}={run_cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
                                               "weight_decay", "beta1", "beta2", "batch_size", "grad_clip",
                                               "gradient_accumulation_steps")]
     cfg = load_config(FinetuneConfig, s.common + recipe + s.curve_eval + [
         f"--in_dir={grown}", "--out_dir=unset", "--init_state=True", f"--max_iters={2 * s.grow_iters}",
-        f"--rewarm_iters={arm['rewarm_iters']}", f"--seed={run_cfg['seed']}", f"--device={s.device}",
+        f"--rewarm_iters={rewarm_iters}", f"--seed={run_cfg['seed']}", f"--device={s.device}",
         "--log_interval=100"])
 
     def build(out: str) -> dict:
         cfg.out_dir, cfg.overwrite = out, True
         summary = finetune(cfg)
-        return dict(summary, full_val_loss=full_val_loss(out, s.device), energy_in_range_T=range_energy(out),
-                    zero_shot=record["val_loss_after"])
+        return dict(summary, full_val_loss=full_val_loss(out, s.device), zero_shot=record["val_loss_after"],
+                    **measure(out))
 
-    return cached("finetune", f"grown-{arm['grow_mode']}-s{seed}", spec_of(cfg), build)[1]
+    return cached("finetune", f"{label}-s{run_cfg['seed']}", spec_of(cfg), build)[1]
 
 
 def val_curve(path: str) -> list[list[float]]:
@@ -469,16 +512,9 @@ def grow_staging(s: Setting) -> None:
         per_seed = []
         for seed, (stage1, _), ref in zip(s.seeds, pairs, scratch):
             run = grow_arm(s, stage1, arm, seed)
-            curve = [[iters * tokens * flops["d"] + (i - iters) * tokens * flops["2d"], v] for i, v in run["curve"]]
-            target = ref["curve"][-1][1]  # the scratch model's final loss (same seed, same eval batches)
-            hit = next((f for f, v in curve if v <= target), None)
-            scratch_at = [interpolate([(i * tokens * flops["2d"], v) for i, v in ref["curve"]], f) for f, _ in curve]
-            gaps = [[f / scratch_flops, v / r - 1] for (f, v), r in zip(curve, scratch_at)]
             per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
-                             "scratch_overtakes_at": next((f for f, gap in gaps if gap > 0), None),
                              "zero_shot": run["zero_shot"], "energy_outside_range_T": 1 - run["energy_in_range_T"],
-                             "flops_to_target": None if hit is None else hit / scratch_flops,
-                             "gap_to_scratch_at_equal_flops": gaps})
+                             **against_scratch(run["curve"], ref["curve"], iters, tokens, flops["d"], flops["2d"])})
         arms.append({**arm, "label": arm_label(arm), "seeds": per_seed,
                      "full_val_loss": mean_spread([r["full_val_loss"] for r in per_seed]),
                      "energy_outside_range_T": mean_spread([r["energy_outside_range_T"] for r in per_seed]),
@@ -496,6 +532,93 @@ def grow_staging(s: Setting) -> None:
               "arms": arms}
     plot_grow_staging(result)
     save("grow_staging", result, t0, s)
+
+
+# ----------------------------------------------------------------------------------------------
+# grow_depth: depth growth (transform.py --n_layer) as the positive control of growing
+
+
+DEPTH_ARMS = [{"depth_mode": "interleave", "carry_optimizer": True}, {"depth_mode": "stack", "carry_optimizer": True},
+              {"depth_mode": "gstack", "carry_optimizer": True}, {"depth_mode": "interleave", "carry_optimizer": False}]
+
+
+def depth_arm_label(arm: dict) -> str:
+    kind = {"interleave": "interleaved copies, zero writers", "stack": "stacked copies, zero writers",
+            "gstack": "G_stack (stack repeated, writers kept)"}[arm["depth_mode"]]
+    return f"{kind}, {'carried' if arm['carry_optimizer'] else 'fresh'} AdamW"
+
+
+def depth_models(s: Setting, seed: int = 0) -> tuple[str, str]:
+    """(half-depth stage 1, the full model from scratch): stage 1 has half the blocks, the same width and heads,
+    and stops halfway through the 2·iters cosine; the scratch model is grow_staging's (the same cache entry)."""
+    iters, _, big = grow_settings(s)
+    half = load_config(TrainConfig, s.base).n_layer // 2
+    small = with_iters(big, iters, 2 * iters) + [f"--n_layer={half}"]
+    return trained(s, "depth_stage1", args=small, seed=seed), grow_models(s, seed)[1]
+
+
+def depth_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
+    """Stage 1 grown to full depth by ``arm`` (T = I: the width is kept) and trained on along its schedule."""
+    base = load_model(stage1)[0].config
+    grown, record = transformed(s, stage1, base.n_embd, "truncate", seed=seed, n_layer=2 * base.n_layer,
+                                depth_mode=arm["depth_mode"], carry_optimizer=arm["carry_optimizer"])
+    return continued(s, stage1, grown, record, f"deeper-{arm['depth_mode']}", 0)
+
+
+def grow_depth(s: Setting) -> None:
+    """The half-depth model grown to full depth halfway through the schedule, against the full model trained from
+    scratch (its curve at equal compute, and a run given the staged compute and fully decayed), n seeds."""
+    t0 = time.time()
+    iters, _, big = grow_settings(s)
+    pairs = [depth_models(s, seed) for seed in s.seeds]
+    base = load_config(TrainConfig, s.base)
+    tokens = base.batch_size * base.block_size * base.gradient_accumulation_steps
+    flops = {"half": 6 * load_model(pairs[0][0])[0].get_num_params(),
+             "full": 6 * load_model(pairs[0][1])[0].get_num_params()}
+    staged_flops = iters * tokens * (flops["half"] + flops["full"])
+    equal_iters = round(staged_flops / (tokens * flops["full"]))
+    equal = [trained(s, "grow_scratch_eq", args=with_iters(big, equal_iters, equal_iters), seed=seed)
+             for seed in s.seeds]
+    scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
+    arms = []
+    for arm in DEPTH_ARMS:
+        per_seed = []
+        for seed, (stage1, _), ref in zip(s.seeds, pairs, scratch):
+            run = depth_arm(s, stage1, arm, seed)
+            per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
+                             "zero_shot": run["zero_shot"],
+                             **against_scratch(run["curve"], ref["curve"], iters, tokens, flops["half"],
+                                               flops["full"])})
+        arms.append({**arm, "label": depth_arm_label(arm), "seeds": per_seed,
+                     "full_val_loss": mean_spread([r["full_val_loss"] for r in per_seed]),
+                     "zero_shot": mean_spread([r["zero_shot"] for r in per_seed]),
+                     "flops_to_target": [r["flops_to_target"] for r in per_seed],
+                     "final_gap_to_scratch_curve": mean_spread([r["gap_to_scratch_at_equal_flops"][-1][1]
+                                                                for r in per_seed])})
+    result = {"iters_per_stage": iters, "tokens_per_iter": tokens, "flops_per_token": flops,
+              "n_layer": {"stage1": base.n_layer // 2, "full": base.n_layer},
+              "staged_flops_fraction": staged_flops / (2 * iters * tokens * flops["full"]),
+              "equal_compute_iters": equal_iters, "eval": s.curve_eval,
+              "stage1": [{"curve": val_curve(a), "full_val_loss": full_val_loss(a, s.device)} for a, _ in pairs],
+              "scratch": scratch, "scratch_full_val_loss": mean_spread([r["full_val_loss"] for r in scratch]),
+              "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
+              "arms": arms}
+    save("grow_depth", result, t0, s)
+
+
+def against_scratch(run_curve: list, scratch_curve: list, iters: int, tokens: int, small_flops: float,
+                    big_flops: float) -> dict:
+    """A staged run's curve (iterations iters … 2·iters) against the big model's scratch curve, in training compute
+    with stage 1 counted (small_flops, big_flops: FLOPs per token): its gap at equal compute, where scratch
+    overtakes it, and the compute it needs to reach the scratch model's final loss (× the scratch run's)."""
+    scratch_flops = 2 * iters * tokens * big_flops
+    curve = [[iters * tokens * small_flops + (i - iters) * tokens * big_flops, v] for i, v in run_curve]
+    target = scratch_curve[-1][1]  # the scratch model's final loss (same seed, same eval batches)
+    hit = next((f for f, v in curve if v <= target), None)
+    scratch_at = [interpolate([(i * tokens * big_flops, v) for i, v in scratch_curve], f) for f, _ in curve]
+    gaps = [[f / scratch_flops, v / r - 1] for (f, v), r in zip(curve, scratch_at)]
+    return {"scratch_overtakes_at": next((f for f, gap in gaps if gap > 0), None),
+            "flops_to_target": None if hit is None else hit / scratch_flops, "gap_to_scratch_at_equal_flops": gaps}
 
 
 def interpolate(points: list[tuple[float, float]], x: float) -> float:
@@ -991,7 +1114,8 @@ def replot(experiment: str, payload: dict) -> None:
 
 
 EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,
-                                       grow_staging, quantization, shrink_quality, scale)} | {
+                                       grow_staging, quantization, shrink_quality, scale, sandwich_ablation,
+                                       grow_depth)} | {
     "recovery": recovery_curves}
 
 

@@ -1,9 +1,10 @@
 """
-Regenerate the README's results tables from results/*/ (the JSON the scripts wrote).
+Regenerate the results tables and quoted numbers of README.md, RESULTS.md, GUIDE.md and REFERENCE.md from
+results/*/ and bench/results/ (the JSON the scripts wrote).
 
     python scripts/report.py            # rewrites the blocks between <!-- BEGIN name --> and <!-- END name -->
                                         # and redraws the figures of results/*/ from their results.json
-    python scripts/report.py --check    # exit 1 if the README is out of date
+    python scripts/report.py --check    # exit 1 if a document is out of date
 
 Only what a script measured goes into a table; an experiment without results says how to produce them.
 """
@@ -209,9 +210,92 @@ def grow_staging(r: dict) -> str:
     return "\n".join(lines)
 
 
+def grow_depth(r: dict) -> str:
+    """Depth growth as growing's positive control: the same baselines, both quoted, verdicts by the one rule."""
+    n, it, frac = r["scratch_full_val_loss"]["n"], r["iters_per_stage"], r["staged_flops_fraction"]
+    layers = r["n_layer"]
+    decayed = r["scratch_equal_compute_full_val_loss"]
+
+    def per_seed(values: list) -> str:
+        return "/".join("not reached" if x is None else f"{x:.2f}" for x in values)
+
+    stage1 = mean_spread_of([c["full_val_loss"] for c in r["stage1"]])
+    lines = [f"Stage 1 trains the model with {layers['stage1']} of its {layers['full']} blocks (same width and "
+             f"heads; RMSNorm with scalar gains) for {it} iterations, halfway through a {2 * it}-iteration cosine; "
+             f"`transform.py --n_layer={layers['full']}` grows it (T = I) and it trains on to iteration {2 * it} "
+             f"along the same schedule. The staged run costs {frac:.2f} of the scratch run's compute (≈ 6·N FLOPs "
+             "per token, stage 1 counted). Curves: the same fixed val batches for every run; losses: the full val "
+             f"split; n = {n} seeds. Verdicts (the one rule, paired by seed) compare each arm's final loss with the "
+             "full-depth model trained from scratch for the staged compute, fully decayed.", "",
+             "| run | compute (× scratch) | zero-shot after growth | val loss (full split) | vs the decayed "
+             "equal-compute run | gap to the scratch curve at equal compute | compute to reach the scratch model's "
+             "final loss (per seed) |",
+             "|---|---|---|---|---|---|---|",
+             f"| full depth from scratch, {2 * it} iterations | 1.00 | — | {ms(r['scratch_full_val_loss'], 4)} | — "
+             "| — | 1.00 |",
+             f"| full depth from scratch, {r['equal_compute_iters']} iterations, fully decayed | {frac:.2f} | — | "
+             f"{ms(decayed, 4)} | — | — | — |",
+             f"| stage 1 alone ({layers['stage1']} blocks, {it} iterations) | — | — | {ms(stage1, 4)} | — | — | — |"]
+    readings = []
+    for arm in r["arms"]:
+        v = verdict([x["full_val_loss"] for x in arm["seeds"]], decayed["values"], paired=True)
+        lines.append(f"| grown: {arm['label']} | {frac:.2f} | {ms(arm['zero_shot'], 4)} | "
+                     f"{ms(arm['full_val_loss'], 4)} | {v['words']} ({_p(v)}) | "
+                     f"{pct(arm['final_gap_to_scratch_curve'])} | {per_seed(arm['flops_to_target'])} |")
+        reached = [x for x in arm["flops_to_target"] if x is not None]
+        readings.append(f"*{arm['label']}*: {v['words']} against the decayed equal-compute run, "
+                        f"{pct(arm['final_gap_to_scratch_curve'])} against the scratch curve at equal compute; "
+                        + (f"reaches the scratch model's final loss in {len(reached)} of {len(arm['flops_to_target'])}"
+                           f" seeds (at {min(reached):.2f}–{max(reached):.2f}× its compute)." if reached else
+                           "reaches the scratch model's final loss in no seed."))
+    best = min(r["arms"], key=lambda a: a["final_gap_to_scratch_curve"]["mean"])
+    goal = [x for arm in r["arms"] for x in arm["flops_to_target"] if x is not None and x <= 0.7]
+    met = f"met in {len(goal)} runs" if goal else "not met by any arm"
+    readings.append(f"The goal (the scratch model's final loss at ≤ 0.7× its compute, stage 1 counted) is {met}; "
+                    f"closest to the scratch curve: {best['label']}.")
+    lines += ["", "**Reading** (generated from the table): " + " ".join(readings), "", provenance(r)]
+    return "\n".join(lines)
+
+
 def mean_spread_of(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "n": len(values)}
+
+
+def sandwich_ablation(r: dict) -> str:
+    """Our sandwich against Algorithm 1's choices, one difference at a time, with paired verdicts against ours."""
+    rows, ratios = r["rows"], sorted({row["ratio"] for row in r["rows"]})
+    arms = list(dict.fromkeys(row["arm"] for row in rows))
+    cell = {(row["arm"], row["ratio"]): row for row in rows}
+    ours = arms[0]
+    n = rows[0]["zero_shot"]["n"]
+    lines = [f"Zero-shot val loss (full val split; original model {r['reference_val_loss']:.4f}, d = {r['d']}), "
+             f"porting `sandwich`, the same {r['kind']} T per seed in every arm: mean ± std over n = {n} map seeds; "
+             "each cell's verdict is against ours in the same column (the one rule, paired over map seeds).", "",
+             "| arm | norms | rescale | " + " | ".join(f"m/d = {x} (m = {cell[(ours, x)]['m']})" for x in ratios)
+             + " |",
+             "|---|---|---|" + "---|" * len(ratios)]
+    readings = []
+    for arm in arms:
+        cells = []
+        for x in ratios:
+            z = cell[(arm, x)]["zero_shot"]
+            text = f"{z['mean']:.3f} ± {z['std']:.3f}"
+            if arm != ours:
+                v = verdict(z["values"], cell[(ours, x)]["zero_shot"]["values"], paired=True)
+                text += f" ({v['words']})"
+            cells.append(text)
+        first = cell[(arm, ratios[0])]
+        lines.append(f"| {arm} | {first['norms']} | {'yes' if first['rescale_gains'] else 'no'} | "
+                     + " | ".join(cells) + " |")
+        if arm != ours:
+            words = [verdict(cell[(arm, x)]["zero_shot"]["values"], cell[(ours, x)]["zero_shot"]["values"],
+                             paired=True) for x in ratios]
+            diffs = [cell[(arm, x)]["zero_shot"]["mean"] - cell[(ours, x)]["zero_shot"]["mean"] for x in ratios]
+            readings.append(f"*{arm}*: " + ", ".join(f"{w['words']} at m/d = {x} ({dx:+.3f}, {_p(w)})"
+                                                     for x, w, dx in zip(ratios, words, diffs)) + ".")
+    lines += ["", "**Reading** (generated; loss differences against ours, same T): " + " ".join(readings)]
+    return "\n".join(lines)
 
 
 def quantization(r: dict) -> str:
@@ -346,53 +430,136 @@ def worked_example(_: dict | None) -> str:
         "![norms](results/worked_example/finetuned/norm_heatmap.png)"])
 
 
+def _ms(x: dict | float, digits: int = 1) -> str:
+    """A benchmark spread (bench/common.spread) as 'mean ± std'; a single measurement is its value (say n = 1)."""
+    if not isinstance(x, dict):
+        return f"{x:.{digits}f}"
+    return f"{x['mean']:.{digits}f} ± {x['std']:.{digits}f}" if x["n"] > 1 else f"{x['mean']:.{digits}f}"
+
+
+def _n(x: dict | float) -> int:
+    return x["n"] if isinstance(x, dict) else 1
+
+
+def _mean(x: dict | float) -> float:
+    return x["mean"] if isinstance(x, dict) else x
+
+
+def _bench(name: str) -> dict | None:
+    path = os.path.join(ROOT, "bench", "results", f"{name}.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def _reference_loss() -> float | None:
+    """The base char model's full-val loss (nanoGPT's CPU recipe, 2000 iterations), as ppl_vs_width measured it."""
+    path = os.path.join(ROOT, "results", "ppl_vs_width", "results.json")
+    return json.load(open(path))["reference_val_loss"] if os.path.exists(path) else None
+
+
 def benchmarks(_: dict | None) -> str:
-    lines = []
-    path = os.path.join(ROOT, "bench", "results", "train_throughput.json")
-    if os.path.exists(path):
-        b = json.load(open(path))
-        lines += ["Training, nanoGPT's CPU recipe shape (4 × 128, context 64, batch 12), median ms/iter of our "
-                  f"`train.py` loop over {b['iters']} iterations, evaluation excluded; "
+    """The Benchmarks section, tables and Reading, from bench/results/ only: every figure carries its n and spread."""
+    lines, reading = [], []
+    b = _bench("train_throughput")
+    if b:
+        lines += [f"Training, nanoGPT's CPU recipe shape (4 × 128, context 64, batch 12), ms/iter of our `train.py` "
+                  f"loop, evaluation excluded: mean ± std over {b['rounds']} rounds of {b['iters']} iterations "
+                  f"(each round's median; the variants alternate round by round); threads {b['threads']}; "
                   f"peak RSS {b['peak_rss_mb']:.0f} MB:",
                   "", "| run | ms/iter | tokens/s |", "|---|---|---|"]
         for key, label in (("ours_nanogpt_shape", "ours, nanoGPT's architecture (LayerNorm, GELU, tied, no bias)"),
                            ("ours_default_variant", "ours, default variant (untied head)"),
                            ("ours_rope_swiglu_rmsnorm_peri", "ours, RoPE + SwiGLU + RMSNorm + peri-LN")):
-            lines.append(f"| {label} | {b[key]['ms_per_iter']:.1f} | {b[key]['tokens_per_s']:,.0f} |")
+            lines.append(f"| {label} | {_ms(b[key]['ms_per_iter'])} | {b[key]['tokens_per_s']:,.0f} |")
+        base, rich = b["ours_nanogpt_shape"]["ms_per_iter"], b["ours_rope_swiglu_rmsnorm_peri"]["ms_per_iter"]
+        rich_v = verdict(rich["values"], base["values"], paired=True)
+        reading.append(f"The richer variant (RoPE + SwiGLU + RMSNorm + peri-LN) takes "
+                       f"{100 * (rich['mean'] / base['mean'] - 1):+.0f}% time per step against nanoGPT's architecture "
+                       f"({_verdict_phrase(rich_v, 'faster', 'slower')}); the step reaches "
+                       f"{b['achieved_gflops']:.0f} model GFLOP/s (nanoGPT's 6N + 12·L·H·Q·T per token).")
         if "head_to_head" in b:
             h = b["head_to_head"]
-            lines += ["", "Head to head in one process, alternating rounds (same step loop; each repo's own model and "
-                          "`configure_optimizers`):", "", "| model | ms/iter | tokens/s |", "|---|---|---|",
-                      f"| nanoGPT model.py | {h['nanogpt']['ms_per_iter']:.1f} | {h['nanogpt']['tokens_per_s']:,.0f} |",
-                      f"| nanoLGPT model.py | {h['ours']['ms_per_iter']:.1f} | {h['ours']['tokens_per_s']:,.0f} |"]
-    path = os.path.join(ROOT, "bench", "results", "transform_speed.json")
-    if os.path.exists(path):
-        t = json.load(open(path))
-        lines += ["", "Porting a GPT-2-small-shaped model (fold + projection + port + building the new model; "
-                      "fresh process per row; 'extra peak' = peak RSS growth during the transform / model size):", "",
-                  "| kind | m | porting | options | seconds | extra peak / model size | model MB |",
-                  "|---|---|---|---|---|---|---|"]
+            ours, theirs = h["ours"]["ms_per_iter"], h["nanogpt"]["ms_per_iter"]
+            v = verdict(ours["values"], theirs["values"], paired=True)
+            lines += ["", f"Head to head in one process, {ours['n']} alternating rounds (same step loop; each repo's "
+                          "own model and `configure_optimizers`; nanoGPT's model.py with sha256 "
+                          f"`{h['nanogpt_model_sha256'][:12]}`):", "",
+                      "| model | ms/iter | tokens/s |", "|---|---|---|",
+                      f"| nanoGPT model.py | {_ms(theirs)} | {h['nanogpt']['tokens_per_s']:,.0f} |",
+                      f"| nanoLGPT model.py | {_ms(ours)} | {h['ours']['tokens_per_s']:,.0f} |"]
+            reading.insert(0, f"Against nanoGPT in the same process, alternating rounds: ours {_ms(ours)} ms/iter, "
+                              f"nanoGPT's {_ms(theirs)} ms/iter — {_verdict_phrase(v, 'faster', 'slower')}.")
+        o = b["optimizer_step"]
+        lines += ["", f"AdamW's step alone on that model ({o['fused']['n']} alternating rounds of 200 steps): fused "
+                      f"{_ms(o['fused'], 2)} ms, foreach {_ms(o['foreach'], 2)} ms."]
+        v = verdict(o["fused"]["values"], o["foreach"]["values"], paired=True)
+        reading.append(f"Fused AdamW (what `configure_optimizers` picks on the CPU) against torch's foreach default "
+                       f"saves {o['saved_ms']['mean']:+.2f} ms per step "
+                       f"({100 * o['saved_ms']['mean'] / base['mean']:+.1f}% of a training step): "
+                       f"{_verdict_phrase(v, 'faster', 'slower')}.")
+        if "compile" in b:
+            c = b["compile"]
+            ratio = c["compiled_over_eager"]
+            v = verdict(c["compiled"]["ms_per_iter"]["values"], c["eager"]["ms_per_iter"]["values"], paired=True)
+            lines += ["", f"`torch.compile` (inductor) on the CPU, {ratio['n']} alternating rounds: eager "
+                          f"{_ms(c['eager']['ms_per_iter'])} ms/iter, compiled {_ms(c['compiled']['ms_per_iter'])} "
+                          f"ms/iter (ratio {_ms(ratio, 2)}); the first compiled step took "
+                          f"{c['compile_seconds']:.0f} s."]
+            reading.append(f"`torch.compile` on the CPU changes the step time by {100 * (ratio['mean'] - 1):+.0f}% "
+                           f"({_verdict_phrase(v, 'faster', 'slower')}) for {c['compile_seconds']:.0f} s of "
+                           "compilation, so it stays off on the CPU by default (on CUDA it is on).")
+    loss = _reference_loss()
+    if loss is not None:
+        reading.append(f"Quality of the same recipe (2000 iterations, `configs/shakespeare_char.py`): val loss "
+                       f"{loss:.4f} on the full val split (results/ppl_vs_width; nanoGPT reports ≈ 1.89 for its "
+                       "recipe).")
+    t = _bench("transform_speed")
+    if t:
+        lines += ["", "Porting a GPT-2-small-shaped model (fold + projection + port + building the new model; a fresh "
+                      "process per repeat; mean ± std over n repeats, a single value where n = 1; 'extra peak' "
+                      "= peak RSS growth during the transform / model size):", "",
+                  "| kind | m | porting | options | n | seconds | extra peak / model size | model MB |",
+                  "|---|---|---|---|---|---|---|---|"]
         for c in t["cases"]:
             lines.append(f"| {c['kind']} | {c['m']} | {c['porting']} | {c.get('options') or '—'} | "
-                         f"{c['seconds']:.1f} | {c['extra_peak_over_model']:.2f}× | {c['model_mb']} |")
-    path = os.path.join(ROOT, "bench", "results", "distill_speed.json")
-    if os.path.exists(path):
-        ds = json.load(open(path))
+                         f"{_n(c['seconds'])} | {_ms(c['seconds'])} | {_ms(c['extra_peak_over_model'], 2)}× | "
+                         f"{c['model_mb']} |")
+        plain = [c for c in t["cases"] if not c.get("options")]
+        if plain:
+            secs = [_mean(c["seconds"]) for c in plain]
+            peaks = [_mean(c["extra_peak_over_model"]) for c in plain if c["m"] <= 768]
+            reading.append(f"Porting GPT-2 small without calibration takes {min(secs):.0f}–{max(secs):.0f} s with at "
+                           f"most {max(peaks):.2f}× the model's size of extra memory up to m = d (growing to 2d needs "
+                           "more: the output alone is twice the size).")
+    ds = _bench("distill_speed")
+    if ds:
         lines += ["", "Distillation's cost per finetuning step (`python bench/distill_speed.py`, the char model shape, "
-                      f"{ds['rounds']} alternating rounds of {ds['iters']} steps in one process, median): plain LM "
-                      f"finetuning {ds['lm']:.1f} ms/iter, `--distill` {ds['distill']:.1f} ms/iter — "
-                      f"{ds['ratio']:.2f}× (the teacher's forward and the chunked KL)."]
-    path = os.path.join(ROOT, "bench", "results", "geometry_speed.json")
-    if os.path.exists(path):
-        g = json.load(open(path))
+                      f"{ds['rounds']} alternating rounds of {ds['iters']} steps in one process, each round's median): "
+                      f"plain LM finetuning {_ms(ds['lm'])} ms/iter, `--distill` {_ms(ds['distill'])} ms/iter — "
+                      f"{_ms(ds['ratio'], 2)}× (the teacher's forward and the chunked KL)."]
+    g = _bench("geometry_speed")
+    if g:
         sec = g["seconds"]
-        lines += ["", f"Geometry metrics at N = {g['n_probes']} probes (`python bench/geometry_speed.py`): AE over all "
-                      f"pairs {sec['angular_error']:.2f} s, HC (Pearson over all pairs + Spearman on 200k) "
-                      f"{sec['hyperspherical_concordance']:.2f} s, JL distortion {sec['jl_distortion']:.2f} s; "
-                      f"extra peak memory {g['extra_peak_rss_mb']} MB (chunked: O(chunk·N))."]
+        lines += ["", f"Geometry metrics at N = {g['n_probes']} probes (`python bench/geometry_speed.py`, "
+                      f"n = {sec['angular_error']['n']} repeats): AE over all pairs {_ms(sec['angular_error'], 2)} s, "
+                      f"HC (Pearson over all pairs + Spearman on 200k) {_ms(sec['hyperspherical_concordance'], 2)} s, "
+                      f"JL distortion {_ms(sec['jl_distortion'], 2)} s; extra peak memory {g['extra_peak_rss_mb']} MB "
+                      "(chunked: O(chunk·N))."]
     if not lines:
         return "*Not run yet: python bench/train_throughput.py; python bench/transform_speed.py*"
+    if reading:
+        lines += ["", "**Reading** (generated from these records under the one significance rule, rounds paired). "
+                  + " ".join(reading)]
     return "\n".join(lines)
+
+
+def _p(v: dict) -> str:
+    return f"{v['test']}, p = {v['p']:.2g}" if v["p"] is not None else v["test"]
+
+
+def _verdict_phrase(v: dict, lower_word: str, higher_word: str) -> str:
+    """A timing verdict in words: lower time = ``lower_word``."""
+    words = {"lower": lower_word, "higher": higher_word}.get(v["words"], "no difference")
+    return f"{words} ({_p(v)})"
 
 
 def gap_pct(x: dict, digits: int = 2) -> str:
@@ -679,11 +846,12 @@ def grow_summary(r: dict) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------------------------
 # Quoted numbers: prose outside the tables quotes results through named quotes, so it cannot go stale.
-# In README.md a quote is  <!-- q NAME -->TEXT<!-- /q -->; report.py rewrites TEXT from results/, and --check
+# In the documents (README.md, RESULTS.md, GUIDE.md, REFERENCE.md) a quote is
+#   <!-- q NAME -->TEXT<!-- /q -->; report.py rewrites TEXT from results/, and --check
 # fails, naming the section, when TEXT differs from what results/ gives or NAME is unknown.
 
 
-QUOTE = re.compile(r"<!-- q ([\w.@+-]+) -->(.*?)<!-- /q -->", re.S)
+QUOTE = re.compile(r"<!-- q (\S+) -->(.*?)<!-- /q -->", re.S)
 
 
 def _shrink_gap(ratio: float, correction: str, digits: int = 2) -> str:
@@ -731,6 +899,97 @@ def _rewarm() -> str:
             f"p = {min(p):.3f}–{max(p):.3f})")
 
 
+def _quickstart(case: str) -> str:
+    """The quick start's wall time (and, idle, its final val loss line's numbers) from bench/results/quickstart.json."""
+    q = _bench("quickstart")
+    if q is None or case not in q:
+        return "not measured"
+    run = q[case]
+    if case.endswith("_short") or case.endswith("_all_threads"):
+        ms = statistics.median(run["logged_ms_per_iter"])
+        return f"{ms:.0f} ms/iter"
+    text = f"{run['seconds'] / 60:.1f} min"
+    final = re.search(r"val loss (\d+\.\d+), best (\d+\.\d+) \((.+)\)", run["final"])
+    if case == "idle" and final:
+        text += f" (val loss {final.group(2)} on {final.group(3)})"
+    return text
+
+
+def _gains_effect() -> dict[str, str]:
+    """Where the fitted scalar gains (refit=gains) help or hurt against no correction, over kinds × widths."""
+    r = load("shrink_quality")
+    if r is None:
+        return {"hurt": "not measured", "cells": "not measured"}
+    cell = {(x["kind"], x["ratio"], x["correction"]): x["zero_shot"]["mean"] for x in r["rows"]}
+    pairs = [(k, x) for (k, x, c) in cell if c == "gains"]
+    hurt = [p for p in pairs if cell[(*p, "gains")] > cell[(*p, "none")]]
+    return {"hurt": f"{len(hurt)} of {len(pairs)}", "cells": str(len(pairs))}
+
+
+def _random_vs_pca(correction: str) -> str:
+    """The random kinds' zero-shot gap as a multiple of PCA's, with the same correction, over the widths."""
+    r = load("shrink_quality")
+    if r is None:
+        return "not measured"
+    ref = r["reference_val_loss"]
+    gap = {(x["kind"], x["ratio"]): x["zero_shot"]["mean"] / ref - 1 for x in r["rows"]
+           if x["correction"] == correction}
+    ratios = [gap[(k, x)] / gap[("pca", x)] for (k, x) in gap if k != "pca" and ("pca", x) in gap]
+    return f"{min(ratios):.1f}–{max(ratios):.1f}×"
+
+
+RECOVERY_ROWS = {"half": "pca + learned T + refit, m/d = 0.5", "quarter": "pca + learned T + refit, m/d = 0.25",
+                 "sandwich": "paper: gaussian sandwich, m/d = 0.75"}
+RECOVERY_LOSSES = {"CE": "CE", "KD": "KD", "KDCE": "KD + CE (α = 0.5)"}
+
+
+def _recovery_row(where: str, loss: str) -> dict:
+    r = load("recovery")
+    if r is None:
+        raise KeyError("results/recovery does not exist")
+    return next(x for x in r["rows"] if x["transform"] == RECOVERY_ROWS[where] and x["loss"] == RECOVERY_LOSSES[loss])
+
+
+def _gaps_at(row: dict, step: int | None) -> list[float]:
+    """Each seed's gap to the control at ``step`` (None: the last evaluation)."""
+    return [dict(map(tuple, s["gap_to_control"]))[step] if step is not None else s["gap_to_control"][-1][1]
+            for s in row["seeds"]]
+
+
+def _recovery_gap(where: str, loss: str, step: int | None = None) -> str:
+    """A recovery arm's gap to the control at ``step`` over its seeds, 'mean ± std' in percent."""
+    gaps = _gaps_at(_recovery_row(where, loss), step)
+    return pct(mean_spread_of(gaps))
+
+
+def _recovery_verdict(where: str, a: str, b: str, step: int | None = None) -> str:
+    """Is loss ``a``'s gap lower than loss ``b``'s (paired over finetuning seeds: same data order and batches)?"""
+    v = verdict(_gaps_at(_recovery_row(where, a), step), _gaps_at(_recovery_row(where, b), step), paired=True)
+    return f"{v['words']} ({_p(v)})"
+
+
+def _heads_verdict() -> str:
+    """The norm regularizer's effect on the linear-head model's val loss (paired by training seed)."""
+    r = load("heads")
+    if r is None:
+        raise KeyError("results/heads does not exist")
+    rows = {(x["head"], x["norm_reg"]): x["val_loss"]["values"] for x in r["rows"]}
+    v = verdict(rows[("linear", 0.1)], rows[("linear", 0.0)], paired=True)
+    return f"{v['words']} ({_p(v)})"
+
+
+def _gpt2_port(options: str) -> str:
+    """A calibrated GPT-2-small port's time and extra peak memory, from bench/results/transform_speed.json."""
+    t = _bench("transform_speed") or {"cases": []}
+    case = next((c for c in t["cases"] if c.get("options") == options), None)
+    if case is None:
+        return "not measured"
+    minutes = {**case["seconds"], "mean": case["seconds"]["mean"] / 60, "std": case["seconds"]["std"] / 60} \
+        if isinstance(case["seconds"], dict) else case["seconds"] / 60
+    n = _n(case["seconds"])
+    return f"{_ms(minutes)} min with {_ms(case['extra_peak_over_model'], 2)}× (n = {n})"
+
+
 QUOTES = {
     "recipe@0.75": lambda: _shrink_gap(0.75, RECIPE),
     "recipe@0.5": lambda: _shrink_gap(0.5, RECIPE),
@@ -749,31 +1008,156 @@ QUOTES = {
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
     "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
     "growth.rewarm": _rewarm,
+    "quickstart.idle": lambda: _quickstart("idle"),
+    "quickstart.busy": lambda: _quickstart("one_core_busy"),
+    "quickstart.busy_ms": lambda: _quickstart("one_core_busy_short"),
+    "quickstart.busy_all_threads_ms": lambda: _quickstart("one_core_busy_short_all_threads"),
+    "shrink.gains_hurt": lambda: _gains_effect()["hurt"],
+    "shrink.random_vs_pca": lambda: _random_vs_pca(RECIPE),
+    **{f"recovery.{w}.{loss}": (lambda w=w, loss=loss: _recovery_gap(w, loss))
+       for w in RECOVERY_ROWS for loss in RECOVERY_LOSSES},
+    **{f"recovery.{w}.{loss}@20": (lambda w=w, loss=loss: _recovery_gap(w, loss, 20))
+       for w in ("half", "quarter") for loss in RECOVERY_LOSSES},
+    "recovery.half.KDCE_vs_CE": lambda: _recovery_verdict("half", "KDCE", "CE"),
+    "recovery.half.KD_vs_CE": lambda: _recovery_verdict("half", "KD", "CE"),
+    "recovery.quarter.KD_vs_CE@20": lambda: _recovery_verdict("quarter", "KD", "CE", 20),
+    "recovery.quarter.KD_vs_CE": lambda: _recovery_verdict("quarter", "KD", "CE"),
+    "recovery.quarter.KDCE_vs_CE": lambda: _recovery_verdict("quarter", "KDCE", "CE"),
+    "recovery.sandwich.KD_vs_CE": lambda: _recovery_verdict("sandwich", "KD", "CE"),
+    "heads.linear_reg": lambda: _heads_verdict(),
+    "gpt2.refit": lambda: _gpt2_port("refit=all"),
+    "gpt2.refit_learned": lambda: _gpt2_port("refit=all,learn_steps=20"),
 }
 
 
+# A path quote reads a number straight from an experiment's results.json, so a Reading can quote any of them
+# without a function of its own:  <!-- q =EXPERIMENT/STEP/STEP…[~REFERENCE]|FORMAT -->TEXT<!-- /q -->
+#   STEP: a key (rows), an index (3), a slice (1:5), * (every value of a dict), or a filter [k=v,k2=v2] (it may
+#         follow a key: rows[k=v]) — the list items whose fields equal these values (a number; a string, with
+#         runs of spaces and signs written '_': learned_T_all; or a+b for either); one match gives that item,
+#         several give all of them, and the rest of the path applies to each;
+#   ~REFERENCE: another path from the same experiment's root; the value becomes value / reference − 1;
+#   FORMAT: a Python format spec (.3f, +.1%); ms3 ('mean ± std', 3 decimals, of a mean_spread); pct2
+#           ('+x.xx% ± y.yy' of a mean_spread of fractions); range.3f ('lo–hi' over the values found; range+.1%);
+#           min.3f / max.3f (the smallest / largest of them); msl4 ('mean ± std' of a plain list of numbers).
+PATH_QUOTE = re.compile(r"=(\w+)/([^~|]+)(?:~([^|]+))?\|(\S+)")
+
+
+def _matches(item: dict, conditions: str) -> bool:
+    for condition in conditions.split(","):
+        key, _, wanted = condition.partition("=")
+        value = item.get(key)
+        options = wanted.split("+")
+        if not any(str(value) == w or _slug(str(value)) == w
+                   or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                       and _number(w) is not None and abs(value - _number(w)) < 1e-9)
+                   for w in options):
+            return False
+    return True
+
+
+def _slug(text: str) -> str:
+    """A field value as a filter can spell it: runs of anything but letters and digits become one '_'."""
+    return re.sub(r"\W+", "_", text).strip("_")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class _Matches(list):
+    """The items several filter matches found: the rest of a path applies to each."""
+
+
+def _walk(node, path: str):
+    """Follow ``path`` (STEP/STEP…) from ``node``; a filter that matches several items maps the rest over them."""
+    steps = re.findall(r"\[[^\]]*\]|[^/\[]+", path)  # 'rows[k=v]/zero_shot' → rows, [k=v], zero_shot
+    for i, step in enumerate(steps):
+        if isinstance(node, _Matches):
+            return [_walk(item, "/".join(steps[i:])) for item in node]
+        if step == "*":  # every value of a dict (or item of a list)
+            node = _Matches(node.values() if isinstance(node, dict) else node)
+        elif re.fullmatch(r"\d*:\d*", step):  # a slice of a list: 1:5
+            start, _, stop = step.partition(":")
+            node = node[int(start) if start else None:int(stop) if stop else None]
+        elif step.startswith("["):
+            found = [item for item in node if _matches(item, step[1:-1])]
+            if not found:
+                raise KeyError(f"no item matches {step}")
+            node = found[0] if len(found) == 1 else _Matches(found)
+        else:
+            node = node[int(step)] if isinstance(node, list) else node[step]
+    return list(node) if isinstance(node, _Matches) else node
+
+
+def _flat(value):
+    """The numbers of a value that may be a list of lists (several matches, each a list)."""
+    if isinstance(value, list):
+        for item in value:
+            yield from _flat(item)
+    else:
+        yield value
+
+
+def path_quote(expression: str) -> str:
+    match = PATH_QUOTE.fullmatch(expression)
+    if match is None:
+        raise KeyError(expression)
+    experiment, path, reference, spec = match.groups()
+    root = load(experiment)
+    if root is None:
+        raise KeyError(f"results/{experiment} does not exist")
+    value = _walk(root, path)
+    if reference is not None:
+        ref = _walk(root, reference)
+        value = [v / ref - 1 for v in value] if isinstance(value, list) else value / ref - 1
+    if spec.startswith("msl"):  # a plain list of numbers: its mean ± sample std
+        return ms(mean_spread_of(list(_flat(value))), int(spec[3:]))
+    if spec.startswith("ms"):
+        return ms(value, int(spec[2:]))
+    if spec.startswith("pct"):
+        digits = int(spec[3:])
+        return (f"{100 * value['mean']:+.{digits}f}% ± {100 * value['std']:.{digits}f}" if value["n"] > 1
+                else f"{100 * value['mean']:+.{digits}f}%")
+    if spec.startswith(("min", "max", "range")):
+        value = list(_flat(value))
+    if spec.startswith(("min", "max")):
+        return format((min if spec.startswith("min") else max)(value), spec[3:])
+    if spec.startswith("range"):
+        low, high = format(min(value), spec[5:]), format(max(value), spec[5:])
+        return low if low == high else f"{low}–{high.lstrip('+')}"
+    return format(value, spec)
+
+
 def quote(name: str) -> str:
+    if name.startswith("="):
+        return path_quote(name)
     if name not in QUOTES:
         raise KeyError(name)
     return QUOTES[name]()
 
 
 def section_of(text: str, position: int) -> str:
-    """The heading a position of the README lies under."""
+    """The heading a position of a document lies under."""
     headings = re.findall(r"^#+ (.+)$", text[:position], re.M)
     return headings[-1] if headings else "(top)"
 
 
 def fill_quotes(text: str) -> tuple[str, list[str]]:
-    """The README with every quote rewritten from results/, and the problems found (section: quote: was → is)."""
+    """A document with every quote rewritten from results/, and the problems found (section: quote: was → is)."""
     problems = []
 
     def one(match: re.Match) -> str:
         name, was = match.group(1), match.group(2)
         try:
             now = quote(name)
-        except KeyError:
-            problems.append(f"{section_of(text, match.start())}: unknown quote '{name}' (report.QUOTES names them)")
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            why = "unknown quote" if name in str(e) or not name.startswith("=") else f"quote that fails ({e})"
+            problems.append(f"{section_of(text, match.start())}: {why} '{name}' (report.QUOTES names them; "
+                            "'=' paths read results/)")
             return match.group(0)
         if now != was:
             problems.append(f"{section_of(text, match.start())}: quote '{name}' says {was!r}, results/ give {now!r}")
@@ -782,7 +1166,7 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
-                                    quantization, shrink_quality, recovery, scale)}
+                                    quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth)}
 
 
 def render(name: str) -> str:
@@ -804,36 +1188,46 @@ def render(name: str) -> str:
                 f"`QUICK=1 scripts/{name}.sh` re-runs it.*")
 
 
-def check_readme(text: str) -> tuple[str, list[str]]:
-    """(the README regenerated from results/, what differed): every table between its markers, every quote."""
-    new, problems = text, []
+DOCS = ("README.md", "RESULTS.md", "GUIDE.md", "REFERENCE.md")  # what report.py keeps equal to results/
+
+
+def read_docs(root: str = ROOT) -> dict[str, str]:
+    return {name: open(os.path.join(root, name)).read() for name in DOCS}
+
+
+def check_docs(docs: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """(the documents regenerated from results/, what differed): every table between its markers — each table in
+    exactly one document — and every quote in every document. Problems name the document and its section."""
+    new, problems = dict(docs), []
     for name in list(SECTIONS) + ["worked_example", "benchmarks"]:
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
-        if not pattern.search(new):
-            problems.append(f"{name}: the README lacks its <!-- BEGIN {name} --> / <!-- END {name} --> markers")
+        holders = [doc for doc, text in new.items() if pattern.search(text)]
+        if len(holders) != 1:
+            where = "none of " + ", ".join(new) if not holders else "more than one document: " + ", ".join(holders)
+            problems.append(f"{name}: its <!-- BEGIN {name} --> / <!-- END {name} --> markers are in {where}")
             continue
-        before = new
-        new = pattern.sub(lambda m, n=name: m.group(1) + render(n) + "\n" + m.group(2), new)
-        if new != before:
-            problems.append(f"{section_of(before, pattern.search(before).start())}: the {name} table differs from "
-                            "results/")
-    new, quoted = fill_quotes(new)
-    return new, problems + quoted
+        doc = holders[0]
+        before = new[doc]
+        new[doc] = pattern.sub(lambda m, n=name: m.group(1) + render(n) + "\n" + m.group(2), before)
+        if new[doc] != before:
+            problems.append(f"{doc}: {section_of(before, pattern.search(before).start())}: the {name} table differs "
+                            "from results/")
+    for doc, text in new.items():
+        new[doc], quoted = fill_quotes(text)
+        problems += [f"{doc}: {problem}" for problem in quoted]
+    return new, problems
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    path = os.path.join(ROOT, "README.md")
-    text = open(path).read()
-    new = text
-    new, problems = check_readme(text)
+    new, problems = check_docs(read_docs())
     if args.check:
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
-            print("README out of date with results/: run python scripts/report.py", file=sys.stderr)
+            print(f"{', '.join(DOCS)} out of date with results/: run python scripts/report.py", file=sys.stderr)
         sys.exit(1 if problems else 0)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from experiments import PLOTS, replot  # figures too, from the same JSON
@@ -844,9 +1238,10 @@ def main() -> None:
                 replot(name, payload)
             except (KeyError, TypeError):
                 print(f"{name}: results.json predates the current harness; its figure is left as it is")
-    with open(path, "w") as f:
-        f.write(new)
-    print("README.md results regenerated")
+    for doc, text in new.items():
+        with open(os.path.join(ROOT, doc), "w") as f:
+            f.write(text)
+    print(f"{', '.join(DOCS)}: results regenerated")
 
 
 if __name__ == "__main__":

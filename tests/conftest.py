@@ -4,6 +4,7 @@ import random
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -13,6 +14,10 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# one thread per test process, whatever the shell says: torch's threads wait for each other at every op, and a
+# second thread on a busy 2-core machine makes the suite up to 25× slower (commands started by tests inherit it)
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 TINY_MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
               "--eval_iters=2", "--log_interval=1", "--warmup_iters=2", "--progress_bar=False", "--compile=False"]

@@ -326,6 +326,7 @@ def _hash(path: str) -> str:
     return hashlib.sha256(open(os.path.join(path, "ckpt.pt"), "rb").read()).hexdigest()
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # a warning before the error line is noise a newcomer reads first
 @pytest.mark.parametrize("script,argv,words", CASES, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(CASES)])
 def test_bad_input_gets_one_clear_line_and_changes_nothing(ctx, script, argv, words, capsys):
     protected = [ctx.trained, ctx.transformed]
@@ -540,8 +541,8 @@ def test_an_interrupted_source_gives_a_transform_marked_incomplete_with_a_note(c
     assert not is_complete(out) and is_complete(ctx.transformed)
 
 
-def test_the_readme_counts_the_table():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+def test_the_reference_counts_the_table():
+    readme = open(os.path.join(ROOT, "REFERENCE.md")).read()
     assert f"holds the table: {len(CASES)} bad command lines" in readme
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cli import run_cli
+from cli import run_cli, split_threads
 from configurator import help_text, load_config
 from conftest import ROOT, TINY_MODEL
 from logger import read_metrics
@@ -39,6 +39,8 @@ def test_help_lists_every_field_and_writes_nothing(script, capsys, tmp_path, mon
         out = capsys.readouterr().out
         assert out.startswith(f"usage: python {script}.py [config_file.py ...] [--key=value ...]")
         for f in dataclasses.fields(cls):
+            if f.name in getattr(cls, "HELP_OMITS", ()):  # documented by the command that uses it (finetune.py)
+                continue
             line = next((x for x in out.splitlines() if x.strip().startswith(f"--{f.name}=")), None)
             assert line is not None, f.name
             assert f"default {f.default!r}" in line
@@ -83,8 +85,10 @@ def test_other_entry_points_answer_help(path, tmp_path):
 
 
 def readme_commands() -> list[list[str]]:
-    """Every `python SCRIPT.py ...` command of the README (code blocks and inline code), continuation lines joined."""
-    text = open(os.path.join(ROOT, "README.md")).read().replace("\\\n", " ")
+    """Every `python SCRIPT.py ...` command of the documents (code blocks and inline code), continuation lines
+    joined."""
+    text = "\n".join(open(os.path.join(ROOT, doc)).read() for doc in ("README.md", "GUIDE.md", "REFERENCE.md",
+                                                                       "RESULTS.md")).replace("\\\n", " ")
     commands = re.findall(r"(?m)^\s*(python [^\n#`]+)", text) + re.findall(r"`(python [^`]+)`", text)
     out = []
     for command in commands:
@@ -107,7 +111,7 @@ def test_readme_commands_parse_with_their_scripts(monkeypatch):
         if any(a in ("-h", "--help") for a in argv):
             assert run_cli(module.main, argv[1:]) == 0, argv
         else:
-            load_config(getattr(module, CONFIG_SCRIPTS[script]), argv[1:])
+            load_config(getattr(module, CONFIG_SCRIPTS[script]), split_threads(argv[1:])[1])
         seen.add(script)
     assert seen == set(CONFIG_SCRIPTS)
 
@@ -132,3 +136,59 @@ def test_readme_torchrun_command_trains_with_two_gloo_processes(char_data_dir, t
     records = read_metrics(os.path.join(tmp_path, "metrics.jsonl"))
     assert records[-1]["val/loss"] < records[0]["val/loss"]
 
+
+
+def test_threads_option_is_parsed_once_for_every_command(monkeypatch):
+    import devices
+    assert split_threads(["--a=1", "--threads=3", "b.py"]) == (3, ["--a=1", "b.py"])
+    assert split_threads(["--a=1"]) == (None, ["--a=1"])
+    for bad in ("0", "-1", "two", ""):
+        with pytest.raises(Exception, match="must be a positive integer"):
+            split_threads([f"--threads={bad}"])
+    import torch
+    before = torch.get_num_threads()
+    try:
+        assert devices.use_threads(2) == 2 and torch.get_num_threads() == 2
+        assert devices.THREADS_NOTE == "CPU threads: 2 (--threads; --threads=N chooses)"
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert devices.use_threads(None) == 1 and "OMP_NUM_THREADS" in devices.THREADS_NOTE
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.setattr(devices, "busy_cores", lambda: (os.cpu_count() or 1) - 0.2)  # all but one core busy
+        assert devices.use_threads(None) == 1 and "cores busy when it started" in devices.THREADS_NOTE
+        monkeypatch.setattr(devices, "busy_cores", lambda: 0.0)  # an idle machine: torch's default
+        assert devices.use_threads(None) == before
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_busy_cores_reads_the_machine():
+    import devices
+    busy = devices.busy_cores(0.05)
+    assert busy is None or 0.0 <= busy <= (os.cpu_count() or 1)
+
+
+def test_a_command_says_its_threads_in_its_first_line_and_a_bad_value_is_one_error(trained_dir, tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "transform.py"), f"--in_dir={trained_dir}", "--width=16",
+           f"--out_dir={tmp_path / 'out'}", "--eval_iters=1"]
+    done = subprocess.run(cmd + ["--threads=1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "CPU threads: 1 (--threads; --threads=N chooses)", done.stdout
+    bad = subprocess.run(cmd + ["--threads=0", f"--out_dir={tmp_path / 'bad'}"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 1 and bad.stderr.strip().startswith("error: --threads='0' must be a positive integer")
+    assert bad.stdout == "" and not (tmp_path / "bad").exists()
+
+
+def test_help_joins_continued_comments_and_keeps_finetune_options_to_finetune(capsys):
+    import finetune
+    import train
+    assert run_cli(train.main, ["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--init_state" not in text and "--rewarm_iters" not in text
+    dtype = next(line for line in text.splitlines() if line.lstrip().startswith("--dtype="))
+    assert dtype.endswith("(bfloat16 autocast works on the CPU too; float16 needs a GPU)")
+    assert "\n(bfloat16" not in text and "original run's start) and" not in text.split("--init_state")[0]
+    assert run_cli(finetune.main, ["--help"]) == 0
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if line.lstrip().startswith("--init_state="))
+    assert "max_iters counts from the original run's start) and the AdamW moments" in line

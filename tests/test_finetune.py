@@ -94,3 +94,37 @@ def test_recovery_is_measured_against_a_control_with_the_identical_recipe(traine
                                                        f"--out_dir={tmp_path / 'x'}", f"--control_dir={tmp_path}"]))
     gaps = against_control([[0, 3.0], [10, 2.2], [20, 2.0]], [[0, 2.0], [10, 2.0], [20, 2.0]], 0.01)
     assert gaps["steps_to_recover_vs_control"] == 20 and gaps["gap_to_control"][0] == [0, 0.5]
+
+
+def test_every_printed_loss_names_its_basis_and_the_reference_is_not_called_a_control(char_data_dir):
+    from dataset import BatchLoader, loss_basis
+    from finetune import report_lines
+    loader = BatchLoader(char_data_dir, 16, 4)
+    assert loss_basis(loader, None) == "full val split"
+    assert loss_basis(loader, 20, 0) == "20 fixed val batches of 4 × 16 tokens, eval seed 0"
+    assert loss_basis(loader, 1, 3) == "1 fixed val batch of 4 × 16 tokens, eval seed 3"
+    summary = {"val_loss": 1.9, "reference_val_loss": 1.88, "recover_tol": 0.01, "steps_to_recover": 0,
+               "eval_basis": "20 fixed batches of 4 × 16 tokens per split, eval seed 0"}
+    lines = report_lines(summary)
+    assert lines[0] == "val loss 1.9000, reference 1.8800 (20 fixed batches of 4 × 16 tokens per split, eval seed 0)"
+    assert "not a control" in lines[1] and "--control_dir" in lines[1] and len(lines) == 2
+    lines = report_lines(dict(summary, gap_to_control=[[0, 0.2], [10, 0.005]], steps_to_recover_vs_control=10))
+    assert lines[2] == "gap to the control at the end: +0.50%; steps to come within 1% of the control: 10"
+
+
+def test_finetune_records_hold_the_architecture_that_ran(trained_dir, tmp_path):
+    """finetune.json's config and the checkpoint's config hold the model's n_layer, n_embd and block_size, not
+    TrainConfig's unused defaults (12, 768, 1024)."""
+    import json
+
+    from checkpoint import load_checkpoint
+    from configurator import load_config
+    from finetune import FinetuneConfig, finetune
+    out = tmp_path / "ft"
+    finetune(load_config(FinetuneConfig, [f"--in_dir={trained_dir}", f"--out_dir={out}", "--max_iters=2",
+                                          "--eval_interval=1", "--eval_iters=1", "--progress_bar=False",
+                                          "--compile=False", "--reference_val_loss=2.0", "--batch_size=2"]))
+    model_args = load_checkpoint(str(out))["model_args"]
+    for config in (json.load(open(out / "finetune.json"))["config"], load_checkpoint(str(out))["config"]):
+        assert {k: config[k] for k in ("n_layer", "n_embd", "block_size", "bias")} == \
+            {k: model_args[k] for k in ("n_layer", "n_embd", "block_size", "bias")}

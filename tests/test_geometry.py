@@ -246,3 +246,10 @@ def test_principal_directions_are_the_svds_right_singular_vectors():
     _, _, Vh = torch.linalg.svd(stacked - stacked.mean(0), full_matrices=False)
     ours = geo.principal_directions(states, 5)
     torch.testing.assert_close((ours * Vh[:5]).sum(1).abs(), torch.ones(5, dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+def test_probe_ticks_name_each_layer_block_of_the_heatmap():
+    from eval_geometry import probe_ticks
+    ticks, labels, bounds = probe_ticks([-1, -1, 0, 0, 0, 1, 2, 2])
+    assert labels == ["wte", "h0", "h1", "h2"]
+    assert ticks == [0.5, 3.0, 5.0, 6.5] and bounds == [1.5, 4.5, 5.5]

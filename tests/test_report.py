@@ -1,4 +1,4 @@
-"""report.py keeps the README equal to results/: tables, quoted numbers in prose, and the one significance rule."""
+"""report.py keeps the documents equal to results/: tables, quoted numbers in prose, and the one significance rule."""
 import os
 import subprocess
 import sys
@@ -10,53 +10,63 @@ from conftest import ROOT
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import report  # noqa: E402
 
-README = open(os.path.join(ROOT, "README.md")).read()
+DOCS = report.read_docs()
 
 
-def test_the_committed_readme_equals_what_results_give():
-    new, problems = report.check_readme(README)
-    assert not problems and new == README, problems
+def edited(doc: str, old_start: int, old_end: int, text: str) -> dict[str, str]:
+    return dict(DOCS, **{doc: DOCS[doc][:old_start] + text + DOCS[doc][old_end:]})
 
 
-def test_every_quote_in_the_readme_is_known_and_every_known_quote_is_used():
-    used = {m.group(1) for m in report.QUOTE.finditer(README)}
+def test_the_committed_documents_equal_what_results_give():
+    new, problems = report.check_docs(DOCS)
+    assert not problems and new == DOCS, problems
+
+
+def test_every_quote_in_the_documents_is_known_and_every_known_quote_is_used():
+    used = {m.group(1) for text in DOCS.values() for m in report.QUOTE.finditer(text)}
     assert used and used <= set(report.QUOTES)
     assert set(report.QUOTES) <= used, set(report.QUOTES) - used
 
 
-def test_an_edited_quoted_number_fails_the_check_naming_its_section(tmp_path):
-    match = next(m for m in report.QUOTE.finditer(README) if m.group(1) == "recipe@0.5")
-    edited = README[:match.start(2)] + "+0.45%" + README[match.end(2):]
-    _, problems = report.check_readme(edited)
+def test_an_edited_quoted_number_fails_the_check_naming_its_document_and_section(tmp_path):
+    match = next(m for m in report.QUOTE.finditer(DOCS["README.md"]) if m.group(1) == "recipe@0.5")
+    docs = edited("README.md", match.start(2), match.end(2), "+0.45%")
+    _, problems = report.check_docs(docs)
     assert len(problems) == 1 and "recipe@0.5" in problems[0] and "'+0.45%'" in problems[0]
-    assert problems[0].startswith("nanoLGPT:")  # the top summary, under the title
-    # and through the real command, on a copy of the repository's README and results
+    assert problems[0].startswith("README.md: What we found:")
+    # and through the real command, on a copy of the repository's documents and results
     copy = tmp_path / "repo"
     (copy / "scripts").mkdir(parents=True)
     (copy / "scripts" / "report.py").write_text(open(os.path.join(ROOT, "scripts", "report.py")).read())
     for name in ("results", "bench"):  # what the tables are made from
         os.symlink(os.path.join(ROOT, name), copy / name)
-    (copy / "README.md").write_text(edited)
+    for doc, text in docs.items():
+        (copy / doc).write_text(text)
     done = subprocess.run([sys.executable, str(copy / "scripts" / "report.py"), "--check"], capture_output=True,
                           text=True, timeout=120, cwd=copy)
     assert done.returncode == 1 and "quote 'recipe@0.5' says '+0.45%'" in done.stderr, done.stderr
-    (copy / "README.md").write_text(README)
+    (copy / "README.md").write_text(DOCS["README.md"])
     assert subprocess.run([sys.executable, str(copy / "scripts" / "report.py"), "--check"], capture_output=True,
                           timeout=120, cwd=copy).returncode == 0
 
 
-def test_an_unknown_quote_and_missing_table_markers_fail_the_check():
-    _, problems = report.check_readme(README + "\n<!-- q no_such_number -->1.0<!-- /q -->\n")
-    assert any("unknown quote 'no_such_number'" in p for p in problems)
-    _, problems = report.check_readme(README.replace("<!-- END heads -->", ""))
-    assert any(p.startswith("heads: the README lacks") for p in problems)
+def test_an_unknown_quote_and_missing_or_doubled_table_markers_fail_the_check():
+    _, problems = report.check_docs(dict(DOCS, **{"GUIDE.md": DOCS["GUIDE.md"] + "\n<!-- q no_such -->1<!-- /q -->\n"}))
+    assert any(p.startswith("GUIDE.md:") and "unknown quote 'no_such'" in p for p in problems)
+    _, problems = report.check_docs(dict(DOCS, **{"RESULTS.md": DOCS["RESULTS.md"].replace("<!-- END heads -->", "")}))
+    assert any(p.startswith("heads: its <!-- BEGIN heads -->") and "markers are in none" in p for p in problems)
+    block = DOCS["RESULTS.md"][DOCS["RESULTS.md"].index("<!-- BEGIN heads -->"):]
+    block = block[:block.index("<!-- END heads -->") + len("<!-- END heads -->")]
+    _, problems = report.check_docs(dict(DOCS, **{"GUIDE.md": DOCS["GUIDE.md"] + block}))
+    assert any(p.startswith("heads:") and "more than one document" in p for p in problems)
 
 
 def test_an_edited_table_cell_fails_the_check():
-    start = README.index("<!-- BEGIN shrink_quality -->")
-    edited = README[:start] + README[start:].replace("1.890", "1.891", 1)
-    _, problems = report.check_readme(edited)
-    assert len(problems) == 1 and "shrink_quality table differs" in problems[0]
+    start = DOCS["RESULTS.md"].index("<!-- BEGIN shrink_quality -->")
+    text = DOCS["RESULTS.md"][:start] + DOCS["RESULTS.md"][start:].replace("1.890", "1.891", 1)
+    _, problems = report.check_docs(dict(DOCS, **{"RESULTS.md": text}))
+    assert len(problems) == 1 and problems[0].startswith("RESULTS.md:")
+    assert "shrink_quality table differs" in problems[0]
 
 
 @pytest.mark.parametrize("a, b, paired, words", [

@@ -359,3 +359,26 @@ def test_paper_code_and_attention_scale_bad_requests():
         transform_model(model, 8, kind="orthogonal", porting="residual", restore_attn_scale=True)
     with pytest.raises(TransformError, match="porting='paper_code' re-splits the heads"):
         transform_model(model, 9, kind="gaussian", porting="paper_code")
+
+
+def test_rescale_gains_off_keeps_gains_and_eps_and_breaks_exactness():
+    """The paper's Algorithm 1 leaves the norm gains alone; ours multiplies scalar gains by √(d/m) and ε by d/m.
+    Switching the rescale off keeps the canonical gains and ε exactly, and loses the exact port at m > d."""
+    model = random_model(3)
+    idx = torch.randint(0, 11, (2, 8))
+    canon, _ = canonical_model(model)
+    kept, record_kept = transform_model(model, 32, kind="orthogonal", rescale_gains=False)
+    scaled, record = transform_model(model, 32, kind="orthogonal")
+    assert record["exact"] and not record_kept["exact"] and record_kept["rescale_gains"] is False
+    assert torch.allclose(outputs(scaled, idx), outputs(model, idx), atol=1e-4)
+    assert not torch.allclose(outputs(kept, idx), outputs(model, idx), atol=1e-2)
+    assert kept.config.norm_eps == canon.config.norm_eps
+    assert scaled.config.norm_eps == pytest.approx(canon.config.norm_eps * 16 / 32)
+    for (name, g0), g1, g2 in zip(canon.state_dict().items(), kept.state_dict().values(), scaled.state_dict().values()):
+        if ".ln_" in name or "ln_f" in name:
+            assert torch.equal(g1, g0) and torch.allclose(g2, g0 * math.sqrt(16 / 32))
+
+
+def test_rescale_gains_off_is_refused_for_paper_code():
+    with pytest.raises(TransformError, match="rescale_gains=False applies to porting='residual' or 'sandwich'"):
+        transform_model(random_model(0), 12, kind="gaussian", porting="paper_code", rescale_gains=False)

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Reproduce results/grow_depth/: half-depth stage 1 → transform.py --n_layer → continued, against scratch.
+# QUICK=1 (or --quick): CPU sizes. See scripts/experiments.py (grow_depth) for what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python scripts/experiments.py grow_depth "$@"

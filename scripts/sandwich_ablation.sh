@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Reproduce results/sandwich_ablation/: train → transform (sandwich, each of our additions taken away) → eval.
+# QUICK=1 (or --quick): CPU sizes. See scripts/experiments.py (sandwich_ablation) for what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python scripts/experiments.py sandwich_ablation "$@"
