@@ -1077,7 +1077,7 @@ def main(argv: list[str]) -> None:
     with hold_run_dir(cfg.out_dir, "transform.py"):
         record = transform_checkpoint(cfg)
     print(f"{record['kind']} {record['porting']} d={record['d']} → m={record['m']} (norms={record['norms']}); "
-          f"exact (the same function): {record['exact']}")
+          f"exact: {record['exact']} (True: the same function)")
     print(f"  {jl_line(record)}")
     for note in record["notes"]:
         print(f"  note: {note}")

@@ -40,6 +40,7 @@ RECIPE = ["--n_layer=4", "--n_head=4", "--n_embd=128", "--block_size=64", "--bat
 SHAPE = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65, dropout=0.0, bias=False)
 TOKENS_PER_ITER = 12 * 64
 PARTS = ("variants", "optimizer", "compile", "head_to_head")
+OPTIMIZER_STEPS = 200  # AdamW steps per round of the optimizer part
 VARIANTS = {"ours_nanogpt_shape": ["--head=tied"], "ours_default_variant": [],
             "ours_rope_swiglu_rmsnorm_peri": ["--pos=rope", "--mlp=swiglu", "--norm_type=rmsnorm",
                                               "--norm_placement=peri"]}
@@ -128,6 +129,7 @@ def optimizer_step(iters: int, rounds: int) -> dict:
             per_round[name].append(1000 * statistics.median(times))
     out = {name: spread(v) for name, v in per_round.items()}
     out["saved_ms"] = spread([a - b for a, b in zip(per_round["foreach"], per_round["fused"])])
+    out["steps_per_round"] = iters
     return out
 
 
@@ -193,7 +195,7 @@ def main() -> None:
         results["achieved_gflops"] = achieved_gflops(results["ours_nanogpt_shape"]["ms_per_iter"]["mean"])
         results["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the other parts
     if "optimizer" in parts:
-        results["optimizer_step"] = optimizer_step(200, args.rounds)
+        results["optimizer_step"] = optimizer_step(OPTIMIZER_STEPS, args.rounds)
     if "compile" in parts:
         results["compile"] = compile_cpu(args.iters // 4, args.rounds, args.data_dir)
     if "head_to_head" in parts and args.nanogpt_dir:

@@ -507,21 +507,8 @@ def grow_staging(s: Setting) -> None:
     scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
     # the small model not grown: stage 1's run continued at width d to 2·iters (its first iters are stage 1's)
     not_grown = [trained(s, "grow_small_full", args=with_iters(small, 2 * iters), seed=seed) for seed in s.seeds]
-    arms = []
-    for arm in GROW_ARMS:
-        per_seed = []
-        for seed, (stage1, _), ref in zip(s.seeds, pairs, scratch):
-            run = grow_arm(s, stage1, arm, seed)
-            per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
-                             "zero_shot": run["zero_shot"], "energy_outside_range_T": 1 - run["energy_in_range_T"],
-                             **against_scratch(run["curve"], ref["curve"], iters, tokens, flops["d"], flops["2d"])})
-        arms.append({**arm, "label": arm_label(arm), "seeds": per_seed,
-                     "full_val_loss": mean_spread([r["full_val_loss"] for r in per_seed]),
-                     "energy_outside_range_T": mean_spread([r["energy_outside_range_T"] for r in per_seed]),
-                     "flops_to_target": [r["flops_to_target"] for r in per_seed],
-                     "final_gap_to_scratch_curve": mean_spread([r["gap_to_scratch_at_equal_flops"][-1][1]
-                                                                for r in per_seed])})
-        print(arms[-1]["label"], arms[-1]["full_val_loss"]["mean"])
+    arms = staged_arms(s, GROW_ARMS, arm_label, grow_arm, pairs, scratch, (iters, tokens, flops["d"], flops["2d"]),
+                       lambda run: {"energy_outside_range_T": 1 - run["energy_in_range_T"]})
     result = {"iters_per_stage": iters, "tokens_per_iter": tokens, "flops_per_token": flops,
               "staged_flops_fraction": staged_flops / scratch_flops, "equal_compute_iters": equal_iters,
               "grow_noise": GROW_NOISE, "clone_noise": CLONE_NOISE, "eval": s.curve_eval,
@@ -554,7 +541,7 @@ def depth_models(s: Setting, seed: int = 0) -> tuple[str, str]:
     iters, _, big = grow_settings(s)
     half = load_config(TrainConfig, s.base).n_layer // 2
     small = with_iters(big, iters, 2 * iters) + [f"--n_layer={half}"]
-    return trained(s, "depth_stage1", args=small, seed=seed), grow_models(s, seed)[1]
+    return trained(s, "depth_stage1", args=small, seed=seed), trained(s, "grow_scratch", args=big, seed=seed)
 
 
 def depth_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
@@ -580,21 +567,8 @@ def grow_depth(s: Setting) -> None:
     equal = [trained(s, "grow_scratch_eq", args=with_iters(big, equal_iters, equal_iters), seed=seed)
              for seed in s.seeds]
     scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
-    arms = []
-    for arm in DEPTH_ARMS:
-        per_seed = []
-        for seed, (stage1, _), ref in zip(s.seeds, pairs, scratch):
-            run = depth_arm(s, stage1, arm, seed)
-            per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
-                             "zero_shot": run["zero_shot"],
-                             **against_scratch(run["curve"], ref["curve"], iters, tokens, flops["half"],
-                                               flops["full"])})
-        arms.append({**arm, "label": depth_arm_label(arm), "seeds": per_seed,
-                     "full_val_loss": mean_spread([r["full_val_loss"] for r in per_seed]),
-                     "zero_shot": mean_spread([r["zero_shot"] for r in per_seed]),
-                     "flops_to_target": [r["flops_to_target"] for r in per_seed],
-                     "final_gap_to_scratch_curve": mean_spread([r["gap_to_scratch_at_equal_flops"][-1][1]
-                                                                for r in per_seed])})
+    arms = staged_arms(s, DEPTH_ARMS, depth_arm_label, depth_arm, pairs, scratch,
+                       (iters, tokens, flops["half"], flops["full"]))
     result = {"iters_per_stage": iters, "tokens_per_iter": tokens, "flops_per_token": flops,
               "n_layer": {"stage1": base.n_layer // 2, "full": base.n_layer},
               "staged_flops_fraction": staged_flops / (2 * iters * tokens * flops["full"]),
@@ -604,6 +578,28 @@ def grow_depth(s: Setting) -> None:
               "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
               "arms": arms}
     save("grow_depth", result, t0, s)
+
+
+def staged_arms(s: Setting, arms: list[dict], label, run_arm, pairs: list, scratch: list, costs: tuple,
+                extra=lambda run: {}) -> list[dict]:
+    """Every arm's continued runs over the seeds, measured against the same seed's scratch curve (``costs``:
+    iterations per stage, tokens per iteration, FLOPs per token of the small and the big model), with each seed's
+    ``extra(run)`` and the mean ± std over seeds of the final loss, the zero-shot loss and the extras."""
+    out = []
+    for arm in arms:
+        per_seed = []
+        for seed, (stage1, _), ref in zip(s.seeds, pairs, scratch):
+            run = run_arm(s, stage1, arm, seed)
+            per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
+                             "zero_shot": run["zero_shot"], **extra(run),
+                             **against_scratch(run["curve"], ref["curve"], *costs)})
+        keys = ["full_val_loss", "zero_shot", *extra(run)]
+        out.append({**arm, "label": label(arm), "seeds": per_seed,
+                    **{key: mean_spread([r[key] for r in per_seed]) for key in keys},
+                    "flops_to_target": [r["flops_to_target"] for r in per_seed],
+                    "final_gap_to_scratch_curve": mean_spread([r["gap_to_scratch_at_equal_flops"][-1][1]
+                                                               for r in per_seed])})
+    return out
 
 
 def against_scratch(run_curve: list, scratch_curve: list, iters: int, tokens: int, small_flops: float,

@@ -24,8 +24,37 @@ def test_the_committed_documents_equal_what_results_give():
 
 def test_every_quote_in_the_documents_is_known_and_every_known_quote_is_used():
     used = {m.group(1) for text in DOCS.values() for m in report.QUOTE.finditer(text)}
-    assert used and used <= set(report.QUOTES)
-    assert set(report.QUOTES) <= used, set(report.QUOTES) - used
+    named = {name for name in used if not name.startswith("=")}
+    assert named and named <= set(report.QUOTES)
+    assert set(report.QUOTES) <= named, set(report.QUOTES) - named
+    assert len(used - named) > 100  # the Readings quote results/ through paths
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("=ppl_vs_width/reference_val_loss|.4f", "1.8813"),
+    ("=ppl_vs_width/rows[kind=pca,porting=residual,ratio=0.75]/zero_shot/mean~reference_val_loss|+.1%", "+0.6%"),
+    ("=ppl_vs_width/rows[kind=orthogonal,porting=residual,ratio=1.0+1.5+2.0]/zero_shot/mean|range.3f", "1.881"),
+    ("=shrink_quality/rows[kind=pca,ratio=0.5,correction=learned_T_all]/zero_shot/mean|.3f", "1.892"),
+    ("=heads/rows[head=linear,norm_reg=0.1]/hidden_norm_mean/1:5|range.2f", "0.58–0.66"),
+    ("=quantization/rows/*/fp32/mean|range.4f", "1.8813"),
+])
+def test_path_quotes_read_results_as_a_naive_lookup_does(expression, expected):
+    assert report.quote(expression) == expected
+
+
+def test_a_range_quote_agrees_with_a_naive_lookup_and_bad_paths_fail_loudly():
+    r = report.load("ppl_vs_width")
+    rows = [x for x in r["rows"] if x["kind"] in ("gaussian", "sparse") and x["porting"] == "residual"
+            and x["ratio"] == 0.5]
+    lo, hi = min(x["zero_shot"]["mean"] for x in rows), max(x["zero_shot"]["mean"] for x in rows)
+    assert report.quote("=ppl_vs_width/rows[kind=gaussian+sparse,porting=residual,ratio=0.5]/zero_shot/mean"
+                        "|range.4f") == f"{lo:.4f}–{hi:.4f}"
+    for bad in ("=ppl_vs_width/rows[kind=nothing]/zero_shot|.3f", "=no_such_experiment/x|.3f"):
+        with pytest.raises(KeyError):
+            report.quote(bad)
+    broken = DOCS["GUIDE.md"] + "<!-- q =heads/rows|.3f -->1<!-- /q -->"  # a list where a number is due
+    _, problems = report.check_docs(dict(DOCS, **{"GUIDE.md": broken}))
+    assert any(p.startswith("GUIDE.md:") and "quote that fails" in p for p in problems)
 
 
 def test_an_edited_quoted_number_fails_the_check_naming_its_document_and_section(tmp_path):
