@@ -992,6 +992,15 @@ def _heads_verdict() -> str:
     return f"{v['words']} ({_p(v)})"
 
 
+def _depth_goal() -> str:
+    """How many depth-growth runs reach the scratch model's final loss at ≤ 0.7× its compute (stage 1 counted)."""
+    r = load("grow_depth")
+    if r is None:
+        raise KeyError("results/grow_depth does not exist")
+    runs = [x for arm in r["arms"] for x in arm["flops_to_target"]]
+    return f"{sum(x is not None and x <= 0.7 for x in runs)} of {len(runs)} runs"
+
+
 def _gpt2_port(options: str) -> str:
     """A calibrated GPT-2-small port's time and extra peak memory, from bench/results/transform_speed.json."""
     t = _bench("transform_speed") or {"cases": []}
@@ -1039,6 +1048,7 @@ QUOTES = {
     "recovery.quarter.KDCE_vs_CE": lambda: _recovery_verdict("quarter", "KDCE", "CE"),
     "recovery.sandwich.KD_vs_CE": lambda: _recovery_verdict("sandwich", "KD", "CE"),
     "heads.linear_reg": lambda: _heads_verdict(),
+    "growth.depth_goal": _depth_goal,
     "gpt2.refit": lambda: _gpt2_port("refit=all"),
     "gpt2.refit_learned": lambda: _gpt2_port("refit=all,learn_steps=20"),
 }
