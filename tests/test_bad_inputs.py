@@ -655,8 +655,12 @@ def test_sample_streams_tokens_as_they_come_and_stops_cleanly_on_ctrl_c(ctx):
     import time
     cmd = [sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={ctx.trained}", "--max_new_tokens=100000000",
            "--num_samples=1", "--start=The "]
+    def as_a_shell_starts_it() -> None:  # SIGINT unblocked and at its default, whatever the test process inherited
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=as_a_shell_starts_it)
     try:
         first = proc.stdout.read(40)  # arrives while the 10^8 tokens are still being generated
         time.sleep(0.5)
