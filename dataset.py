@@ -457,7 +457,6 @@ def chunked_logits(model, h: torch.Tensor, budget: int = LOGITS_BUDGET) -> Itera
         yield part, model.lm_head(flat[part])
 
 
-@torch.no_grad()
 def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split: str = "val") -> str:
     """What a loss from ``evaluate_loss`` was measured on, in words every printed loss carries: the same words mean
     the same tokens, so the same model gives the same number."""
@@ -468,6 +467,7 @@ def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split
             f"eval seed {seed}")
 
 
+@torch.no_grad()
 def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None, seed: int = 0,
                   ctx=None) -> float:
     """Mean LM cross-entropy of ``model`` on ``split``: over ``eval_iters`` fixed random batches, or over

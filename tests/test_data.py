@@ -79,3 +79,18 @@ def test_openwebtext_prepare_on_local_text(tmp_path):
     val = np.fromfile(out / "val.bin", dtype=np.uint16)
     assert (train == 50256).sum() == 180 and (val == 50256).sum() == 20  # one <|endoftext|> per document
     assert "says hello" in tok.decode(train[:20].tolist())
+
+
+def test_evaluation_builds_no_autograd_graph_and_restores_the_mode(char_data_dir):
+    """evaluate_loss runs under no_grad (a graph per eval batch would cost memory and time) and puts the model back
+    in the mode it found it in."""
+    from dataset import evaluate_loss, loss_basis
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64))
+    seen = []
+    model.register_forward_hook(lambda module, args, out: seen.append(torch.is_grad_enabled()))
+    model.train()
+    loader = BatchLoader(char_data_dir, 16, 4)
+    loss = evaluate_loss(model, loader, "val", 2)
+    assert seen == [False, False] and model.training and loss > 0
+    assert loss_basis(loader, 2) == "2 fixed val batches of 4 × 16 tokens, eval seed 0"
