@@ -129,11 +129,12 @@ def port_moments(moment: dict[str, torch.Tensor], cfg: GPTConfig, T: torch.Tenso
 
 def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model: GPT, n_head: int = 0,
                   mlp_hidden: int = 0, grow_mode: str = "zero", n_kv_head: int = 0, n_layer: int = 0,
-                  depth_mode: str = "interleave") -> dict:
+                  depth_mode: str = "interleave", stream_scale: float = 1.0) -> dict:
     """AdamW's state of ``model`` mapped onto ``new_model`` (its transform by T, then head / MLP / depth growth;
     new blocks start with no history):
     {"step": AdamW's step, "moments": {name: {exp_avg, exp_avg_sq}}} for every parameter of ``new_model``
-    (zeros where a parameter has no history)."""
+    (zeros where a parameter has no history). ``stream_scale`` a: the stream was scaled by a (``--rms_preserve``),
+    so the gradients of the embeddings and writers are 1/a of what they were (the norms after them divide by a)."""
     m, d = T.shape
     T = T.detach().double().cpu()  # moments are mapped on the host, like the weights they came with
     if m < d or not torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-5):
@@ -145,6 +146,10 @@ def carry_moments(model: GPT, optimizer_state: dict, T: torch.Tensor, new_model:
     for power, key in enumerate(MOMENTS, start=1):
         moment = canonical_moments({n: v[key] for n, v in by_name.items()}, weights, model.config, power)
         moment = port_moments(moment, canonical_cfg, T, power)
+        roles = residual_roles(canonical_cfg)
+        for name in [*roles.embeddings, *(f"{w}.{p}" for w in roles.writers for p in ("weight", "bias"))]:
+            if name in moment:
+                moment[name] = moment[name] / stream_scale ** power
         grown_cfg = copy.deepcopy(canonical_cfg)
         growth = moment_growth(grow_mode, power)
         grow_heads(moment, grown_cfg, n_head, growth, n_kv_head)

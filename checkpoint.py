@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from errors import CheckpointError
+from grow import GrowthRamp, attach_ramp
 from model import GPT, GPTConfig
 
 CHECKPOINT_NAME = "ckpt.pt"
@@ -316,9 +317,12 @@ def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
     args.update(overrides)
     state = {k: v.clone() for k, v in clean_state_dict(ckpt["model"]).items()}  # the model owns its weights
     try:  # typed: an int where a float belongs (norm_eps = 1) becomes the float every consumer expects
-        return GPT.from_state_dict(config_from_dict(GPTConfig, args, "model_args"), state)
+        model = GPT.from_state_dict(config_from_dict(GPTConfig, args, "model_args"), state)
     except ValueError as e:
         raise CheckpointError(f"checkpoint weights do not match its model_args: {e}") from e
+    if ckpt.get("growth_ramp"):  # grown with MSG masks not yet fully open: the model computes through them
+        attach_ramp(model, GrowthRamp.from_record(ckpt["growth_ramp"]))
+    return model
 
 
 def load_model(path_or_dir: str, device: str = "cpu", **overrides) -> tuple[GPT, dict]:

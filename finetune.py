@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
@@ -48,6 +49,7 @@ from dataset import (
 )
 from distill import distillation_loss
 from errors import ConfigError
+from geometry import energy_outside_range
 from train import Run, TrainConfig, train
 
 
@@ -196,20 +198,42 @@ def against_control(curve: list, control_curve: list, tol: float) -> dict:
 
 
 class RecoveryTracker:
-    """The on_eval callback: recovery curve and steps to recover, kept in a dict saved with every checkpoint."""
+    """The on_eval callback: recovery curve and steps to recover, kept in a dict saved with every checkpoint; for a
+    model grown in width (m > d), also the share of its residual energy outside range(T) (``watch``)."""
 
     def __init__(self, record: dict):
         self.record = record
+        self.energy: Callable[[], float] | None = None
+
+    def watch(self, run: Run, transform: dict | None) -> None:
+        """Track the energy outside range(T) of a grown model, on its first fixed val batch (every run of one
+        recipe and eval seed reads the same tokens)."""
+        T = (transform or {}).get("T")
+        if T is None or T.shape[0] <= T.shape[1] or run.model.config.n_embd != T.shape[0]:
+            return
+        x, _ = run.loader.get_batch("val", run.cfg.eval_batch_seed())
+
+        @torch.no_grad()
+        def energy() -> float:
+            with run.rt.autocast():
+                hidden = run.eval_model(x, return_hidden=True)[2]
+            return energy_outside_range(torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]), T)
+
+        self.energy = energy
 
     def __call__(self, iter_num: int, losses: dict) -> dict:
         self.record.setdefault("curve", []).append([iter_num, losses["val"]])
+        out = {}
+        if self.energy is not None:
+            share = out["growth/energy_outside_range_T"] = self.energy()
+            self.record.setdefault("energy_outside_range_T", []).append([iter_num, share])
         reference = self.record.get("reference_val_loss")
         if reference is None:
-            return {}
+            return out
         threshold = (1 + self.record["recover_tol"]) * reference
         if self.record.get("steps_to_recover") is None and losses["val"] <= threshold:
             self.record["steps_to_recover"] = iter_num
-        out = {"recovery/val_over_reference": losses["val"] / reference}
+        out["recovery/val_over_reference"] = losses["val"] / reference
         if self.record.get("steps_to_recover") is not None:
             out["recovery/steps_to_recover"] = self.record["steps_to_recover"]
         return out
@@ -244,13 +268,16 @@ def finetune(cfg: FinetuneConfig) -> dict:
         teacher, teacher_source = load_teacher(cfg, ckpt)
         make_loss = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk)
     record = ckpt.get("finetune") if resume else None
-    on_start = None
-    if record is None:
+    new_record = record is None
+    if new_record:
         record = {"in_dir": os.path.abspath(cfg.in_dir), "recover_tol": cfg.recover_tol, "curve": [],
                   "steps_to_recover": None, "reference_val_loss": None}
+    tracker = RecoveryTracker(record)
 
-        def on_start(run: Run) -> None:  # once the run has its device, dtype and process group
-            nonlocal source
+    def on_start(run: Run) -> None:  # once the run has its device, dtype and process group
+        nonlocal source
+        tracker.watch(run, ckpt.get("transform"))
+        if new_record:
             record["reference_val_loss"] = reference_loss(cfg, ckpt.get("transform"), run, source)
             source = None  # the source's weights are not held through training
     extra = {"finetune": record}
@@ -258,11 +285,12 @@ def finetune(cfg: FinetuneConfig) -> dict:
         extra["transform"] = ckpt["transform"]
     if cfg.distill:
         record["teacher"] = os.path.abspath(teacher_source)
-    summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=RecoveryTracker(record),
+    summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=tracker,
                     extra_checkpoint=extra, make_loss=make_loss, on_start=on_start)
     if int(os.environ.get("RANK", "0")) != 0:  # under DDP only the master evaluates and writes
         return summary
-    summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve", "recover_tol")})
+    summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve", "recover_tol",
+                                           "energy_outside_range_T") if k in record})
     if control_curve is not None:
         summary["control_dir"] = os.path.abspath(cfg.control_dir)
         summary.update(against_control(record["curve"], control_curve, cfg.recover_tol))

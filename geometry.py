@@ -291,3 +291,10 @@ def kl_and_agreement(logits_ref: torch.Tensor, logits_new: torch.Tensor) -> dict
     kl = (lp.exp() * (lp - lq)).sum(-1).mean().item()
     agree = (lp.argmax(-1) == lq.argmax(-1)).double().mean().item()
     return {"kl": kl, "top1_agreement": agree}
+
+
+def energy_outside_range(H: torch.Tensor, T: torch.Tensor) -> float:
+    """1 − ‖H·T·Tᵀ‖² / ‖H‖²: the share of the rows' energy (H: N×m) outside range(T), the directions a model grown
+    by T (m×d, orthonormal columns) did not have before; 0 right after an exact growth."""
+    H, T = H.double(), T.double().to(H.device)
+    return 1.0 - ((H @ T).pow(2).sum() / H.pow(2).sum()).item()

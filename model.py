@@ -344,6 +344,12 @@ def embedding_norm_stats(embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.
     return mean, std, mean + 1.5 * std
 
 
+def plain_name(name: str) -> str:
+    """A parameter's checkpoint name; a masked weight (growth masks, grow.py) is a torch parametrization, which
+    names its raw tensor '<module>.parametrizations.<name>.original'."""
+    return name.replace(".parametrizations.", ".").removesuffix(".original")
+
+
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -507,14 +513,18 @@ class GPT(nn.Module):
     def optimizer_groups(self) -> tuple[list[str], list[str]]:
         """Names of the trainable parameters with and without weight decay, in the optimizer's order (its state
         is indexed by position in this order: ``carry.py`` maps it by name)."""
-        names = [n for n, p in self.named_parameters() if p.requires_grad]
-        params = dict(self.named_parameters())
-        return [n for n in names if params[n].dim() >= 2], [n for n in names if params[n].dim() < 2]
+        params = {n: p for n, p in self.plain_named_parameters().items() if p.requires_grad}
+        return [n for n, p in params.items() if p.dim() >= 2], [n for n, p in params.items() if p.dim() < 2]
+
+    def plain_named_parameters(self) -> dict[str, nn.Parameter]:
+        """named_parameters() under a checkpoint's names: while growth masks are on (grow.py, torch
+        parametrizations) torch names a masked weight '<module>.parametrizations.<name>.original'."""
+        return {plain_name(n): p for n, p in self.named_parameters()}
 
     def configure_optimizers(self, weight_decay: float, learning_rate: float, betas, device_type: str,
                              optimizer: str = "adamw") -> torch.optim.Optimizer:
         """AdamW (or Adafactor) with weight decay on matrices and embeddings only, not on gains or biases."""
-        params = dict(self.named_parameters())
+        params = self.plain_named_parameters()
         decay, no_decay = self.optimizer_groups()
         groups = [{"params": [params[n] for n in decay], "weight_decay": weight_decay},
                   {"params": [params[n] for n in no_decay], "weight_decay": 0.0}]

@@ -45,6 +45,7 @@ from dataset import (
 )
 from devices import announce_threads, peak_flops, resolve_device
 from errors import ConfigError, TrainingDiverged
+from grow import advance_ramp, ramp_of, raw_state_dict
 from logger import MetricsLogger, drop_rows_after
 from model import GPT, GPTConfig
 
@@ -444,12 +445,15 @@ def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, ext
 def save(run: Run, val_loss: float, complete: bool) -> None:
     """An atomic checkpoint; ``complete`` is True only for the final save of a run that reached max_iters."""
     st = run.state
-    ckpt = {"model": run.model.state_dict(), "model_args": run.model.config.to_dict(),
+    ckpt = {"model": raw_state_dict(run.model), "model_args": run.model.config.to_dict(),
             "config": dataclasses.asdict(run.cfg), "iter_num": st.iter_num, "best_val_loss": st.best_val_loss,
             "val_loss": val_loss, "optimizer": run.optimizer.state_dict(), "rng": rng_state(), "meta": run.meta,
             "complete": complete, "interrupted": st.stop_signal, "last_eval_iter": st.last_eval_iter,
             "rewarm_from": st.rewarm_from}
     ckpt.update(run.extra_checkpoint)
+    ramp = ramp_of(run.model)
+    if ramp is not None:  # the masks are still opening: the raw weights, and where the ramp stands
+        ckpt["growth_ramp"] = ramp.record()
     save_checkpoint(ckpt, run.cfg.out_dir)
 
 
@@ -535,6 +539,7 @@ def optimisation_step(run: Run) -> float:
     run.scaler.step(run.optimizer)
     run.scaler.update()
     run.optimizer.zero_grad(set_to_none=True)
+    advance_ramp(run.model)  # a model grown with MSG masks: they open by one step
     rt.synchronize()
     return time.perf_counter() - t0
 

@@ -66,12 +66,17 @@ from errors import ConfigError, TransformError
 from grow import (
     DEPTH_MODES,
     GROW_MODES,
+    GrowthRamp,
+    attach_ramp,
     check_depth,
     check_growth,
+    fresh_null_readers,
     grow_depth,
     grow_heads,
     grow_mlp,
     grown_kv_heads,
+    masked_growth,
+    raw_state_dict,
     weight_growth,
 )
 from model import GPT, GPTConfig
@@ -109,6 +114,11 @@ class TransformConfig:
     map_file: str = ""  # a saved T (torch.save of an m×d tensor, e.g. the paper script's --proj_out) used as it is,
     #                     instead of sampling kind: to compare rules, or our code with another's, on one T
     grow_noise: float = 0.0  # σ of the exact symmetry breaking T⁺ + σ·R·(I − T·T⁺) when m > d
+    grow_reader_std: float = 0.0  # m > d: readers also read the new directions with fresh N(0, std²) weights
+    #                               (0.02: the scratch init's scale); exact (the stream has no part there yet)
+    grow_mask_iters: int = 0  # > 0: MSG masks: writers' new parts and new units start at the scratch scale behind
+    #                           masks that training opens linearly over this many steps; exact at the switch
+    rms_preserve: bool = False  # m > d: the stream × √(m/d) so its per-coordinate RMS is kept (SPARKLING); exact
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
     # growing heads and MLP too (grow.py), function-preserving; 0 keeps the model's
     n_head: int = 0  # more attention heads (same head size); key/value heads keep their ratio to them
@@ -154,7 +164,7 @@ class TransformConfig:
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
         for name in ("block_size", "grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps",
-                     "refit_ridge", "n_layer"):
+                     "refit_ridge", "n_layer", "grow_reader_std", "grow_mask_iters"):
             if getattr(self, name) < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("calib_batches", "calib_batch_size"):
@@ -847,15 +857,19 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     learn_lr: float = 1e-3, n_head: int = 0, mlp_hidden: int = 0, grow_mode: str = "zero",
                     clone_noise: float = 0.0, n_kv_head: int = 0,
                     given_map: torch.Tensor | None = None, rescale_gains: bool = True, n_layer: int = 0,
-                    depth_mode: str = "interleave") -> tuple[GPT, dict]:
+                    depth_mode: str = "interleave", grow_reader_std: float = 0.0, grow_mask_iters: int = 0,
+                    rms_preserve: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
-    ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1)."""
+    ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
+    ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
                               restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head,
                               n_layer, depth_mode)
     d, m = model.config.n_embd, width
+    check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
+                         grow_reader_std, grow_mask_iters, rms_preserve)
     if not rescale_gains and porting == "paper_code":
         raise TransformError("rescale_gains=False applies to porting='residual' or 'sandwich' (paper_code maps "
                              "gains by shape and never rescales them); drop --rescale_gains")
@@ -902,12 +916,16 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if restore_attn_scale:
         restore_attention_scale(new_sd, new_cfg, d)
         notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
-    notes += grow_units(new_sd, new_cfg, model.config, n_head, n_kv_head, mlp_hidden, grow_mode, clone_noise, seed,
-                        n_layer, depth_mode)
+    ramp = grow(new_sd, new_cfg, model.config, T, seed, notes, n_head=n_head, n_kv_head=n_kv_head,
+                mlp_hidden=mlp_hidden, grow_mode=grow_mode, clone_noise=clone_noise, n_layer=n_layer,
+                depth_mode=depth_mode, reader_std=grow_reader_std, mask_iters=grow_mask_iters,
+                rms_preserve=rms_preserve)
     if keep_layernorm:
         restore_layernorm(new_sd, new_cfg, model, T)
         notes.append("kept LayerNorm: T maps the all-ones direction to the all-ones direction")
     new_model = model_from_state(new_sd, new_cfg)
+    if ramp is not None:
+        attach_ramp(new_model, ramp)
     if refit != "none":
         corrections.update(apply_refit(original, new_model, T, batches, refit, refit_ridge))
         notes.append(f"refit={refit}: calibration KL {corrections['calibration_kl_before']:.4f} → "
@@ -924,11 +942,70 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": porting,
               "norms": "kept" if porting == "paper_code" else norms, "restore_attn_scale": restore_attn_scale,
               "rescale_gains": rescale_gains and porting != "paper_code",
-              "grow_noise": grow_noise, "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
+              "grow_noise": grow_noise, "grow_reader_std": grow_reader_std, "rms_preserve": rms_preserve,
+              "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "corrections": corrections, "seconds": time.perf_counter() - started,
               "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
+    record["growth_ramp"] = ramp  # MSG's masks or None: transform_checkpoint stores them beside the weights
     return new_model, record
+
+
+def check_new_directions(cfg: GPTConfig, d: int, m: int, porting: str, norms: str, rescale_gains: bool,
+                         keep_layernorm: bool, refit: str, learn_steps: int, reader_std: float, mask_iters: int,
+                         rms_preserve: bool) -> None:
+    """Raise TransformError unless ``grow_reader_std``, ``grow_mask_iters`` and ``rms_preserve`` can apply: each
+    needs the exact port (residual, fold, gains rescaled) of a pre-LN model with a linear head, growing."""
+    asked = [name for name, on in (("grow_reader_std", reader_std > 0), ("grow_mask_iters", mask_iters > 0),
+                                   ("rms_preserve", rms_preserve)) if on]
+    if not asked:
+        return
+    needs = {f"width > d={d}": m > d, "porting='residual'": resolve_porting(porting) == "residual",
+             "norms='fold'": norms == "fold", "rescale_gains": rescale_gains,
+             "no keep_layernorm, refit or learn_steps": not keep_layernorm and refit == "none" and not learn_steps,
+             "a pre-LN model": cfg.norm_placement == "pre",
+             "a linear head (the scaled or masked embeddings would change a tied or KNN head)": cfg.head == "linear"}
+    failed = [what for what, ok in needs.items() if not ok]
+    if failed:
+        raise TransformError(f"{' and '.join(asked)} need {' and '.join(failed)}: they add to the exact growth of the "
+                             "residual stream; change those settings or drop them")
+
+
+def preserve_rms(sd: dict, cfg: GPTConfig, d: int, m: int) -> str:
+    """SPARKLING's RMS-scale consistency (Yu et al., 2026), kept exact: embeddings and writers × a = √(m/d), so the
+    stream a·T·h has the per-coordinate RMS h had at width d. An RMSNorm is blind to a (the gains keep g·√(d/m)),
+    and its mean of squares is unchanged, so ε goes back to its width-d value (port_weights made it ε·d/m)."""
+    a = math.sqrt(m / d)
+    roles = residual_roles(cfg)
+    for name in roles.embeddings:
+        sd[name] = sd[name] * a
+    for writer in roles.writers:
+        for name in (f"{writer}.weight", f"{writer}.bias"):
+            if name in sd:
+                sd[name] = sd[name] * a
+    cfg.norm_eps = cfg.norm_eps * m / d
+    return f"RMS kept: the stream × √(m/d) = {a:.4f} (embeddings, writers), norm ε as at width d"
+
+
+def grow(sd: dict, cfg: GPTConfig, old: GPTConfig, T: torch.Tensor, seed: int, notes: list[str], *, n_head: int,
+         n_kv_head: int, mlp_hidden: int, grow_mode: str, clone_noise: float, n_layer: int, depth_mode: str,
+         reader_std: float, mask_iters: int, rms_preserve: bool) -> GrowthRamp | None:
+    """Everything after the port that grows (in place, notes appended): the RMS-keeping scale, fresh readers of the
+    new directions, new heads / neurons / blocks, and MSG's masked new parts (the masks returned, or None)."""
+    d, m = T.shape[1], T.shape[0]
+    if rms_preserve:
+        notes.append(preserve_rms(sd, cfg, d, m))
+    if reader_std > 0:
+        fresh_null_readers(sd, residual_roles(cfg).readers, T, reader_std, seed)
+        notes.append(f"readers read the new directions with fresh N(0, {reader_std}²) weights")
+    notes += grow_units(sd, cfg, old, n_head, n_kv_head, mlp_hidden, grow_mode, clone_noise, seed, n_layer, depth_mode)
+    if not mask_iters:
+        return None
+    writers = {w: old.n_head * old.head_dim if w.endswith("attn.c_proj") else old.mlp_hidden
+               for w in residual_roles(cfg).writers}
+    notes.append(f"MSG masks: the new parts start at the scratch scale behind masks (closed) that training opens over "
+                 f"{mask_iters} steps")
+    return masked_growth(sd, residual_roles(cfg).embeddings, writers, cfg.n_layer, T, mask_iters, seed)
 
 
 def grow_units(sd: dict, cfg: GPTConfig, old: GPTConfig, n_head: int, n_kv_head: int, mlp_hidden: int,
@@ -1032,7 +1109,9 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
-        rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode)
+        rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
+        grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)
+    ramp = record.pop("growth_ramp", None)
     record["source"] = os.path.abspath(cfg.in_dir)
     record["source_fingerprint"] = weights_fingerprint(ckpt["model"])  # consumers check the source is unchanged
     if is_interrupted(ckpt):
@@ -1042,7 +1121,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     if cfg.carry_optimizer:
         from carry import carry_moments
         carried = carry_moments(model, ckpt["optimizer"], record["T"], new_model, cfg.n_head, cfg.mlp_hidden,
-                                cfg.grow_mode, cfg.n_kv_head, cfg.n_layer, cfg.depth_mode)
+                                cfg.grow_mode, cfg.n_kv_head, cfg.n_layer, cfg.depth_mode,
+                                stream_scale=math.sqrt(cfg.width / model.config.n_embd) if cfg.rms_preserve else 1.0)
         record["optimizer"] = {"carried": True, "step": carried["step"], "iter_num": ckpt.get("iter_num", 0),
                                "exp_avg": "exact on range(T)", "exp_avg_sq": "diagonal approximation (T∘T)"}
     if loader is not None and cfg.eval_iters != 0:
@@ -1050,11 +1130,13 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
             record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
         record["val_loss_after"] = evaluate_loss(new_model, loader, "val", cfg.eval_iters)
         record["val_loss_basis"] = loss_basis(loader, cfg.eval_iters)
-    out = {"model": new_model.state_dict(), "model_args": new_model.config.to_dict(),
+    out = {"model": raw_state_dict(new_model), "model_args": new_model.config.to_dict(),
            "config": dict(ckpt.get("config") or {}, **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
            "iter_num": 0, "source_iter_num": ckpt.get("iter_num", 0),  # finetune.py --init_state goes on from it
            "best_val_loss": record.get("val_loss_after", float("inf")), "optimizer": None,
            "optimizer_moments": carried, "meta": ckpt.get("meta"), "transform": record}
+    if ramp is not None:
+        out["growth_ramp"] = ramp.record()
     if is_interrupted(ckpt):
         out["complete"] = False
     save_checkpoint(out, cfg.out_dir)

@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -424,16 +425,25 @@ def arm_label(arm: dict) -> str:
             + (f"re-warm {arm['rewarm_iters']}" if arm["rewarm_iters"] else "no re-warm"))
 
 
-def grow_settings(s: Setting) -> tuple[int, list[str], list[str]]:
-    """(iterations per stage, stage-1 args, 2d-from-scratch args). Both models are the canonical architecture
-    (RMSNorm, scalar gains), so the grown model is exactly the scratch model; stage 1 has half the width and half
-    the heads (same head size) and stops halfway through the 2·iters cosine the whole staged run follows."""
-    iters = s.grow_iters
+class Staging(NamedTuple):
+    """When a staged run grows: stage 1 trains its first ``stage1`` of the ``total`` iterations the one cosine
+    schedule spans; the grown model trains the rest."""
+    stage1: int
+    total: int
+
+
+def grow_settings(s: Setting, horizon: int = 1, switch: float = 0.5) -> tuple[Staging, list[str], list[str]]:
+    """(the staging, stage-1 args, 2d-from-scratch args) for a run of ``horizon`` × the setting's budget
+    (2·grow_iters iterations) that grows at ``switch`` of it. Both models are the canonical architecture (RMSNorm,
+    scalar gains), so the grown model is exactly the scratch model; stage 1 has half the width and half the heads
+    (same head size) and stops at the switch of the cosine the whole staged run follows."""
+    total = 2 * s.grow_iters * horizon
+    staging = Staging(round(switch * total), total)
     base = load_config(TrainConfig, s.base)
     arch = ["--norm_type=rmsnorm", "--norm_gain=scalar", *s.curve_eval]
-    small = arch + [f"--n_embd={base.n_embd // 2}", f"--n_head={base.n_head // 2}", f"--max_iters={iters}",
-                    f"--lr_decay_iters={2 * iters}"]
-    return iters, small, arch + [f"--max_iters={2 * iters}", f"--lr_decay_iters={2 * iters}"]
+    small = arch + [f"--n_embd={base.n_embd // 2}", f"--n_head={base.n_head // 2}", f"--max_iters={staging.stage1}",
+                    f"--lr_decay_iters={total}"]
+    return staging, small, arch + [f"--max_iters={total}", f"--lr_decay_iters={total}"]
 
 
 def with_iters(args: list[str], max_iters: int, lr_decay_iters: int | None = None) -> list[str]:
@@ -443,8 +453,8 @@ def with_iters(args: list[str], max_iters: int, lr_decay_iters: int | None = Non
         [] if lr_decay_iters is None else [f"--lr_decay_iters={lr_decay_iters}"])
 
 
-def grow_models(s: Setting, seed: int = 0) -> tuple[str, str]:
-    _, small, big = grow_settings(s)
+def grow_models(s: Setting, seed: int = 0, horizon: int = 1, switch: float = 0.5) -> tuple[str, str]:
+    _, small, big = grow_settings(s, horizon, switch)
     return trained(s, "grow_stage1", args=small, seed=seed), trained(s, "grow_scratch", args=big, seed=seed)
 
 
@@ -460,17 +470,17 @@ def grow_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
 
 
 def continued(s: Setting, stage1: str, grown: str, record: dict, label: str, rewarm_iters: int,
-              measure=lambda out: {}) -> dict:
-    """The grown model trained on to 2·iters along stage 1's schedule (its recipe, seed and state), with its curve
-    on the fixed eval batches, its full-val loss and ``measure(out_dir)``."""
+              measure=lambda out: {}, options: tuple[str, ...] = ()) -> dict:
+    """The grown model trained on to the end of stage 1's schedule (its recipe, seed and state; ``options``: more
+    finetune settings), with its curve on the fixed eval batches, its full-val loss and ``measure(out_dir)``."""
     run_cfg = load_checkpoint(stage1)["config"]
     recipe = [f"--{k}={run_cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
                                               "weight_decay", "beta1", "beta2", "batch_size", "grad_clip",
                                               "gradient_accumulation_steps")]
     cfg = load_config(FinetuneConfig, s.common + recipe + s.curve_eval + [
-        f"--in_dir={grown}", "--out_dir=unset", "--init_state=True", f"--max_iters={2 * s.grow_iters}",
+        f"--in_dir={grown}", "--out_dir=unset", "--init_state=True", f"--max_iters={run_cfg['lr_decay_iters']}",
         f"--rewarm_iters={rewarm_iters}", f"--seed={run_cfg['seed']}", f"--device={s.device}",
-        "--log_interval=100"])
+        "--log_interval=100", *options])
 
     def build(out: str) -> dict:
         cfg.out_dir, cfg.overwrite = out, True
@@ -491,32 +501,43 @@ def grow_runs(s: Setting) -> None:
          lambda cell: grow_arm(s, grow_models(s, cell[0])[0], cell[1], cell[0]))
 
 
-def grow_staging(s: Setting) -> None:
-    t0 = time.time()
-    iters, small, big = grow_settings(s)
-    pairs = [grow_models(s, seed) for seed in s.seeds]
+def staged_baselines(s: Setting, staging: Staging, big: list[str], pairs: list[tuple[str, str]]) -> dict:
+    """What every staged run is measured against, for stage-1 / scratch ``pairs`` (one per seed): the FLOPs per token
+    of both models (≈ 6·N, N without wpe), the staged compute as a fraction of the scratch run's (stage 1
+    counted), the big model trained from scratch (its curve: the equal-compute comparison along the way) and the big
+    model given the staged compute with its cosine fully decayed (both equal-compute baselines)."""
     base = load_config(TrainConfig, s.base)
     tokens = base.batch_size * base.block_size * base.gradient_accumulation_steps
-    flops = {"d": 6 * load_model(pairs[0][0])[0].get_num_params(),  # ≈ 6·N per token (N without wpe)
-             "2d": 6 * load_model(pairs[0][1])[0].get_num_params()}
-    staged_flops = iters * tokens * (flops["d"] + flops["2d"])  # stage 1 + continuation
-    scratch_flops = 2 * iters * tokens * flops["2d"]
-    equal_iters = round(staged_flops / (tokens * flops["2d"]))  # 2d from scratch, fully decayed, at staged compute
+    small, full = (6 * load_model(path)[0].get_num_params() for path in pairs[0])
+    staged = staging.stage1 * small + (staging.total - staging.stage1) * full  # per token of one iteration
+    equal_iters = round(staged / full)
     equal = [trained(s, "grow_scratch_eq", args=with_iters(big, equal_iters, equal_iters), seed=seed)
              for seed in s.seeds]
     scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
-    # the small model not grown: stage 1's run continued at width d to 2·iters (its first iters are stage 1's)
-    not_grown = [trained(s, "grow_small_full", args=with_iters(small, 2 * iters), seed=seed) for seed in s.seeds]
-    arms = staged_arms(s, GROW_ARMS, arm_label, grow_arm, pairs, scratch, (iters, tokens, flops["d"], flops["2d"]),
+    return {"staging": staging._asdict(), "iters_per_stage": staging.stage1, "tokens_per_iter": tokens,
+            "flops_per_token": {"stage1": small, "full": full},
+            "staged_flops_fraction": staged / (staging.total * full),
+            "equal_compute_iters": equal_iters, "eval": s.curve_eval,
+            "stage1": [{"curve": val_curve(a), "full_val_loss": full_val_loss(a, s.device)} for a, _ in pairs],
+            "scratch": scratch, "scratch_full_val_loss": mean_spread([r["full_val_loss"] for r in scratch]),
+            "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
+            "costs": (staging, tokens, small, full)}
+
+
+def grow_staging(s: Setting) -> None:
+    t0 = time.time()
+    staging, small, big = grow_settings(s)
+    pairs = [grow_models(s, seed) for seed in s.seeds]
+    result = staged_baselines(s, staging, big, pairs)
+    costs = result.pop("costs")
+    result["flops_per_token"] = {"d": costs[2], "2d": costs[3]}
+    # the small model not grown: stage 1's run continued at width d to the end (its first iterations are stage 1's)
+    not_grown = [trained(s, "grow_small_full", args=with_iters(small, staging.total), seed=seed) for seed in s.seeds]
+    arms = staged_arms(s, GROW_ARMS, arm_label, grow_arm, pairs, result["scratch"], costs,
                        lambda run: {"energy_outside_range_T": 1 - run["energy_in_range_T"]})
-    result = {"iters_per_stage": iters, "tokens_per_iter": tokens, "flops_per_token": flops,
-              "staged_flops_fraction": staged_flops / scratch_flops, "equal_compute_iters": equal_iters,
-              "grow_noise": GROW_NOISE, "clone_noise": CLONE_NOISE, "eval": s.curve_eval,
-              "stage1": [{"curve": val_curve(a), "full_val_loss": full_val_loss(a, s.device)} for a, _ in pairs],
-              "scratch": scratch, "scratch_full_val_loss": mean_spread([r["full_val_loss"] for r in scratch]),
-              "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
-              "not_grown": [{"curve": val_curve(p), "full_val_loss": full_val_loss(p, s.device)} for p in not_grown],
-              "arms": arms}
+    result.update({"grow_noise": GROW_NOISE, "clone_noise": CLONE_NOISE,
+                   "not_grown": [{"curve": val_curve(p), "full_val_loss": full_val_loss(p, s.device)}
+                                 for p in not_grown], "arms": arms})
     plot_grow_staging(result)
     save("grow_staging", result, t0, s)
 
@@ -538,9 +559,9 @@ def depth_arm_label(arm: dict) -> str:
 def depth_models(s: Setting, seed: int = 0) -> tuple[str, str]:
     """(half-depth stage 1, the full model from scratch): stage 1 has half the blocks, the same width and heads,
     and stops halfway through the 2·iters cosine; the scratch model is grow_staging's (the same cache entry)."""
-    iters, _, big = grow_settings(s)
+    staging, _, big = grow_settings(s)
     half = load_config(TrainConfig, s.base).n_layer // 2
-    small = with_iters(big, iters, 2 * iters) + [f"--n_layer={half}"]
+    small = with_iters(big, staging.stage1, staging.total) + [f"--n_layer={half}"]
     return trained(s, "depth_stage1", args=small, seed=seed), trained(s, "grow_scratch", args=big, seed=seed)
 
 
@@ -556,34 +577,93 @@ def grow_depth(s: Setting) -> None:
     """The half-depth model grown to full depth halfway through the schedule, against the full model trained from
     scratch (its curve at equal compute, and a run given the staged compute and fully decayed), n seeds."""
     t0 = time.time()
-    iters, _, big = grow_settings(s)
+    staging, _, big = grow_settings(s)
     pairs = [depth_models(s, seed) for seed in s.seeds]
     base = load_config(TrainConfig, s.base)
-    tokens = base.batch_size * base.block_size * base.gradient_accumulation_steps
-    flops = {"half": 6 * load_model(pairs[0][0])[0].get_num_params(),
-             "full": 6 * load_model(pairs[0][1])[0].get_num_params()}
-    staged_flops = iters * tokens * (flops["half"] + flops["full"])
-    equal_iters = round(staged_flops / (tokens * flops["full"]))
-    equal = [trained(s, "grow_scratch_eq", args=with_iters(big, equal_iters, equal_iters), seed=seed)
-             for seed in s.seeds]
-    scratch = [{"curve": val_curve(b), "full_val_loss": full_val_loss(b, s.device)} for _, b in pairs]
-    arms = staged_arms(s, DEPTH_ARMS, depth_arm_label, depth_arm, pairs, scratch,
-                       (iters, tokens, flops["half"], flops["full"]))
-    result = {"iters_per_stage": iters, "tokens_per_iter": tokens, "flops_per_token": flops,
-              "n_layer": {"stage1": base.n_layer // 2, "full": base.n_layer},
-              "staged_flops_fraction": staged_flops / (2 * iters * tokens * flops["full"]),
-              "equal_compute_iters": equal_iters, "eval": s.curve_eval,
-              "stage1": [{"curve": val_curve(a), "full_val_loss": full_val_loss(a, s.device)} for a, _ in pairs],
-              "scratch": scratch, "scratch_full_val_loss": mean_spread([r["full_val_loss"] for r in scratch]),
-              "scratch_equal_compute_full_val_loss": mean_spread([full_val_loss(e, s.device) for e in equal]),
-              "arms": arms}
+    result = staged_baselines(s, staging, big, pairs)
+    costs = result.pop("costs")
+    result["flops_per_token"] = {"half": costs[2], "full": costs[3]}
+    result["n_layer"] = {"stage1": base.n_layer // 2, "full": base.n_layer}
+    result["arms"] = staged_arms(s, DEPTH_ARMS, depth_arm_label, depth_arm, pairs, result["scratch"], costs)
     save("grow_depth", result, t0, s)
+
+
+# ----------------------------------------------------------------------------------------------
+# grow_recipes: which width growth pays — the new directions used (fresh readers, MSG's masks), SPARKLING's recipe,
+# then from the best of them, one factor at a time: the switch point, the horizon, width and depth together
+
+
+RECIPES = {  # label: transform settings (+ the continuation's LR re-warm); each changes one factor from the row above
+    # it, or (RMS kept) from today's; every arm carries AdamW, new units start with no history (SPARKLING's
+    # asymmetric reset), new heads / neurons read with fresh weights at the scratch scale (grow_mode zero)
+    "today's: the readers' new directions get small noise (σ = 0.1, relative), writers zero":
+        {"grow_noise": GROW_NOISE},
+    "fresh readers of the new directions at the scratch scale (N(0, 0.02²)), writers zero": {"grow_reader_std": 0.02},
+    "MSG: fresh readers + the writers' new parts at the scratch scale behind masks opened over 100 steps":
+        {"grow_reader_std": 0.02, "grow_mask_iters": 100},
+    "RMS kept (the stream × √(m/d)), today's readers": {"grow_noise": GROW_NOISE, "rms_preserve": True},
+    "SPARKLING: RMS kept + LR re-warm over 100 steps": {"grow_noise": GROW_NOISE, "rms_preserve": True,
+                                                         "rewarm_iters": 100},
+}
+RECIPE_PARENTS = {  # the arm each recipe differs from by one factor
+    label: parent for label, parent in zip(list(RECIPES)[1:], [0, 1, 0, 3]) for parent in [list(RECIPES)[parent]]}
+SWITCHES = (0.25,)  # besides 0.5: stage 1 trains this share of the schedule
+HORIZONS = (4,)  # besides 1: × the QUICK budget (2·grow_iters iterations)
+
+
+def recipe_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
+    """Stage 1 grown to the 2d model (× 2 heads and neurons, + ``arm['n_layer']`` blocks if given) by the recipe and
+    trained on to the end of its schedule; the energy outside range(T) is tracked along the way (finetune.py)."""
+    base = load_model(stage1)[0].config
+    options = {k: v for k, v in RECIPES[arm["recipe"]].items() if k != "rewarm_iters"}
+    if arm.get("n_layer"):
+        options.update(n_layer=arm["n_layer"], depth_mode="interleave")
+    grown, record = transformed(s, stage1, 2 * base.n_embd, "orthogonal", seed=seed, n_head=2 * base.n_head,
+                                mlp_hidden=2 * base.mlp_hidden, grow_mode="zero", carry_optimizer=True, **options)
+    return continued(s, stage1, grown, record, "grown-zero", RECIPES[arm["recipe"]].get("rewarm_iters", 0))
+
+
+def recipe_energy(run: dict) -> dict:
+    curve = run.get("energy_outside_range_T") or []
+    return {"energy_curve": curve, "energy_outside_range_T": curve[-1][1] if curve else float("nan")}
+
+
+def recipe_setting(s: Setting, name: str, recipes: list[str], horizon: int = 1, switch: float = 0.5,
+                   depth: bool = False) -> dict:
+    """One staging (switch, horizon; ``depth``: stage 1 also has half the blocks) with its baselines and the arms of
+    ``recipes`` over the seeds."""
+    staging, small, big = grow_settings(s, horizon, switch)
+    n_layer = load_config(TrainConfig, s.base).n_layer
+    if depth:
+        small = small + [f"--n_layer={n_layer // 2}"]
+    pairs = [(trained(s, "grow_stage1", args=small, seed=seed), trained(s, "grow_scratch", args=big, seed=seed))
+             for seed in s.seeds]
+    result = staged_baselines(s, staging, big, pairs)
+    costs = result.pop("costs")
+    arms = [{"recipe": r, **({"n_layer": n_layer} if depth else {})} for r in recipes]
+    result["arms"] = staged_arms(s, arms, lambda arm: arm["recipe"], recipe_arm, pairs, result["scratch"], costs,
+                                 recipe_energy)
+    return {"name": name, "horizon": horizon, "switch": switch, "depth": depth, **result}
+
+
+def grow_recipes(s: Setting) -> None:
+    """The recipes at the QUICK budget, switch 50%; then the best of them (lowest mean final loss) with one factor
+    changed at a time: the switch, the horizon, and width + depth grown together."""
+    t0 = time.time()
+    main = recipe_setting(s, "switch 50%, QUICK budget", list(RECIPES))
+    best = min(main["arms"], key=lambda arm: arm["full_val_loss"]["mean"])["recipe"]
+    variations = [recipe_setting(s, f"switch {round(100 * f)}%", [best], switch=f) for f in SWITCHES]
+    variations += [recipe_setting(s, f"horizon {h}× the QUICK budget", [best], horizon=h) for h in HORIZONS]
+    variations.append(recipe_setting(s, "width + depth (stage 1: half width, half the blocks)", [best], depth=True))
+    result = {"recipes": RECIPES, "parents": RECIPE_PARENTS, "best": best, "settings": [main, *variations]}
+    plot_grow_recipes(result)
+    save("grow_recipes", result, t0, s)
 
 
 def staged_arms(s: Setting, arms: list[dict], label, run_arm, pairs: list, scratch: list, costs: tuple,
                 extra=lambda run: {}) -> list[dict]:
     """Every arm's continued runs over the seeds, measured against the same seed's scratch curve (``costs``:
-    iterations per stage, tokens per iteration, FLOPs per token of the small and the big model), with each seed's
+    the staging, tokens per iteration, FLOPs per token of the small and the big model), with each seed's
     ``extra(run)`` and the mean ± std over seeds of the final loss, the zero-shot loss and the extras."""
     out = []
     for arm in arms:
@@ -593,7 +673,7 @@ def staged_arms(s: Setting, arms: list[dict], label, run_arm, pairs: list, scrat
             per_seed.append({"seed": seed, "curve": run["curve"], "full_val_loss": run["full_val_loss"],
                              "zero_shot": run["zero_shot"], **extra(run),
                              **against_scratch(run["curve"], ref["curve"], *costs)})
-        keys = ["full_val_loss", "zero_shot", *extra(run)]
+        keys = ["full_val_loss", "zero_shot", *(k for k, v in extra(run).items() if isinstance(v, float))]
         out.append({**arm, "label": label(arm), "seeds": per_seed,
                     **{key: mean_spread([r[key] for r in per_seed]) for key in keys},
                     "flops_to_target": [r["flops_to_target"] for r in per_seed],
@@ -602,13 +682,14 @@ def staged_arms(s: Setting, arms: list[dict], label, run_arm, pairs: list, scrat
     return out
 
 
-def against_scratch(run_curve: list, scratch_curve: list, iters: int, tokens: int, small_flops: float,
+def against_scratch(run_curve: list, scratch_curve: list, staging: Staging, tokens: int, small_flops: float,
                     big_flops: float) -> dict:
-    """A staged run's curve (iterations iters … 2·iters) against the big model's scratch curve, in training compute
+    """A staged run's curve (iterations stage1 … total) against the big model's scratch curve, in training compute
     with stage 1 counted (small_flops, big_flops: FLOPs per token): its gap at equal compute, where scratch
     overtakes it, and the compute it needs to reach the scratch model's final loss (× the scratch run's)."""
-    scratch_flops = 2 * iters * tokens * big_flops
-    curve = [[iters * tokens * small_flops + (i - iters) * tokens * big_flops, v] for i, v in run_curve]
+    scratch_flops = staging.total * tokens * big_flops
+    curve = [[staging.stage1 * tokens * small_flops + (i - staging.stage1) * tokens * big_flops, v]
+             for i, v in run_curve]
     target = scratch_curve[-1][1]  # the scratch model's final loss (same seed, same eval batches)
     hit = next((f for f, v in curve if v <= target), None)
     scratch_at = [interpolate([(i * tokens * big_flops, v) for i, v in scratch_curve], f) for f, _ in curve]
@@ -1023,6 +1104,32 @@ def plot_grow_staging(r: dict) -> None:
     savefig(fig, "grow_staging", "grow_staging.png")
 
 
+def plot_grow_recipes(r: dict) -> None:
+    """Left: the share of the residual energy outside range(T) over training, per recipe (mean over seeds). Right:
+    each arm's gap to the scratch curve at equal compute (stage 1 counted), per setting."""
+    fig, (left, right) = plt().subplots(1, 2, figsize=(13, 4.5))
+    for arm in r["settings"][0]["arms"]:
+        curves = [seed["energy_curve"] for seed in arm["seeds"] if seed.get("energy_curve")]
+        if curves:
+            left.plot([i for i, _ in curves[0]], [statistics.mean(c[k][1] for c in curves)
+                                                  for k in range(len(curves[0]))], marker="o", ms=3,
+                      label=arm["recipe"][:48])
+    left.set(yscale="log", xlabel="iteration", ylabel="residual energy outside range(T)",
+             title="Do the new directions get used? (mean over seeds)")
+    left.legend(fontsize=6)
+    for setting in r["settings"]:
+        for arm in setting["arms"]:
+            gaps = [seed["gap_to_scratch_at_equal_flops"] for seed in arm["seeds"]]
+            x = [f for f, _ in gaps[0]]
+            y = [100 * statistics.mean(g[k][1] for g in gaps) for k in range(len(x))]
+            right.plot(x, y, marker="o", ms=3, label=f"{setting['name'][:28]}: {arm['recipe'][:30]}")
+    right.axhline(0, color="k", lw=0.8)
+    right.set(xlabel="training compute (× the scratch run's, stage 1 counted)",
+              ylabel="gap to the scratch curve at equal compute (%)", title="Below 0: ahead of scratch")
+    right.legend(fontsize=5)
+    savefig(fig, "grow_recipes", "grow_recipes.png")
+
+
 def plot_shrink_quality(r: dict) -> None:
     fig, axes = plt().subplots(1, len(SHRINK_KINDS), figsize=(5.5 * len(SHRINK_KINDS), 4.6), sharey=True)
     for ax, kind in zip(axes, SHRINK_KINDS):
@@ -1100,7 +1207,7 @@ def plot_scale(r: dict) -> None:
 
 PLOTS = {"ppl_vs_width": plot_ppl_vs_width, "shrink_quality": plot_shrink_quality, "recovery": plot_recovery,
          "geometry_vs_width": plot_geometry_vs_width, "arch_ablation": plot_arch_ablation,
-         "grow_staging": plot_grow_staging, "scale": plot_scale}
+         "grow_staging": plot_grow_staging, "scale": plot_scale, "grow_recipes": plot_grow_recipes}
 
 
 def replot(experiment: str, payload: dict) -> None:
@@ -1111,7 +1218,7 @@ def replot(experiment: str, payload: dict) -> None:
 
 EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,
                                        grow_staging, quantization, shrink_quality, scale, sandwich_ablation,
-                                       grow_depth)} | {
+                                       grow_depth, grow_recipes)} | {
     "recovery": recovery_curves}
 
 

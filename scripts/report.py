@@ -265,6 +265,83 @@ def grow_depth(r: dict) -> str:
     return "\n".join(lines)
 
 
+def grow_recipes(r: dict) -> str:
+    """Width-growth recipes one factor at a time, then the best recipe at another switch, horizon and with depth:
+    both equal-compute baselines per setting, verdicts by the one rule (paired by seed)."""
+    main = r["settings"][0]
+    n, eval_iters = main["scratch_full_val_loss"]["n"], eval_setting(main["eval"], "eval_iters")
+
+    def per_seed(values: list) -> str:
+        return "/".join("—" if x is None else f"{x:.2f}" for x in values)
+
+    lines = [f"Stage 1 is the width-d model (half the width, heads and neurons of the 2d model; RMSNorm with scalar "
+             "gains), trained for the setting's switch share of one cosine schedule; `transform.py` grows it to 2d "
+             "(orthogonal T, exact residual porting, heads and neurons doubled with fresh readers and zero writers, "
+             "AdamW carried: new units start with no history) and it trains on to the end of that schedule. Every "
+             "grown model computes exactly what stage 1 did at the switch (the zero-shot column equals stage 1's "
+             f"final loss). Compute: ≈ 6·N FLOPs per token, stage 1 counted. Curves on the same {eval_iters} "
+             f"fixed val batches; losses on the full val split; n = {n} seeds. Verdicts: each arm's final loss "
+             "against the setting's 2d model given the staged compute with its cosine fully decayed (*decayed*) and "
+             "against the full 2d scratch run (*scratch*).", "",
+             "| setting | run | compute (× scratch) | zero-shot | val loss (full split) | vs decayed | vs scratch | "
+             "gap to the scratch curve at equal compute | compute to reach the scratch final loss (per seed) | "
+             "energy outside range(T) at the end |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for setting in r["settings"]:
+        frac, st = setting["staged_flops_fraction"], setting["staging"]
+        decayed = setting["scratch_equal_compute_full_val_loss"]
+        lines += [f"| {setting['name']} | 2d from scratch, {st['total']} iterations | 1.00 | — | "
+                  f"{ms(setting['scratch_full_val_loss'], 4)} | — | — | — | 1.00 | — |",
+                  f"| | 2d from scratch, {setting['equal_compute_iters']} iterations, fully decayed | {frac:.2f} | "
+                  f"— | {ms(decayed, 4)} | — | — | — | — | — |"]
+        for arm in setting["arms"]:
+            finals = [x["full_val_loss"] for x in arm["seeds"]]
+            v = verdict(finals, decayed["values"], paired=True)
+            w = verdict(finals, setting["scratch_full_val_loss"]["values"], paired=True)
+            lines.append(f"| | grown at iteration {st['stage1']}: {arm['recipe']} | {frac:.2f} | "
+                         f"{ms(arm['zero_shot'], 4)} | {ms(arm['full_val_loss'], 4)} | {v['words']} ({_p(v)}) | "
+                         f"{w['words']} ({_p(w)}) | {pct(arm['final_gap_to_scratch_curve'])} | "
+                         f"{per_seed(arm['flops_to_target'])} | {ms(arm['energy_outside_range_T'], 4)} |")
+    lines += ["", "![grow recipes](results/grow_recipes/grow_recipes.png)", "",
+              "**Reading** (generated from the table): " + " ".join(grow_recipes_reading(r)), "", provenance(r)]
+    return "\n".join(lines)
+
+
+def grow_recipes_reading(r: dict) -> list[str]:
+    main = r["settings"][0]
+    arms = {arm["recipe"]: arm for arm in main["arms"]}
+    out = []
+    for recipe, parent in r["parents"].items():
+        a, b = arms[recipe], arms[parent]
+        v = verdict([x["full_val_loss"] for x in a["seeds"]], [x["full_val_loss"] for x in b["seeds"]], paired=True)
+        out.append(f"*{recipe.split(':')[0]}* against *{parent.split(':')[0]}*: final loss "
+                   f"{a['full_val_loss']['mean']:.4f} vs {b['full_val_loss']['mean']:.4f}, {v['words']} ({_p(v)}); "
+                   f"energy outside range(T) at the end {a['energy_outside_range_T']['mean']:.4f} vs "
+                   f"{b['energy_outside_range_T']['mean']:.4f}.")
+    out.append(f"The best recipe (lowest mean final loss) is *{r['best'].split(':')[0]}*; the variations below "
+               "change one factor of it.")
+    runs = []
+    for setting in r["settings"]:
+        decayed = setting["scratch_equal_compute_full_val_loss"]
+        for arm in setting["arms"]:
+            if arm["recipe"] != r["best"]:
+                continue
+            finals = [x["full_val_loss"] for x in arm["seeds"]]
+            v = verdict(finals, decayed["values"], paired=True)
+            w = verdict(finals, setting["scratch_full_val_loss"]["values"], paired=True)
+            reached = [x for x in arm["flops_to_target"] if x is not None]
+            runs += arm["flops_to_target"]
+            out.append(f"{setting['name']}: {arm['full_val_loss']['mean']:.4f} at "
+                       f"{setting['staged_flops_fraction']:.2f}× compute, {v['words']} than the decayed run "
+                       f"({decayed['mean']:.4f}) and {w['words']} against full scratch "
+                       f"({setting['scratch_full_val_loss']['mean']:.4f}); the scratch final loss is reached in "
+                       f"{len(reached)} of {len(arm['flops_to_target'])} seeds.")
+    goal = [x for x in runs if x is not None and x <= 0.7]
+    out.append(f"The goal (the scratch model's final loss at ≤ 0.7× its compute) is met in {len(goal)} of "
+               f"{len(runs)} runs of the best recipe.")
+    return out
+
+
 def eval_setting(args: list[str], key: str) -> str:
     """A setting's value in a recorded argument list (['--eval_iters=50', ...]), as the run used it."""
     return next(a.split("=", 1)[1] for a in args if a.startswith(f"--{key}="))
@@ -1190,7 +1267,8 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
-                                    quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth)}
+                                    quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
+                                    grow_recipes)}
 
 
 def render(name: str) -> str:

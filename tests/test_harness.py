@@ -95,7 +95,7 @@ def test_widths_are_multiples_of_the_head_count():
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
                                         "quantization", "shrink_quality", "recovery", "grow_staging", "scale",
-                                        "sandwich_ablation", "grow_depth"])
+                                        "sandwich_ablation", "grow_depth", "grow_recipes"])
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
@@ -116,7 +116,7 @@ def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_d
     monkeypatch.setattr(experiments, "GROW_ARMS", experiments.GROW_ARMS[-3:])  # clone: fresh/carried, re-warm
     monkeypatch.setattr(experiments, "scale_widths", lambda s: {"char": (16, 32, 64)})  # d = 16 is the base model
     monkeypatch.setattr(experiments, "SCALE_HEAD_SIZE", {"char": 8})
-    if experiment == "grow_depth":
+    if experiment in ("grow_depth", "grow_recipes"):
         s.base += ["--n_layer=2"]  # stage 1 has half the blocks
     experiments.EXPERIMENTS[experiment](s)
     result = json.load(open(tmp_path / "results" / experiment / "results.json"))

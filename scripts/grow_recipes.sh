@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Reproduce results/grow_recipes/: width-growth recipes (fresh readers, MSG masks, SPARKLING), then the best one at
+# another switch point, a 4× horizon, and with depth grown too; n seeds, against both equal-compute baselines.
+# QUICK=1 (or --quick): CPU sizes. See scripts/experiments.py (grow_recipes) for what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python scripts/experiments.py grow_recipes "$@"

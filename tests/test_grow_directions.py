@@ -1,0 +1,165 @@
+"""Width growth that uses the new directions (issue 28): fresh readers of them (--grow_reader_std), MSG's masked
+new parts (--grow_mask_iters; Yao et al. 2024) and SPARKLING's RMS-keeping stream scale (--rms_preserve). Each is
+exact at the switch; the masks open over training and leave a plain checkpoint behind."""
+import math
+import os
+
+import pytest
+import torch
+from test_carry import adam_state_from, gradients
+
+from carry import carry_moments
+from checkpoint import load_checkpoint, load_model, model_from_checkpoint
+from configurator import load_config
+from conftest import TINY_MODEL
+from errors import TransformError
+from finetune import FinetuneConfig, finetune
+from grow import advance_ramp, ramp_of, raw_state_dict
+from test_transform import random_model
+from transform import TransformConfig, transform_checkpoint, transform_model
+
+GROWTHS = [{"grow_reader_std": 0.02}, {"grow_mask_iters": 4}, {"rms_preserve": True},
+           {"grow_reader_std": 0.02, "grow_mask_iters": 4, "rms_preserve": True, "n_head": 4, "mlp_hidden": 128}]
+
+
+def logits(model, idx):
+    with torch.no_grad():
+        return model(idx)[0]
+
+
+@pytest.mark.parametrize("growth", GROWTHS)
+@pytest.mark.parametrize("variant", [{"norm_type": "rmsnorm", "norm_gain": "scalar"},
+                                     {"norm_type": "layernorm", "bias": True},  # folded and centred first
+                                     {"norm_type": "rmsnorm", "mlp": "swiglu", "pos": "rope", "bias": False}])
+def test_each_growth_of_the_new_directions_is_exact_at_the_switch(growth, variant):
+    model = random_model(1, **variant)
+    idx = torch.randint(0, 11, (2, 8))
+    grown, record = transform_model(model, 32, kind="orthogonal", seed=3, **growth)
+    assert record["exact"]
+    torch.testing.assert_close(logits(grown, idx), logits(model, idx), atol=2e-5, rtol=1e-5)
+    ramp = record["growth_ramp"]
+    assert (ramp is not None) == bool(growth.get("grow_mask_iters"))
+    if ramp is not None:  # the masks hold real new weights: opened, they change the function
+        for _ in range(ramp.iters):
+            advance_ramp(grown)
+        assert ramp_of(grown) is None
+        assert (logits(grown, idx) - logits(model, idx)).abs().max() > 1e-4  # 5× the exactness tolerance
+
+
+def test_fresh_readers_read_only_the_new_directions_at_the_scratch_scale():
+    model = random_model(2, norm_type="rmsnorm", norm_gain="scalar")
+    plain, record = transform_model(model, 48, kind="orthogonal", seed=1)
+    fresh, _ = transform_model(model, 48, kind="orthogonal", seed=1, grow_reader_std=0.02)
+    T = record["T"].double()
+    for name in ("transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_fc.weight", "lm_head.weight"):
+        extra = dict(fresh.named_parameters())[name].double() - dict(plain.named_parameters())[name].double()
+        assert (extra @ T).abs().max() < 1e-6  # nothing on range(T), where the ported stream lives
+        assert extra.std().item() == pytest.approx(0.02 * math.sqrt(32 / 48), rel=0.15)  # N(0, .02²) on 32 of 48
+
+
+def test_rms_preserve_keeps_the_streams_rms_and_the_carried_moments_are_the_gradients():
+    model = random_model(3, norm_type="rmsnorm", norm_gain="scalar")
+    idx = torch.randint(0, 11, (3, 8))
+
+    def stream_rms(m):
+        with torch.no_grad():
+            hidden = m(idx, return_hidden=True)[2]
+        return torch.stack([h.pow(2).mean().sqrt() for h in hidden])
+
+    plain, _ = transform_model(model, 64, kind="orthogonal", seed=2)
+    kept, record = transform_model(model, 64, kind="orthogonal", seed=2, rms_preserve=True)
+    torch.testing.assert_close(stream_rms(kept), stream_rms(model), rtol=1e-5, atol=0)
+    torch.testing.assert_close(stream_rms(plain), stream_rms(model) / 2, rtol=1e-5, atol=0)  # √(d/m) = 1/2
+    grads = gradients(model, idx)
+    carried = carry_moments(model, adam_state_from(model, grads), record["T"], kept, stream_scale=2.0)
+    for name, g in gradients(kept, idx).items():
+        torch.testing.assert_close(carried["moments"][name]["exp_avg"].double(), g,
+                                   atol=1e-6 * (1 + g.abs().max().item()), rtol=1e-4)
+
+
+def test_masked_parts_get_the_masked_gradient():
+    model = random_model(4, norm_type="rmsnorm", norm_gain="scalar")
+    grown, record = transform_model(model, 32, kind="orthogonal", seed=0, n_head=4, mlp_hidden=128,
+                                    grow_mask_iters=4)
+    ramp, null = record["growth_ramp"], record["growth_ramp"].null.float()
+    idx = torch.randint(0, 11, (2, 8))
+    params = grown.plain_named_parameters()
+    writer = params["transformer.h.0.mlp.c_proj.weight"]
+    grown.train()
+    grown(idx, idx)[1].backward()
+    assert writer.grad[:, 64:].abs().max() == 0  # the new neurons' columns: masked shut, no gradient
+    assert (null @ writer.grad).abs().max() < 1e-6  # nor the new directions
+    assert params["transformer.wte.weight"].grad.abs().max() > 0  # the old parts train
+    grown.zero_grad()
+    advance_ramp(grown)  # c = 1/4
+    grown(idx, idx)[1].backward()
+    assert writer.grad[:, 64:].abs().max() > 0 and ramp.level == 0.25
+
+
+def test_bad_requests_name_what_the_new_directions_need():
+    model = random_model(5, norm_type="rmsnorm", norm_gain="scalar")
+    with pytest.raises(TransformError, match=r"grow_reader_std need width > d=16"):
+        transform_model(model, 16, kind="orthogonal", grow_reader_std=0.02)
+    with pytest.raises(TransformError, match=r"rms_preserve need .*a linear head"):
+        transform_model(random_model(5, head="tied"), 32, kind="orthogonal", rms_preserve=True)
+    with pytest.raises(TransformError, match=r"grow_mask_iters need .*porting='residual'"):
+        transform_model(model, 32, kind="orthogonal", porting="sandwich", grow_mask_iters=3)
+
+
+# ----------------------------------------------------------------------------------------------
+# The command-line path: transform writes the masks, training opens them, resume keeps them
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory, char_data_dir):
+    from train import TrainConfig, train
+    out = tmp_path_factory.mktemp("stage1") / "s1"
+    train(load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}", f"--out_dir={out}",
+                                                 "--max_iters=10", "--lr_decay_iters=30", "--eval_interval=10",
+                                                 "--norm_type=rmsnorm", "--norm_gain=scalar"]))
+    return str(out)
+
+
+def continued(src: str, out: str, *args: str) -> dict:
+    settings = [a for a in TINY_MODEL if not a.startswith(("--n_head", "--n_embd", "--n_layer"))]
+    return finetune(load_config(FinetuneConfig, settings + [
+        f"--in_dir={src}", f"--out_dir={out}", "--lr_decay_iters=30", "--learning_rate=1e-3", "--min_lr=1e-4",
+        "--warmup_iters=2", "--eval_interval=5", "--init_state=True", *args]))
+
+
+def test_training_opens_the_masks_saves_them_mid_ramp_and_resumes_exactly(stage1, tmp_path):
+    src = str(tmp_path / "grown")
+    record = transform_checkpoint(TransformConfig(in_dir=stage1, out_dir=src, width=64, kind="orthogonal",
+                                                  n_head=4, mlp_hidden=256, carry_optimizer=True, eval_iters=2,
+                                                  grow_mask_iters=8, grow_reader_std=0.02, rms_preserve=True))
+    assert record["val_loss_after"] == pytest.approx(record["val_loss_before"], abs=1e-5)
+    ckpt = load_checkpoint(src)
+    assert ckpt["growth_ramp"]["done"] == 0 and "growth_ramp" not in ckpt["transform"]
+    assert not any("parametrizations" in k for k in ckpt["model"])
+    straight = continued(src, str(tmp_path / "straight"), "--max_iters=25")
+    energy = dict(straight["energy_outside_range_T"])  # the new directions: empty at the switch, then used
+    assert energy[10] < 1e-6 and energy[25] > 1e-4  # float32 rounding at the switch
+    done = load_checkpoint(str(tmp_path / "straight"))
+    assert "growth_ramp" not in done  # opened at iter 18 and removed: a plain model
+    assert not any("parametrizations" in k for k in done["model"])
+    half = continued(src, str(tmp_path / "resumed"), "--max_iters=15", "--always_save_checkpoint=True")
+    mid = load_checkpoint(str(tmp_path / "resumed"))
+    assert mid["growth_ramp"]["done"] == 5 and half["iter_num"] == 15  # 5 of 8 steps taken
+    model, _ = load_model(str(tmp_path / "resumed"))
+    assert ramp_of(model).level == pytest.approx(5 / 8)  # loaded, it computes through the masks it trained with
+    resumed = continued(src, str(tmp_path / "resumed"), "--max_iters=25", "--init_from=resume")
+    assert resumed["curve"][-1][1] == pytest.approx(straight["curve"][-1][1], abs=1e-6)
+    a, b = (model_from_checkpoint(load_checkpoint(str(tmp_path / d))) for d in ("straight", "resumed"))
+    for (name, p), q in zip(raw_state_dict(a).items(), raw_state_dict(b).values()):
+        torch.testing.assert_close(p, q, msg=name)
+    assert os.path.exists(tmp_path / "resumed" / "finetune.json")
+
+
+def test_the_energy_outside_range_is_the_naive_projection_residual():
+    from geometry import energy_outside_range
+    torch.manual_seed(0)
+    T = torch.linalg.qr(torch.randn(12, 5, dtype=torch.float64))[0]
+    H = torch.randn(40, 12, dtype=torch.float64)
+    outside = H - H @ T @ T.T
+    assert energy_outside_range(H, T) == pytest.approx((outside ** 2).sum().item() / (H ** 2).sum().item())
+    assert energy_outside_range(torch.randn(9, 5, dtype=torch.float64) @ T.T, T) == pytest.approx(0, abs=1e-12)
