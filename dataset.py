@@ -457,13 +457,15 @@ def chunked_logits(model, h: torch.Tensor, budget: int = LOGITS_BUDGET) -> Itera
         yield part, model.lm_head(flat[part])
 
 
-def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split: str = "val") -> str:
+def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split: str | None = "val") -> str:
     """What a loss from ``evaluate_loss`` was measured on, in words every printed loss carries: the same words mean
-    the same tokens, so the same model gives the same number."""
+    the same tokens, so the same model gives the same number. ``split=None``: the words for losses of every split,
+    each on its own fixed batches (the training log)."""
     if eval_iters is None:
-        return f"full {split} split"
+        return f"full {split} split" if split else "full splits"
     batches = "batch" if eval_iters == 1 else "batches"
-    return (f"{eval_iters} fixed {split} {batches} of {loader.batch_size} × {loader.block_size} tokens, "
+    kind, per = (f"{split} ", "") if split else ("", " per split")
+    return (f"{eval_iters} fixed {kind}{batches} of {loader.batch_size} × {loader.block_size} tokens{per}, "
             f"eval seed {seed}")
 
 

@@ -484,8 +484,7 @@ def loss_line(iter_num: int, losses: dict[str, float], basis: str) -> str:
 
 def eval_basis(run: Run) -> str:
     """The basis of the losses the training log prints (each split on its own fixed batches)."""
-    return loss_basis(run.loader, run.cfg.eval_iters, run.cfg.eval_batch_seed(), "val").replace(
-        "fixed val batch", "fixed batch").replace(" tokens,", " tokens per split,")
+    return loss_basis(run.loader, run.cfg.eval_iters, run.cfg.eval_batch_seed(), split=None)
 
 
 def last_good(run: Run) -> str:

@@ -331,11 +331,14 @@ def grow_recipes_reading(r: dict) -> list[str]:
             w = verdict(finals, setting["scratch_full_val_loss"]["values"], paired=True)
             reached = [x for x in arm["flops_to_target"] if x is not None]
             runs += arm["flops_to_target"]
+            start = statistics.fmean(x["gap_to_scratch_at_equal_flops"][0][1] for x in arm["seeds"])
             out.append(f"{setting['name']}: {arm['full_val_loss']['mean']:.4f} at "
                        f"{setting['staged_flops_fraction']:.2f}× compute, {v['words']} than the decayed run "
                        f"({decayed['mean']:.4f}) and {w['words']} against full scratch "
-                       f"({setting['scratch_full_val_loss']['mean']:.4f}); the scratch final loss is reached in "
-                       f"{len(reached)} of {len(arm['flops_to_target'])} seeds.")
+                       f"({setting['scratch_full_val_loss']['mean']:.4f}); against the scratch curve at equal "
+                       f"compute it stands {100 * start:+.1f}% at the switch and "
+                       f"{100 * arm['final_gap_to_scratch_curve']['mean']:+.1f}% at the end; the scratch final "
+                       f"loss is reached in {len(reached)} of {len(arm['flops_to_target'])} seeds.")
     goal = [x for x in runs if x is not None and x <= 0.7]
     out.append(f"The goal (the scratch model's final loss at ≤ 0.7× its compute) is met in {len(goal)} of "
                f"{len(runs)} runs of the best recipe.")
