@@ -46,6 +46,10 @@ def check_carry(ckpt: dict, porting: str, norms: str, kind: str, d: int, m: int,
         raise TransformError("carry_optimizer cannot follow a change of the query heads per key/value head (--n_kv_head"
                              "): a copied key/value head's gradient comes from fewer query heads than the original's, "
                              "so its moments have no exact image; keep the ratio or drop --carry_optimizer")
+    if ckpt.get("growth_ramp"):
+        raise TransformError("carry_optimizer: this checkpoint was saved while its growth masks were still opening "
+                             "(its optimizer state belongs to the masked raw weights); train it past the ramp first, "
+                             "or drop --carry_optimizer")
     state = ckpt.get("optimizer")
     if not state or not state.get("state"):
         raise TransformError("carry_optimizer: the input checkpoint holds no optimizer state (it was itself made by "

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from errors import CheckpointError
-from grow import GrowthRamp, attach_ramp
+from grow import GrowthRamp, attach_ramp, detach_ramp
 from model import GPT, GPTConfig
 
 CHECKPOINT_NAME = "ckpt.pt"
@@ -310,8 +310,10 @@ def clean_state_dict(state_dict: dict) -> dict:
     return out
 
 
-def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
-    """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0)."""
+def model_from_checkpoint(ckpt: dict, growth_masks: bool = False, **overrides) -> GPT:
+    """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0). A checkpoint
+    saved while MSG growth masks were opening (``growth_ramp``, grow.py) gives a plain model computing what the
+    masked one did (the masked weights baked in), or with ``growth_masks`` the live masks (to train on)."""
     from configurator import config_from_dict
     args = clean_model_args(ckpt["model_args"])
     args.update(overrides)
@@ -322,6 +324,8 @@ def model_from_checkpoint(ckpt: dict, **overrides) -> GPT:
         raise CheckpointError(f"checkpoint weights do not match its model_args: {e}") from e
     if ckpt.get("growth_ramp"):  # grown with MSG masks not yet fully open: the model computes through them
         attach_ramp(model, GrowthRamp.from_record(ckpt["growth_ramp"]))
+        if not growth_masks:
+            detach_ramp(model)
     return model
 
 

@@ -276,13 +276,13 @@ def init_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict |
     resume_ckpt = None
     if init_checkpoint is not None:  # finetune.py: weights from a given checkpoint, a fresh optimizer
         check_checkpoint_overrides(cfg, init_checkpoint["model_args"], "the input checkpoint")
-        model = model_from_checkpoint(init_checkpoint, dropout=cfg.dropout,
+        model = model_from_checkpoint(init_checkpoint, growth_masks=True, dropout=cfg.dropout,
                                       **({"norm_reg": cfg.norm_reg} if "norm_reg" in explicit else {}))
     elif cfg.init_from == "resume":
         resume_ckpt = load_checkpoint(cfg.out_dir)
         check_checkpoint_overrides(cfg, resume_ckpt["model_args"], f"the checkpoint in {cfg.out_dir} (resume)")
-        model = model_from_checkpoint(resume_ckpt, **{k: getattr(cfg, k) for k in ("dropout", "norm_reg")
-                                                      if k in explicit})
+        model = model_from_checkpoint(resume_ckpt, growth_masks=True, **{k: getattr(cfg, k) for k in
+                                                                         ("dropout", "norm_reg") if k in explicit})
     elif cfg.init_from.startswith("gpt2"):
         from convert import gpt2_from_pretrained
         model = gpt2_from_pretrained(cfg.init_from, dropout=cfg.dropout)

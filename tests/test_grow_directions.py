@@ -145,8 +145,16 @@ def test_training_opens_the_masks_saves_them_mid_ramp_and_resumes_exactly(stage1
     half = continued(src, str(tmp_path / "resumed"), "--max_iters=15", "--always_save_checkpoint=True")
     mid = load_checkpoint(str(tmp_path / "resumed"))
     assert mid["growth_ramp"]["done"] == 5 and half["iter_num"] == 15  # 5 of 8 steps taken
-    model, _ = load_model(str(tmp_path / "resumed"))
-    assert ramp_of(model).level == pytest.approx(5 / 8)  # loaded, it computes through the masks it trained with
+    masked = model_from_checkpoint(mid, growth_masks=True)  # what training goes on with
+    assert ramp_of(masked).level == pytest.approx(5 / 8)
+    model, _ = load_model(str(tmp_path / "resumed"))  # what every other command reads: the same function, plain
+    assert ramp_of(model) is None and not any("parametrizations" in k for k in model.state_dict())
+    idx = torch.randint(0, model.config.vocab_size, (2, 16))
+    torch.testing.assert_close(logits(model, idx), logits(masked.eval(), idx))
+    with pytest.raises(TransformError, match="saved while its growth masks were still opening"):
+        transform_checkpoint(TransformConfig(in_dir=str(tmp_path / "resumed"), out_dir=str(tmp_path / "again"),
+                                             width=96, carry_optimizer=True, eval_iters=0))
+    assert not os.path.exists(tmp_path / "again")
     resumed = continued(src, str(tmp_path / "resumed"), "--max_iters=25", "--init_from=resume")
     assert resumed["curve"][-1][1] == pytest.approx(straight["curve"][-1][1], abs=1e-6)
     a, b = (model_from_checkpoint(load_checkpoint(str(tmp_path / d))) for d in ("straight", "resumed"))
