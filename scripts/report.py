@@ -216,10 +216,6 @@ def grow_depth(r: dict) -> str:
     n, it, frac = r["scratch_full_val_loss"]["n"], r["iters_per_stage"], r["staged_flops_fraction"]
     layers = r["n_layer"]
     decayed = r["scratch_equal_compute_full_val_loss"]
-
-    def per_seed(values: list) -> str:
-        return "/".join("not reached" if x is None else f"{x:.2f}" for x in values)
-
     stage1 = mean_spread_of([c["full_val_loss"] for c in r["stage1"]])
     lines = [f"Stage 1 trains the model with {layers['stage1']} of its {layers['full']} blocks (same width and "
              f"heads; RMSNorm with scalar gains) for {it} iterations, halfway through a {2 * it}-iteration cosine; "
@@ -241,12 +237,8 @@ def grow_depth(r: dict) -> str:
              "| — |"]
     readings = []
     for arm in r["arms"]:
-        finals = [x["full_val_loss"] for x in arm["seeds"]]
-        v = verdict(finals, decayed["values"], paired=True)
-        w = verdict(finals, r["scratch_full_val_loss"]["values"], paired=True)
-        lines.append(f"| grown: {arm['label']} | {frac:.2f} | {ms(arm['zero_shot'], 4)} | "
-                     f"{ms(arm['full_val_loss'], 4)} | {v['words']} ({_p(v)}) | {w['words']} ({_p(w)}) | "
-                     f"{pct(arm['final_gap_to_scratch_curve'])} | {per_seed(arm['flops_to_target'])} |")
+        cells, v, w = staged_cells(arm, frac, r)
+        lines.append(f"| grown: {arm['label']} | {cells} |")
         reached = sorted(x for x in arm["flops_to_target"] if x is not None)
         span = f"{reached[0]:.2f}" + (f"–{reached[-1]:.2f}" if reached and reached[-1] != reached[0] else "") \
             if reached else ""
@@ -270,10 +262,6 @@ def grow_recipes(r: dict) -> str:
     both equal-compute baselines per setting, verdicts by the one rule (paired by seed)."""
     main = r["settings"][0]
     n, eval_iters = main["scratch_full_val_loss"]["n"], eval_setting(main["eval"], "eval_iters")
-
-    def per_seed(values: list) -> str:
-        return "/".join("—" if x is None else f"{x:.2f}" for x in values)
-
     lines = [f"Stage 1 is the width-d model (half the width, heads and neurons of the 2d model; RMSNorm with scalar "
              "gains), trained for the setting's switch share of one cosine schedule; `transform.py` grows it to 2d "
              "(orthogonal T, exact residual porting, heads and neurons doubled with fresh readers and zero writers, "
@@ -295,16 +283,24 @@ def grow_recipes(r: dict) -> str:
                   f"| | 2d from scratch, {setting['equal_compute_iters']} iterations, fully decayed | {frac:.2f} | "
                   f"— | {ms(decayed, 4)} | — | — | — | — | — |"]
         for arm in setting["arms"]:
-            finals = [x["full_val_loss"] for x in arm["seeds"]]
-            v = verdict(finals, decayed["values"], paired=True)
-            w = verdict(finals, setting["scratch_full_val_loss"]["values"], paired=True)
-            lines.append(f"| | grown at iteration {st['stage1']}: {arm['recipe']} | {frac:.2f} | "
-                         f"{ms(arm['zero_shot'], 4)} | {ms(arm['full_val_loss'], 4)} | {v['words']} ({_p(v)}) | "
-                         f"{w['words']} ({_p(w)}) | {pct(arm['final_gap_to_scratch_curve'])} | "
-                         f"{per_seed(arm['flops_to_target'])} | {ms(arm['energy_outside_range_T'], 4)} |")
+            cells = staged_cells(arm, frac, setting)[0]
+            lines.append(f"| | grown at iteration {st['stage1']}: {arm['recipe']} | {cells} | "
+                         f"{ms(arm['energy_outside_range_T'], 4)} |")
     lines += ["", "![grow recipes](results/grow_recipes/grow_recipes.png)", "",
               "**Reading** (generated from the table): " + " ".join(grow_recipes_reading(r)), "", provenance(r)]
     return "\n".join(lines)
+
+
+def staged_cells(arm: dict, frac: float, baselines: dict) -> tuple[str, dict, dict]:
+    """The cells every growth table gives a staged arm — compute, zero-shot, final loss, its verdicts against the
+    decayed equal-compute run and the full scratch run (paired by seed), the final gap to the scratch curve, the
+    compute to reach the scratch final loss per seed — and the two verdicts."""
+    finals = [x["full_val_loss"] for x in arm["seeds"]]
+    v = verdict(finals, baselines["scratch_equal_compute_full_val_loss"]["values"], paired=True)
+    w = verdict(finals, baselines["scratch_full_val_loss"]["values"], paired=True)
+    reached = "/".join("not reached" if x is None else f"{x:.2f}" for x in arm["flops_to_target"])
+    return (f"{frac:.2f} | {ms(arm['zero_shot'], 4)} | {ms(arm['full_val_loss'], 4)} | {v['words']} ({_p(v)}) | "
+            f"{w['words']} ({_p(w)}) | {pct(arm['final_gap_to_scratch_curve'])} | {reached}"), v, w
 
 
 def grow_recipes_reading(r: dict) -> list[str]:
@@ -326,9 +322,7 @@ def grow_recipes_reading(r: dict) -> list[str]:
         for arm in setting["arms"]:
             if arm["recipe"] != r["best"]:
                 continue
-            finals = [x["full_val_loss"] for x in arm["seeds"]]
-            v = verdict(finals, decayed["values"], paired=True)
-            w = verdict(finals, setting["scratch_full_val_loss"]["values"], paired=True)
+            _, v, w = staged_cells(arm, setting["staged_flops_fraction"], setting)
             reached = [x for x in arm["flops_to_target"] if x is not None]
             runs += arm["flops_to_target"]
             start = statistics.fmean(x["gap_to_scratch_at_equal_flops"][0][1] for x in arm["seeds"])
