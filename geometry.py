@@ -298,3 +298,10 @@ def energy_outside_range(H: torch.Tensor, T: torch.Tensor) -> float:
     by T (m×d, orthonormal columns) did not have before; 0 right after an exact growth."""
     H, T = H.double(), T.double().to(H.device)
     return 1.0 - ((H @ T).pow(2).sum() / H.pow(2).sum()).item()
+
+
+def energy_outside_top(H: torch.Tensor, k: int) -> float:
+    """The share of the rows' energy (H: N×m) outside the best k-dimensional subspace (the top-k eigenvectors of
+    HᵀH): the least any map T with k orthonormal columns can leave outside range(T)."""
+    eigenvalues = torch.linalg.eigvalsh(H.double().T @ H.double())  # ascending
+    return 1.0 - (eigenvalues[-k:].sum() / eigenvalues.sum()).item()

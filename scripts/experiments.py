@@ -488,7 +488,8 @@ def continued(s: Setting, stage1: str, grown: str, record: dict, label: str, rew
         return dict(summary, full_val_loss=full_val_loss(out, s.device), zero_shot=record["val_loss_after"],
                     **measure(out))
 
-    return cached("finetune", f"{label}-s{run_cfg['seed']}", spec_of(cfg), build)[1]
+    path, result = cached("finetune", f"{label}-s{run_cfg['seed']}", spec_of(cfg), build)
+    return dict(result, out_dir=path)
 
 
 def val_curve(path: str) -> list[list[float]]:
@@ -624,8 +625,17 @@ def recipe_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
 
 
 def recipe_energy(run: dict) -> dict:
+    """The grown model's energy outside range(T) along training (finetune.py tracks it) and, at the end, the
+    principal components that hold 95% of its residual stream's variance (``stream_dimension``)."""
     curve = run.get("energy_outside_range_T") or []
-    return {"energy_curve": curve, "energy_outside_range_T": curve[-1][1] if curve else float("nan")}
+    return {"energy_curve": curve, "energy_outside_range_T": curve[-1][1] if curve else float("nan"),
+            "stream_dimension": float(stream_dimension(run["out_dir"]))}
+
+
+def stream_dimension(model_dir: str) -> int:
+    """How many principal components hold 95% of the variance of a model's residual stream (after every block, 16
+    val sequences): how much of its width a model's stream spreads over."""
+    return geo.intrinsic_dimension(residual_rows(model_dir)[0])
 
 
 def recipe_setting(s: Setting, name: str, recipes: list[str], horizon: int = 1, switch: float = 0.5,
@@ -640,6 +650,12 @@ def recipe_setting(s: Setting, name: str, recipes: list[str], horizon: int = 1, 
              for seed in s.seeds]
     result = staged_baselines(s, staging, big, pairs)
     costs = result.pop("costs")
+    # how much of its width the 2d model trained from scratch uses: its energy outside its own best d dimensions
+    # (what no growth can beat by leaving range(T)), and the spread of its stream and of stage 1's
+    result["scratch_energy_outside_top_d"] = mean_spread([geo.energy_outside_top(
+        residual_rows(b)[0], load_model(b)[0].config.n_embd // 2) for _, b in pairs])
+    result["scratch_stream_dimension"] = mean_spread([float(stream_dimension(b)) for _, b in pairs])
+    result["stage1_stream_dimension"] = mean_spread([float(stream_dimension(a)) for a, _ in pairs])
     arms = [{"recipe": r, **({"n_layer": n_layer} if depth else {})} for r in recipes]
     result["arms"] = staged_arms(s, arms, lambda arm: arm["recipe"], recipe_arm, pairs, result["scratch"], costs,
                                  recipe_energy)
@@ -706,16 +722,19 @@ def interpolate(points: list[tuple[float, float]], x: float) -> float:
     return points[-1][1] if x > points[-1][0] else points[0][1]
 
 
-def range_energy(continued_dir: str) -> float:
-    """Fraction of the continued model's residual energy that stays in range(T) (the old directions)."""
-    model_, ckpt = load_model(continued_dir)
-    T = ckpt["transform"]["T"].double()
-    P = T @ T.T
+def residual_rows(model_dir: str) -> tuple[torch.Tensor, dict]:
+    """The residual stream after every block (rows of N×width) on 16 val sequences (eval seed 0), and the checkpoint."""
+    model_, ckpt = load_model(model_dir)
     x, _ = BatchLoader(data_dir_for_checkpoint(ckpt), model_.config.block_size, 16).get_batch("val", 0)
     with torch.no_grad():
         _, _, hidden = model_(x, return_hidden=True)
-    H = torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]).double()
-    return ((H @ P).pow(2).sum() / H.pow(2).sum()).item()
+    return torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]), ckpt
+
+
+def range_energy(continued_dir: str) -> float:
+    """Fraction of the continued model's residual energy that stays in range(T) (the old directions)."""
+    H, ckpt = residual_rows(continued_dir)
+    return 1 - geo.energy_outside_range(H, ckpt["transform"]["T"])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -273,19 +273,24 @@ def grow_recipes(r: dict) -> str:
              "against the full 2d scratch run (*scratch*).", "",
              "| setting | run | compute (× scratch) | zero-shot | val loss (full split) | vs decayed | vs scratch | "
              "gap to the scratch curve at equal compute | compute to reach the scratch final loss (per seed) | "
-             "energy outside range(T) at the end |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "energy outside range(T) at the end | stream dimension (PCs for 95% of the variance) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for setting in r["settings"]:
         frac, st = setting["staged_flops_fraction"], setting["staging"]
         decayed = setting["scratch_equal_compute_full_val_loss"]
+        stage1 = mean_spread_of([c["full_val_loss"] for c in setting["stage1"]])
         lines += [f"| {setting['name']} | 2d from scratch, {st['total']} iterations | 1.00 | — | "
-                  f"{ms(setting['scratch_full_val_loss'], 4)} | — | — | — | 1.00 | — |",
+                  f"{ms(setting['scratch_full_val_loss'], 4)} | — | — | — | 1.00 | "
+                  f"{ms(setting['scratch_energy_outside_top_d'], 4)} outside its own top d | "
+                  f"{ms(setting['scratch_stream_dimension'], 1)} |",
                   f"| | 2d from scratch, {setting['equal_compute_iters']} iterations, fully decayed | {frac:.2f} | "
-                  f"— | {ms(decayed, 4)} | — | — | — | — | — |"]
+                  f"— | {ms(decayed, 4)} | — | — | — | — | — | — |",
+                  f"| | stage 1 alone ({st['stage1']} iterations) | — | — | {ms(stage1, 4)} | — | — | — | — | — | "
+                  f"{ms(setting['stage1_stream_dimension'], 1)} |"]
         for arm in setting["arms"]:
             cells = staged_cells(arm, frac, setting)[0]
             lines.append(f"| | grown at iteration {st['stage1']}: {arm['recipe']} | {cells} | "
-                         f"{ms(arm['energy_outside_range_T'], 4)} |")
+                         f"{ms(arm['energy_outside_range_T'], 4)} | {ms(arm['stream_dimension'], 1)} |")
     lines += ["", "![grow recipes](results/grow_recipes/grow_recipes.png)", "",
               "**Reading** (generated from the table): " + " ".join(grow_recipes_reading(r)), "", provenance(r)]
     return "\n".join(lines)
@@ -313,7 +318,8 @@ def grow_recipes_reading(r: dict) -> list[str]:
         out.append(f"*{recipe.split(':')[0]}* against *{parent.split(':')[0]}*: final loss "
                    f"{a['full_val_loss']['mean']:.4f} vs {b['full_val_loss']['mean']:.4f}, {v['words']} ({_p(v)}); "
                    f"energy outside range(T) at the end {a['energy_outside_range_T']['mean']:.4f} vs "
-                   f"{b['energy_outside_range_T']['mean']:.4f}.")
+                   f"{b['energy_outside_range_T']['mean']:.4f}; stream dimension {a['stream_dimension']['mean']:.1f} "
+                   f"vs {b['stream_dimension']['mean']:.1f}.")
     out.append(f"The best recipe (lowest mean final loss) is *{r['best'].split(':')[0]}*; the variations below "
                "change one factor of it.")
     runs = []

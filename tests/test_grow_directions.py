@@ -171,3 +171,15 @@ def test_the_energy_outside_range_is_the_naive_projection_residual():
     outside = H - H @ T @ T.T
     assert energy_outside_range(H, T) == pytest.approx((outside ** 2).sum().item() / (H ** 2).sum().item())
     assert energy_outside_range(torch.randn(9, 5, dtype=torch.float64) @ T.T, T) == pytest.approx(0, abs=1e-12)
+
+
+def test_the_energy_outside_the_best_subspace_is_what_pca_leaves():
+    from geometry import energy_outside_range, energy_outside_top
+    torch.manual_seed(1)
+    H = torch.randn(200, 3, dtype=torch.float64) @ torch.randn(3, 8, dtype=torch.float64)
+    H += 0.1 * torch.randn(200, 8, dtype=torch.float64)
+    top = torch.linalg.eigh(H.T @ H)[1][:, -3:]
+    assert energy_outside_top(H, 3) == pytest.approx(energy_outside_range(H, top))
+    other = torch.linalg.qr(torch.randn(8, 3, dtype=torch.float64))[0]
+    assert energy_outside_top(H, 3) < energy_outside_range(H, other)  # no other 3-dim subspace keeps more
+    assert energy_outside_top(H, 8) == pytest.approx(0, abs=1e-12)
