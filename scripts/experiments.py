@@ -465,14 +465,12 @@ def grow_arm(s: Setting, stage1: str, arm: dict, seed: int) -> dict:
                                 mlp_hidden=2 * base.mlp_hidden, grow_mode=arm["grow_mode"], grow_noise=GROW_NOISE,
                                 clone_noise=CLONE_NOISE if arm["grow_mode"] == "clone" else 0.0,
                                 carry_optimizer=arm["carry_optimizer"])
-    return continued(s, stage1, grown, record, f"grown-{arm['grow_mode']}", arm["rewarm_iters"],
-                     lambda out: {"energy_in_range_T": range_energy(out)})
+    return continued(s, stage1, grown, record, f"grown-{arm['grow_mode']}", arm["rewarm_iters"])
 
 
-def continued(s: Setting, stage1: str, grown: str, record: dict, label: str, rewarm_iters: int,
-              measure=lambda out: {}, options: tuple[str, ...] = ()) -> dict:
-    """The grown model trained on to the end of stage 1's schedule (its recipe, seed and state; ``options``: more
-    finetune settings), with its curve on the fixed eval batches, its full-val loss and ``measure(out_dir)``."""
+def continued(s: Setting, stage1: str, grown: str, record: dict, label: str, rewarm_iters: int) -> dict:
+    """The grown model trained on to the end of stage 1's schedule (its recipe, seed and state), with its curve on
+    the fixed eval batches, its full-val loss and its directory (``out_dir``)."""
     run_cfg = load_checkpoint(stage1)["config"]
     recipe = [f"--{k}={run_cfg[k]}" for k in ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters",
                                               "weight_decay", "beta1", "beta2", "batch_size", "grad_clip",
@@ -480,13 +478,12 @@ def continued(s: Setting, stage1: str, grown: str, record: dict, label: str, rew
     cfg = load_config(FinetuneConfig, s.common + recipe + s.curve_eval + [
         f"--in_dir={grown}", "--out_dir=unset", "--init_state=True", f"--max_iters={run_cfg['lr_decay_iters']}",
         f"--rewarm_iters={rewarm_iters}", f"--seed={run_cfg['seed']}", f"--device={s.device}",
-        "--log_interval=100", *options])
+        "--log_interval=100"])
 
     def build(out: str) -> dict:
         cfg.out_dir, cfg.overwrite = out, True
         summary = finetune(cfg)
-        return dict(summary, full_val_loss=full_val_loss(out, s.device), zero_shot=record["val_loss_after"],
-                    **measure(out))
+        return dict(summary, full_val_loss=full_val_loss(out, s.device), zero_shot=record["val_loss_after"])
 
     path, result = cached("finetune", f"{label}-s{run_cfg['seed']}", spec_of(cfg), build)
     return dict(result, out_dir=path)
@@ -535,7 +532,7 @@ def grow_staging(s: Setting) -> None:
     # the small model not grown: stage 1's run continued at width d to the end (its first iterations are stage 1's)
     not_grown = [trained(s, "grow_small_full", args=with_iters(small, staging.total), seed=seed) for seed in s.seeds]
     arms = staged_arms(s, GROW_ARMS, arm_label, grow_arm, pairs, result["scratch"], costs,
-                       lambda run: {"energy_outside_range_T": 1 - run["energy_in_range_T"]})
+                       lambda run: {"energy_outside_range_T": 1 - range_energy(run["out_dir"])})
     result.update({"grow_noise": GROW_NOISE, "clone_noise": CLONE_NOISE,
                    "not_grown": [{"curve": val_curve(p), "full_val_loss": full_val_loss(p, s.device)}
                                  for p in not_grown], "arms": arms})
