@@ -639,6 +639,7 @@ def recipe_setting(s: Setting, name: str, recipes: list[str], horizon: int = 1, 
                    depth: bool = False) -> dict:
     """One staging (switch, horizon; ``depth``: stage 1 also has half the blocks) with its baselines and the arms of
     ``recipes`` over the seeds."""
+    read_before = set(harness.READ)  # the runs this setting reads first: its cost (shared runs count once)
     staging, small, big = grow_settings(s, horizon, switch)
     n_layer = load_config(TrainConfig, s.base).n_layer
     if depth:
@@ -656,7 +657,9 @@ def recipe_setting(s: Setting, name: str, recipes: list[str], horizon: int = 1, 
     arms = [{"recipe": r, **({"n_layer": n_layer} if depth else {})} for r in recipes]
     result["arms"] = staged_arms(s, arms, lambda arm: arm["recipe"], recipe_arm, pairs, result["scratch"], costs,
                                  recipe_energy)
-    return {"name": name, "horizon": horizon, "switch": switch, "depth": depth, **result}
+    first_read = [v for k, v in harness.READ.items() if k not in read_before]
+    return {"name": name, "horizon": horizon, "switch": switch, "depth": depth, **result,
+            "cost": {"runs": len(first_read), "single_core_minutes": sum(first_read) / 60}}
 
 
 def grow_recipes(s: Setting) -> None:

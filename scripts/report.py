@@ -291,7 +291,10 @@ def grow_recipes(r: dict) -> str:
             cells = staged_cells(arm, frac, setting)[0]
             lines.append(f"| | grown at iteration {st['stage1']}: {arm['recipe']} | {cells} | "
                          f"{ms(arm['energy_outside_range_T'], 4)} | {ms(arm['stream_dimension'], 1)} |")
-    lines += ["", "![grow recipes](results/grow_recipes/grow_recipes.png)", "",
+    costs = "; ".join(f"{x['name']}: {x['cost']['runs']} runs, {x['cost']['single_core_minutes']:.0f} min"
+                      for x in r["settings"] if "cost" in x)
+    lines += ["", f"What each setting costs (the runs it reads first, single-core minutes to build): {costs}.", "",
+              "![grow recipes](results/grow_recipes/grow_recipes.png)", "",
               "**Reading** (generated from the table): " + " ".join(grow_recipes_reading(r)), "", provenance(r)]
     return "\n".join(lines)
 
