@@ -311,6 +311,11 @@ def staged_cells(arm: dict, frac: float, baselines: dict) -> tuple[str, dict, di
             f"{w['words']} ({_p(w)}) | {pct(arm['final_gap_to_scratch_curve'])} | {reached}"), v, w
 
 
+def compared(v: dict) -> str:
+    """A verdict as a comparison: 'lower than', 'higher than' or 'no different from'."""
+    return {"lower": "lower than", "higher": "higher than"}.get(v["words"], "no different from")
+
+
 def grow_recipes_reading(r: dict) -> list[str]:
     main = r["settings"][0]
     arms = {arm["recipe"]: arm for arm in main["arms"]}
@@ -319,7 +324,8 @@ def grow_recipes_reading(r: dict) -> list[str]:
         a, b = arms[recipe], arms[parent]
         v = verdict([x["full_val_loss"] for x in a["seeds"]], [x["full_val_loss"] for x in b["seeds"]], paired=True)
         out.append(f"*{recipe.split(':')[0]}* against *{parent.split(':')[0]}*: final loss "
-                   f"{a['full_val_loss']['mean']:.4f} vs {b['full_val_loss']['mean']:.4f}, {v['words']} ({_p(v)}); "
+                   f"{a['full_val_loss']['mean']:.4f} vs {b['full_val_loss']['mean']:.4f}, {compared(v)} it "
+                   f"({_p(v)}); "
                    f"energy outside range(T) at the end {a['energy_outside_range_T']['mean']:.4f} vs "
                    f"{b['energy_outside_range_T']['mean']:.4f}; stream dimension {a['stream_dimension']['mean']:.1f} "
                    f"vs {b['stream_dimension']['mean']:.1f}.")
@@ -336,8 +342,8 @@ def grow_recipes_reading(r: dict) -> list[str]:
             runs += arm["flops_to_target"]
             start = statistics.fmean(x["gap_to_scratch_at_equal_flops"][0][1] for x in arm["seeds"])
             out.append(f"{setting['name']}: {arm['full_val_loss']['mean']:.4f} at "
-                       f"{setting['staged_flops_fraction']:.2f}× compute, {v['words']} than the decayed run "
-                       f"({decayed['mean']:.4f}) and {w['words']} against full scratch "
+                       f"{setting['staged_flops_fraction']:.2f}× compute, {compared(v)} the decayed run "
+                       f"({decayed['mean']:.4f}, {_p(v)}) and {compared(w)} full scratch "
                        f"({setting['scratch_full_val_loss']['mean']:.4f}); against the scratch curve at equal "
                        f"compute it stands {100 * start:+.1f}% at the switch and "
                        f"{100 * arm['final_gap_to_scratch_curve']['mean']:+.1f}% at the end; the scratch final "
