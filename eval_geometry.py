@@ -66,6 +66,7 @@ class GeometryConfig:
     n_features: int = 64  # FA: this many frequent-token embeddings and this many principal directions
     ndcg_k: int = 10  # NDCG@k of the similarity ranking of tokens against the head's ranking
     heatmap_probes: int = 48  # probe vectors in each cosine-similarity heatmap
+    figures: bool = True  # write the PNG figures (False: metrics.json and wandb scalars only, ~3 s less a run)
     prompt: str = ""  # the norm heatmap's text ('' → the start of the val split)
     seed: int = 0  # seed of the probe sampling
     wandb_log: bool = True  # also log to wandb (offline unless WANDB_MODE says otherwise)
@@ -405,10 +406,10 @@ def model_circuits(model: GPT) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
             for b in model.transformer.h]
 
 
-def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str, k: int = 10) -> dict:
+def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str | None, k: int = 10) -> dict:
     """Which heads' QK and OV circuits survive the transform: per head, the spectrum distance and the overlap of
     decoded top tokens between the canonical reference and the transformed model (heads kept: residual porting);
-    a heatmap of the token overlap. Exact ports score distance 0 and overlap 1."""
+    a heatmap of the token overlap in out_dir (None: no figure). Exact ports score distance 0 and overlap 1."""
     from transform import canonical_model
     if (new.config.n_head, new.config.head_dim) != (ref.config.n_head, ref.config.head_dim):
         return {"skipped": "the port re-split the heads (sandwich, paper_code): no head-to-head correspondence"}
@@ -421,6 +422,8 @@ def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str, k: int = 10) 
                           **geo.circuit_stability(ra, rb, E_ref, E_new, rank=ref.config.head_dim, k=k)})
     keys = ("qk_spectrum_distance", "ov_spectrum_distance", "qk_token_overlap", "ov_token_overlap")
     summary = {key: sum(h[key] for h in heads) / len(heads) for key in keys}
+    if out_dir is None:
+        return {"heads": heads, "mean": summary, "k": k}
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     L, H = ref.config.n_layer, ref.config.n_head
@@ -456,6 +459,33 @@ def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoa
     if new is not None:
         out["readers"] = reader_alignment(ref, new, record)
     return out
+
+
+def geometry_figures(cfg: GeometryConfig, ref_ckpt: dict, loader: BatchLoader, models: dict[str, GPT],
+                     reports: dict[str, dict], X: torch.Tensor, groups: torch.Tensor, maps: dict[str, torch.Tensor],
+                     block: int, circuits_drawn: bool) -> dict[str, str]:
+    """The report's PNG figures in cfg.out_dir ({name: path}): hidden-state norms, per-layer curves, cosine
+    heatmaps, the concordance scatter and (drawn by circuit_report) the circuits heatmap."""
+    tokenizer = Tokenizer(ref_ckpt["meta"]) if ref_ckpt.get("meta") else None
+    if cfg.prompt and tokenizer is not None:
+        ids = torch.tensor(tokenizer.encode(cfg.prompt)[:block], device=loader.device)[None]
+    else:
+        ids = loader.windows(loader.tokens("val"), [0])[0]
+    figures = {"norm_heatmap": norm_heatmap(models, ids, os.path.join(cfg.out_dir, "norm_heatmap.png")),
+               "layers": layer_plots(reports, os.path.join(cfg.out_dir, "layers.png"))}
+    subset = torch.randperm(len(X), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.heatmap_probes]
+    subset = subset[groups[subset].argsort()]  # grouped by layer, so block structure is visible
+    heat = {"reference": X[subset]} | {f"{k}-level" if k == "map" else "transformed model": Y[subset]
+                                       for k, Y in maps.items()}
+    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(cfg.out_dir, "cosine_heatmaps.png"),
+                                                 groups[subset].tolist())
+    if maps:
+        figures["concordance"] = concordance_plot(X, {("map-level T·u" if k == "map" else "model-level"): Y
+                                                      for k, Y in maps.items()},
+                                                  os.path.join(cfg.out_dir, "concordance.png"), cfg.seed)
+    if circuits_drawn:
+        figures["circuits"] = os.path.join(cfg.out_dir, "circuits.png")
+    return figures
 
 
 def evaluate_geometry(cfg: GeometryConfig) -> dict:
@@ -522,7 +552,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
         metrics["feature_alignment"] = feature_alignments(ref, new, record, loader, probes["ref_hidden"], centre,
                                                           cfg.n_features)
         if new is not None:
-            metrics["circuits"] = circuit_report(ref, new, record, cfg.out_dir)
+            metrics["circuits"] = circuit_report(ref, new, record, cfg.out_dir if cfg.figures else None)
     if new is not None:
         maps["model"] = probes["Y"]
     metrics["angular_error"], metrics["concordance"] = {}, {}
@@ -537,28 +567,11 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
         metrics["angular_error"][f"{flavour}_per_group"] = per_layer_ae
         metrics["concordance"][f"{flavour}_per_group"] = per_layer_hc
 
-    # figures
-    tokenizer = Tokenizer(ref_ckpt["meta"]) if ref_ckpt.get("meta") else None
-    if cfg.prompt and tokenizer is not None:
-        ids = torch.tensor(tokenizer.encode(cfg.prompt)[:block], device=loader.device)[None]
-    else:
-        ids = loader.windows(loader.tokens("val"), [0])[0]
-    models = {names[k]: m for k, m in (("ref", ref), ("new", new)) if m is not None}
-    figures = {"norm_heatmap": norm_heatmap(models, ids, os.path.join(cfg.out_dir, "norm_heatmap.png")),
-               "layers": layer_plots({names[k]: r for k, r in reports.items()},
-                                     os.path.join(cfg.out_dir, "layers.png"))}
-    subset = torch.randperm(len(X), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.heatmap_probes]
-    subset = subset[groups[subset].argsort()]  # grouped by layer, so block structure is visible
-    heat = {"reference": X[subset]} | {f"{k}-level" if k == "map" else "transformed model": Y[subset]
-                                       for k, Y in maps.items()}
-    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(cfg.out_dir, "cosine_heatmaps.png"),
-                                                 groups[subset].tolist())
-    if maps:
-        figures["concordance"] = concordance_plot(X, {("map-level T·u" if k == "map" else "model-level"): Y
-                                                      for k, Y in maps.items()},
-                                                  os.path.join(cfg.out_dir, "concordance.png"), cfg.seed)
-    if "heads" in metrics.get("circuits", {}):
-        figures["circuits"] = os.path.join(cfg.out_dir, "circuits.png")
+    figures = {}
+    if cfg.figures:
+        models = {names[k]: m for k, m in (("ref", ref), ("new", new)) if m is not None}
+        figures = geometry_figures(cfg, ref_ckpt, loader, models, {names[k]: r for k, r in reports.items()}, X,
+                                   groups, maps, block, "heads" in metrics.get("circuits", {}))
     metrics["figures"] = {k: os.path.basename(v) for k, v in figures.items()}
 
     with open(os.path.join(cfg.out_dir, "metrics.json.tmp"), "w") as f:

@@ -328,6 +328,7 @@ def arch_ablation(s: Setting) -> None:
 
 
 GEOMETRY_KINDS = ("gaussian", "srht", "orthogonal", "pca")
+GEOMETRY_PROBES = 2048  # hidden states compared per layer: all 2.1 M pairs at the geometry experiments' N
 
 
 def geometry_vs_width(s: Setting) -> None:
@@ -339,7 +340,8 @@ def geometry_vs_width(s: Setting) -> None:
         kind, ratio = cell
         m = width(ratio, d, n_head)
         per_seed = each(s.seeds if kind in RANDOM_KINDS else (0,), lambda seed: geometry_row(
-            geometry(s, base, transformed(s, base, m, kind, seed=seed)[0], n_probes=2048, eval_iters=10)))
+            geometry(s, base, transformed(s, base, m, kind, seed=seed)[0], n_probes=GEOMETRY_PROBES, eval_iters=10,
+                     figures=False)))
         return {"kind": kind, "m": m, "ratio": ratio,
                 **{k: mean_spread([r[k] for r in per_seed]) for k in per_seed[0] if k != "jl_eps_bound"},
                 "jl_eps_bound": per_seed[0]["jl_eps_bound"]}
@@ -850,8 +852,9 @@ def scale_width(s: Setting, family: str, d: int) -> dict:
     geometry_rows, reports = {}, {}
     for kind in ("gaussian", "pca"):
         options = {} if kind in RANDOM_KINDS else CALIBRATION
-        reports[kind] = [geometry(s, base, transformed(s, base, m, kind, seed=seed, **options)[0], n_probes=2048,
-                                  eval_iters=10) for seed in (s.seeds if kind in RANDOM_KINDS else (0,))]
+        seeds = s.seeds if kind in RANDOM_KINDS else (0,)
+        reports[kind] = [geometry(s, base, transformed(s, base, m, kind, seed=seed, **options)[0],
+                                  n_probes=GEOMETRY_PROBES, eval_iters=10, figures=False) for seed in seeds]
         per_seed = [geometry_row(r) for r in reports[kind]]
         geometry_rows[kind] = {k: mean_spread([r[k] for r in per_seed]) for k in per_seed[0] if k != "jl_eps_bound"}
         geometry_rows[kind]["jl_eps_bound"] = per_seed[0]["jl_eps_bound"]
@@ -946,7 +949,7 @@ def scale(s: Setting) -> None:
     fits = scale_fits(s, rows)
     payload = {"rows": rows, "fits": fits, "ratios": SCALE_RATIOS, "exact_ratios": SCALE_EXACT_RATIOS,
                "at": SCALE_AT, "head_size": SCALE_HEAD_SIZE, "finetune": finetune_recipe(s),
-               "losses": {loss: list(RECOVERY_LOSSES[loss]) for loss in SCALE_LOSSES}, "n_probes": 2048,
+               "losses": {loss: list(RECOVERY_LOSSES[loss]) for loss in SCALE_LOSSES}, "n_probes": GEOMETRY_PROBES,
                "calibration_sequences": 16 * 16, "learn_steps": CORRECTIONS["learned T + all"]["learn_steps"],
                "yardstick": []}
     plot_scale(payload)

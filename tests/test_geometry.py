@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import geometry as geo
+from eval_geometry import flat_scalars
 
 
 def naive_pairs(X):
@@ -175,6 +176,12 @@ def test_orthogonal_same_width_keeps_geometry_end_to_end(trained_dir, char_data_
     assert saved["loss"]["new"]["val_loss"] == pytest.approx(saved["loss"]["ref"]["val_loss"], abs=1e-5)
     for name in saved["figures"].values():
         assert os.path.getsize(tmp_path / "g" / name) > 10_000
+    bare = run_eval(f"--ref_dir={trained_dir}", f"--in_dir={tmp_path / 't'}", f"--out_dir={tmp_path / 'bare'}",
+                    f"--data_dir={char_data_dir}", "--figures=False")  # a sweep's run: the same numbers, no PNG
+    assert bare["figures"] == {} and not [f for f in os.listdir(tmp_path / "bare") if f.endswith(".png")]
+    def measured(metrics: dict) -> dict:  # every number but the clock's
+        return {k: v for k, v in flat_scalars(metrics).items() if not k.startswith("config/") and "throughput" not in k}
+    assert measured(bare) == measured(m) and len(measured(m)) > 50
 
 
 @pytest.mark.slow

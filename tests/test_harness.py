@@ -116,6 +116,7 @@ def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_d
     monkeypatch.setattr(experiments, "GROW_ARMS", experiments.GROW_ARMS[-3:])  # clone: fresh/carried, re-warm
     monkeypatch.setattr(experiments, "scale_widths", lambda s: {"char": (16, 32, 64)})  # d = 16 is the base model
     monkeypatch.setattr(experiments, "SCALE_HEAD_SIZE", {"char": 8})
+    monkeypatch.setattr(experiments, "GEOMETRY_PROBES", 256)  # the metrics' path, not their precision
     if experiment in ("grow_depth", "grow_recipes"):
         s.base += ["--n_layer=2"]  # stage 1 has half the blocks
     experiments.EXPERIMENTS[experiment](s)
