@@ -5,6 +5,8 @@ Pretrained models in and out: Hugging Face GPT-2, Llama and Qwen2, and nanoGPT c
     python convert.py --from_hf=HuggingFaceTB/SmolLM-135M --out_dir=out-smollm   # Llama family, its tokenizer kept
     python convert.py --from_nanogpt=PATH/ckpt.pt --out_dir=out-mine   # a nanoGPT training checkpoint
     python convert.py --in_dir=out-m1024 --to_hf=hf-m1024              # back to the matching HF class
+    python convert.py --from_gguf=SmolLM2-135M-Instruct.Q4_1.gguf --out_dir=out-smollm2   # a llama.cpp GGUF file
+    python convert.py --in_dir=out-smollm2-m432 --to_gguf=smollm2-m432.gguf --gguf_type=f16   # and back
 
 GPT-2 is pre-LN LayerNorm with per-dimension gains and biases, learned positions, the tanh GELU
 ('gelu_new') and a tied head. Hugging Face stores its Linear layers as Conv1D, i.e. transposed.
@@ -36,11 +38,13 @@ from cli import run_cli
 from configurator import load_config
 from dataset import (
     GPT2_META,
+    HF_TOKENIZER_FILES,
     data_dir_for_checkpoint,
     dataset_dir,
     gpt2_encoding,
     hf_tokenizer_meta,
     load_meta,
+    read_tokenizer_files,
 )
 from errors import CheckpointError, ConfigError, ConversionError
 from model import GPT, LLAMA3_SCALING_KEYS, GPTConfig, check_rope_scaling
@@ -252,9 +256,6 @@ def gpt2_from_pretrained(name_or_dir: str, **overrides) -> GPT:
     return model
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-
-
 def hf_tokenizer_files(name_or_dir: str) -> dict[str, str]:
     """The model's Hugging Face tokenizer files (tokenizer.json and its configs), verbatim: read from the directory,
     or from the hub's cache for a model name. Not re-saved through a tokenizer class, which may add tokens."""
@@ -262,16 +263,11 @@ def hf_tokenizer_files(name_or_dir: str) -> dict[str, str]:
     if not os.path.isdir(name_or_dir):
         try:
             from huggingface_hub import snapshot_download
-            directory = snapshot_download(name_or_dir, allow_patterns=list(TOKENIZER_FILES))
+            directory = snapshot_download(name_or_dir, allow_patterns=list(HF_TOKENIZER_FILES))
         except Exception as e:  # offline without a cache, unknown repo, no access: hub errors of several kinds
             raise ConversionError(f"could not fetch the tokenizer of '{name_or_dir}' ({e.__class__.__name__}); "
                                   "offline it must be in the Hugging Face cache, or pass a local directory") from e
-    files = {}
-    for name in TOKENIZER_FILES:
-        path = os.path.join(directory, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                files[name] = f.read()
+    files = read_tokenizer_files(directory)
     if "tokenizer.json" not in files:
         raise ConversionError(f"'{name_or_dir}' has no tokenizer.json; an imported model keeps its own tokenizer: "
                               "save it beside the model (tokenizer.save_pretrained(DIR) of a fast tokenizer)")
@@ -292,6 +288,22 @@ def hf_tokenizer_meta_for(name_or_dir: str, model: GPT) -> dict:
         raise ConversionError(f"the tokenizer of '{name_or_dir}' has {meta['vocab_size']} tokens but the model only "
                               f"{model.config.vocab_size} embeddings")
     return meta
+
+
+def gguf_pretrained(path: str) -> tuple[GPT, str, dict]:
+    """(our GPT, its Hugging Face architecture, its tokenizer description) from a Llama / Qwen2 GGUF file: the
+    tensors dequantized to float32 by our reader, the tokenizer the file describes (transformers builds it)."""
+    from gguf_format import gguf_pretokenizer, gguf_tokenizer_files, read_gguf
+    _transformers()
+    held = read_gguf(path)
+    config = config_from_hf(held.hf_config, held.arch)
+    model = GPT.from_state_dict(config, llama_state_from_hf(held.hf_state, config))
+    meta = hf_tokenizer_meta(gguf_tokenizer_files(path), hf_special_ids(held.hf_config))
+    meta["gguf_pre"] = gguf_pretokenizer(path)  # llama.cpp's pre-tokenizer name, written back by --to_gguf
+    if meta["vocab_size"] > config.vocab_size:
+        raise ConversionError(f"the tokenizer of '{path}' has {meta['vocab_size']} tokens but the model only "
+                              f"{config.vocab_size} embeddings")
+    return model.eval(), held.arch, meta
 
 
 # ----------------------------------------------------------------------------------------------
@@ -461,9 +473,8 @@ def llama_state_to_hf(ours: dict, cfg: GPTConfig) -> dict:
     return {k: v.detach().clone().contiguous() for k, v in state.items()}
 
 
-def export_llama(model: GPT, transformers, arch: str, special_ids: dict):
-    """A LlamaForCausalLM or Qwen2ForCausalLM with the same function as ``model``."""
-    cfg = model.config
+def llama_hf_config(cfg: GPTConfig, transformers, arch: str, special_ids: dict):
+    """The transformers LlamaConfig / Qwen2Config equal to ``cfg`` (which export_target has accepted for arch)."""
     rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
     if cfg.rope_scaling is not None:
         rope.update({k: cfg.rope_scaling[k] for k in LLAMA3_SCALING_KEYS}, rope_type="llama3")
@@ -474,10 +485,14 @@ def export_llama(model: GPT, transformers, arch: str, special_ids: dict):
         rope_parameters=rope, tie_word_embeddings=cfg.head == "tied", hidden_act="silu",
         attention_dropout=cfg.dropout, **special_ids)
     if arch == LLAMA:
-        hf_config = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common)
-    else:
-        hf_config = transformers.Qwen2Config(use_sliding_window=False, **common)
-    hf_model = getattr(transformers, arch)(hf_config)
+        return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common)
+    return transformers.Qwen2Config(use_sliding_window=False, **common)
+
+
+def export_llama(model: GPT, transformers, arch: str, special_ids: dict):
+    """A LlamaForCausalLM or Qwen2ForCausalLM with the same function as ``model``."""
+    cfg = model.config
+    hf_model = getattr(transformers, arch)(llama_hf_config(cfg, transformers, arch, special_ids))
     missing, unexpected = hf_model.load_state_dict(llama_state_to_hf(model.state_dict(), cfg), strict=False)
     missing = [k for k in missing if not (cfg.head == "tied" and k == "lm_head.weight")]
     if missing or unexpected:
@@ -494,6 +509,49 @@ def export_hf(model: GPT, out_dir: str, special_ids: dict | None = None) -> str:
     hf_model = (export_gpt2(model, transformers, special_ids) if arch == GPT2
                 else export_llama(model, transformers, arch, special_ids))
     hf_model.save_pretrained(out_dir)
+    return arch
+
+
+def tokenizer_files(meta: dict | None) -> dict[str, str]:
+    """The Hugging Face files (tokenizer.json and configs) of a checkpoint's tokenizer: an imported model's own, or
+    GPT-2's BPE rebuilt from tiktoken's ranks; a character tokenizer has none (it is exported by --to_hf only)."""
+    kind = (meta or {}).get("tokenizer", "char" if "stoi" in (meta or {}) else "gpt2")
+    if meta is None or kind == "char":
+        raise ConversionError("the checkpoint's tokenizer is " + ("missing" if meta is None else "character-level") +
+                              "; a GGUF file holds a byte-level BPE tokenizer (export with --to_hf instead)")
+    if kind == "hf":
+        return dict(meta["files"])
+    return {"tokenizer.json": gpt2_tokenizer_object().to_str()}
+
+
+def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") -> str:
+    """Write ``model`` (Llama- or Qwen2-shaped: anything export_target maps to them) and its tokenizer as one GGUF
+    file, atomically: a temporary sibling renamed into place, removed on any failure. Returns the class name."""
+    from gguf_format import write_gguf
+    transformers = _transformers()
+    arch = export_target(model.config)
+    if arch not in (LLAMA, QWEN2):
+        raise ConversionError(f"this model exports as a {arch}; --to_gguf writes {LLAMA} / {QWEN2}-shaped models "
+                              "(pre-RMSNorm, rotary, SwiGLU): use --to_hf for it")
+    files = tokenizer_files(meta)
+    special_ids = dict((meta or {}).get("special_ids") or {})
+    hf_config = llama_hf_config(model.config, transformers, arch, special_ids)
+    hf_state = llama_state_to_hf(model.state_dict(), model.config)
+    parent = os.path.dirname(os.path.abspath(path))
+    created = not os.path.isdir(parent)
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    done = False
+    try:
+        write_gguf(tmp, hf_state, hf_config, arch, files, special_ids, dtype,
+                   pretokenizer=str((meta or {}).get("gguf_pre", "default")))
+        os.replace(tmp, path)
+        done = True
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if created and not done:
+            os.removedirs(parent)  # the folders this export made for its file, and nothing else
     return arch
 
 
@@ -629,22 +687,29 @@ def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str) -> str:
 class ConvertConfig:
     # conversion (one of from_hf, from_nanogpt, to_hf)
     from_hf: str = ""  # a Hugging Face GPT-2 / Llama / Qwen2 name or save_pretrained directory
+    from_gguf: str = ""  # a Llama / Qwen2 GGUF file (any tensor type the gguf package dequantizes)
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
     data_dir: str = ""  # from_nanogpt: the dataset whose meta.pkl is its tokenizer; lm_eval_task: whose val split
     in_dir: str = ""  # with to_hf: our checkpoint to export
     to_hf: str = ""  # directory for the exported GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM + tokenizer
+    to_gguf: str = ""  # file for the exported Llama / Qwen2 GGUF (model + tokenizer)
+    gguf_type: str = "f32"  # with to_gguf: f32 | f16 | q8_0 (matrices; norm gains stay f32)
     lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
-    overwrite: bool = False  # replace a checkpoint already in out_dir, or an export already in to_hf
+    overwrite: bool = False  # replace a checkpoint already in out_dir, or an export already in to_hf / to_gguf
 
     def validate(self) -> None:
-        modes = [bool(self.from_hf), bool(self.from_nanogpt), bool(self.to_hf)]
+        modes = [bool(self.from_hf), bool(self.from_gguf), bool(self.from_nanogpt), bool(self.to_hf),
+                 bool(self.to_gguf)]
         if sum(modes) != 1:
-            raise ConfigError("give exactly one of --from_hf=NAME_OR_DIR, --from_nanogpt=CKPT or --to_hf=DIR")
-        if (self.from_hf or self.from_nanogpt) and not self.out_dir:
+            raise ConfigError("give exactly one of --from_hf=NAME_OR_DIR, --from_gguf=FILE, --from_nanogpt=CKPT, "
+                              "--to_hf=DIR or --to_gguf=FILE")
+        if (self.from_hf or self.from_gguf or self.from_nanogpt) and not self.out_dir:
             raise ConfigError("--out_dir=DIR is required to import a model")
-        if self.to_hf and not self.in_dir:
-            raise ConfigError("--in_dir=DIR (our checkpoint) is required with --to_hf")
+        if (self.to_hf or self.to_gguf) and not self.in_dir:
+            raise ConfigError(f"--in_dir=DIR (our checkpoint) is required with --to_{'hf' if self.to_hf else 'gguf'}")
+        if self.gguf_type not in ("f32", "f16", "q8_0"):
+            raise ConfigError(f"--gguf_type={self.gguf_type!r} is not one of f32, f16, q8_0")
 
 
 def check_export_dir(to_hf: str, overwrite: bool) -> None:
@@ -660,7 +725,22 @@ def check_export_dir(to_hf: str, overwrite: bool) -> None:
     check_writable_dir(to_hf)
 
 
+def check_export_file(path: str, overwrite: bool) -> None:
+    """Before any work: ``path`` can be written as a new file (an existing one only with ``overwrite``)."""
+    if os.path.isdir(path):
+        raise ConversionError(f"--to_gguf='{path}' is a directory; give a file path such as model.gguf")
+    if os.path.lexists(path) and not overwrite:
+        raise ConversionError(f"'{path}' already exists; choose another --to_gguf, or pass --overwrite=True")
+    check_writable_dir(os.path.dirname(os.path.abspath(path)))
+
+
 def convert(cfg: ConvertConfig) -> str:
+    if cfg.to_gguf:
+        check_export_file(cfg.to_gguf, cfg.overwrite)
+        model, ckpt = load_model(cfg.in_dir)
+        tokenizer_files(ckpt.get("meta"))  # a tokenizer GGUF cannot hold fails before anything is written
+        export_gguf(model, ckpt.get("meta"), cfg.to_gguf, cfg.gguf_type)
+        return cfg.to_gguf
     if cfg.to_hf:
         check_export_dir(cfg.to_hf, cfg.overwrite)
         model, ckpt = load_model(cfg.in_dir)
@@ -673,12 +753,16 @@ def convert(cfg: ConvertConfig) -> str:
         if cfg.lm_eval_task:
             write_lm_eval_task(ckpt, data_dir, cfg.to_hf)
         return cfg.to_hf
-    check_output_dir(cfg.out_dir, cfg.from_nanogpt, cfg.overwrite)
+    check_output_dir(cfg.out_dir, cfg.from_nanogpt or cfg.from_gguf, cfg.overwrite)
     if cfg.from_hf:
         model, arch = hf_pretrained(cfg.from_hf)
         check_finite(model.state_dict(), cfg.from_hf)
         meta = GPT2_META if arch == GPT2 else hf_tokenizer_meta_for(cfg.from_hf, model)
         source = {"init_from": cfg.from_hf, "hf_architecture": arch}
+    elif cfg.from_gguf:
+        model, arch, meta = gguf_pretrained(cfg.from_gguf)
+        check_finite(model.state_dict(), cfg.from_gguf)
+        source = {"init_from": os.path.abspath(cfg.from_gguf), "hf_architecture": arch, "format": "gguf"}
     else:
         ckpt = load_checkpoint(cfg.from_nanogpt)
         model = import_nanogpt(ckpt)
@@ -705,6 +789,9 @@ def nanogpt_meta(ckpt: dict, data_dir: str = "") -> dict:
 
 def main(argv: list[str]) -> None:
     cfg = load_config(ConvertConfig, argv, prog="convert.py")
+    if cfg.to_gguf:  # one file, written atomically by export_gguf
+        print(f"wrote {convert(cfg)}")
+        return
     with hold_run_dir(cfg.to_hf or cfg.out_dir, "convert.py"):
         print(f"wrote {convert(cfg)}")
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from errors import DataError
+from logger import progress
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_ENV = "TINYSHAKESPEARE_PATH"  # a local copy of tinyshakespeare's input.txt
@@ -257,6 +258,18 @@ def ensure_prepared(data_dir: str, dataset: str) -> None:
 
 
 HF_TOKENIZER_FILE = "tokenizer.json"  # a Hugging Face fast tokenizer, the one file that defines its ids
+HF_TOKENIZER_FILES = (HF_TOKENIZER_FILE, "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+def read_tokenizer_files(directory: str) -> dict[str, str]:
+    """The Hugging Face tokenizer files (tokenizer.json and its configs) in ``directory``, verbatim."""
+    files = {}
+    for name in HF_TOKENIZER_FILES:
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                files[name] = f.read()
+    return files
 
 
 def hf_tokenizer_meta(files: dict[str, str], special_ids: dict | None = None) -> dict:
@@ -409,10 +422,14 @@ class BatchLoader:
         starts = torch.randint(len(data) - self.block_size - 1, (self.batch_size,), generator=self.generator)
         return self.windows(data, starts.tolist())
 
+    def full_split_starts(self, split: str) -> list[int]:
+        """Where the consecutive non-overlapping windows of ``full_split`` start."""
+        return list(range(0, len(self.tokens(split)) - self.block_size - 1, self.block_size))
+
     def full_split(self, split: str):
         """Every token of ``split`` once, as consecutive non-overlapping windows of block_size."""
         data = self.tokens(split)
-        starts = list(range(0, len(data) - self.block_size - 1, self.block_size))
+        starts = self.full_split_starts(split)
         for i in range(0, len(starts), self.batch_size):
             yield self.windows(data, starts[i:i + self.batch_size])
 
@@ -481,7 +498,8 @@ def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None
     total, count = 0.0, 0
     batches = (loader.full_split(split) if eval_iters is None
                else eval_batches(loader, split, eval_iters, seed))
-    for x, y in batches:
+    total = -(-len(loader.full_split_starts(split)) // loader.batch_size) if eval_iters is None else eval_iters
+    for x, y in progress(batches, f"evaluate ({split})", total, unit="batch"):
         targets = y.flatten()
         with ctx:
             h, _ = model(x, features=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 
 
@@ -17,6 +18,16 @@ def _plain(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+def progress(iterable, desc: str, total: int | None = None, unit: str = "it"):
+    """``iterable`` with a progress line and ETA on stderr (tqdm): for every step that can take minutes on a real
+    model (calibration, refit, the learned map, evaluation). Redrawn at most every second on a terminal, every 30 s
+    in a log file; NANOLGPT_PROGRESS=0 turns it off."""
+    from tqdm import tqdm
+    tty = sys.stderr.isatty()
+    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=tty,
+                mininterval=1.0 if tty else 30.0, disable=os.environ.get("NANOLGPT_PROGRESS") == "0")
 
 
 class MetricsLogger:

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from logger import progress
 from model import GPT
 
 REFIT_MODES = ("none", "gains", "readers", "all")
@@ -88,7 +89,7 @@ def fit_gains(original: GPT, new: GPT, batches: list[torch.Tensor]) -> dict[str,
     """Multiply each reader-feeding norm's scalar gain by s = Σ⟨y − b, z⟩ / Σ⟨z, z⟩ (module docstring), in forward
     order so that each fit sees the gains already fitted before it. Returns {norm: s}."""
     factors = {}
-    for norm, readers in readers_by_norm(new):
+    for norm, readers in progress(readers_by_norm(new), "refit gains", unit="norm"):
         num = den = 0.0
         for reader in readers:
             bias = getattr(new.get_submodule(reader), "bias", None)
@@ -191,7 +192,9 @@ def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.T
     T = T.double()
     errors = {}
     streams = [(original.embed(b), new.embed(b)) for b in batches]
-    for i, (old_block, new_block) in enumerate(zip(original.transformer.h, new.transformer.h)):
+    blocks = progress(list(enumerate(zip(original.transformer.h, new.transformer.h))), f"refit {mode}",
+                      unit="block")
+    for i, (old_block, new_block) in blocks:
         for name, role in BLOCK_REFITS[mode]:
             pairs = ((module_input(old_block, name, h), module_input(new_block, name, h_new)) for h, h_new in streams)
             errors[f"transformer.h.{i}.{name}"] = fit_linear(new_block.get_submodule(name),
@@ -254,7 +257,7 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     losses = {"initial": calibration_loss(start)}
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(batches), generator=generator).tolist()
-    for step in range(steps):
+    for step in progress(range(steps), "learn T", unit="step"):
         k = order[step % len(order)]
         optimizer.zero_grad(set_to_none=True)
         for part in parts(k):  # the port is rebuilt per pass: each backward frees its own graph

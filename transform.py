@@ -79,6 +79,7 @@ from grow import (
     raw_state_dict,
     weight_growth,
 )
+from logger import progress
 from model import GPT, GPTConfig
 from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
 
@@ -821,7 +822,7 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
     is the direction of h, and unscaled late layers would otherwise dominate."""
     model.eval()
     total, count = unit_second_moment(model.transformer.wte.weight)
-    for k in range(batches):
+    for k in progress(range(batches), "calibrate", unit="batch"):
         x, _ = loader.get_batch("train", seed=seed + k)
         for h in model(x, return_hidden=True)[2]:
             moment, n = unit_second_moment(h)

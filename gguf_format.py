@@ -1,0 +1,343 @@
+"""
+GGUF files (llama.cpp's format) ↔ the Hugging Face Llama / Qwen2 state dict that convert.py already maps to ours.
+
+GGUF names a Llama's tensors ``token_embd``, ``blk.N.attn_q`` … ``output``, stores every matrix as (out, in) rows
+(its ggml shape lists the axes in reverse), and keeps Llama's Q and K rows in the interleaved RoPE layout (pairs
+2i, 2i + 1: llama.cpp's convert permutes them so, and that is our layout too) while Qwen2's stay in Hugging Face's
+rotate-half layout. Reading dequantizes every tensor type the ``gguf`` package knows (F32, F16, BF16, Q8_0,
+Q4_0/1, Q5_0/1, the K-quants …) to float32; writing stores F32, F16 or Q8_0 matrices (norm gains always F32, as
+llama.cpp does) and the tokenizer as llama.cpp's ``gpt2`` byte-level BPE (tokens, token types, merges, special
+ids). The config comes from the metadata; a field we cannot represent exactly is refused by name, like --from_hf.
+
+``gguf`` (the package llama.cpp publishes) is needed only here; transformers reads the tokenizer from the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from errors import ConversionError
+from logger import progress
+
+GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+GGUF_TYPES = ("f32", "f16", "q8_0")  # what --to_gguf writes (matrices; gains stay F32)
+# GGUF tensor name (in block N: blk.N.<name>) → the Hugging Face Llama / Qwen2 name (model.layers.N.<name>)
+BLOCK_TENSORS = {
+    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias", "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}
+TOP_TENSORS = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+               "output.weight": "lm_head.weight"}
+GGUF_TO_HF = {**TOP_TENSORS, **{f"blk.{{}}.{k}": f"model.layers.{{}}.{v}" for k, v in BLOCK_TENSORS.items()}}
+HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5  # llama.cpp's token types
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError as e:
+        raise ConversionError("GGUF needs the optional dependency gguf: pip install -r requirements-extras.txt") from e
+    return gguf
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The Hugging Face Llama name of a GGUF tensor name (None: not one of a Llama's / Qwen2's tensors)."""
+    if gguf_name in TOP_TENSORS:
+        return TOP_TENSORS[gguf_name]
+    parts = gguf_name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in BLOCK_TENSORS:
+        return f"model.layers.{parts[1]}.{BLOCK_TENSORS[parts[2]]}"
+    return None
+
+
+def gguf_name(name: str) -> str:
+    """The GGUF name of a Hugging Face Llama / Qwen2 tensor name (the inverse of ``hf_name``)."""
+    if name in HF_TO_GGUF:
+        return HF_TO_GGUF[name]
+    _, _, i, rest = name.split(".", 3)
+    return HF_TO_GGUF[f"model.layers.{{}}.{rest}"].format(i)
+
+
+def interleave_rope_rows(W: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """llama.cpp's Q/K permutation (Hugging Face rotate-half rows → interleaved pairs within each head):
+    row 2i + a of a head is row a·head_dim/2 + i of the Hugging Face head."""
+    head_dim = W.shape[0] // n_heads
+    return W.reshape(n_heads, 2, head_dim // 2, *W.shape[1:]).transpose(1, 2).reshape(W.shape)
+
+
+def uninterleave_rope_rows(W: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """The inverse of ``interleave_rope_rows`` (what transformers' GGUF reader applies to a Llama's Q and K)."""
+    head_dim = W.shape[0] // n_heads
+    return W.reshape(n_heads, head_dim // 2, 2, *W.shape[1:]).transpose(1, 2).reshape(W.shape)
+
+
+@dataclass
+class GGUFModel:
+    """What a GGUF file holds, in Hugging Face terms: the config (a transformers Llama/Qwen2 config), the state
+    dict (float32, Hugging Face names and layout), and the architecture name."""
+    hf_config: object
+    hf_state: dict
+    arch: str
+
+
+def _field(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    try:
+        return field.contents()
+    except Exception as e:  # a damaged field: the gguf package raises several kinds
+        raise ConversionError(f"GGUF metadata field {key} cannot be read ({e.__class__.__name__})") from e
+
+
+def open_reader(path: str):
+    """gguf.GGUFReader over ``path``, or one ConversionError (missing, truncated, not GGUF)."""
+    gguf = _gguf()
+    if not os.path.isfile(path):
+        raise ConversionError(f"--from_gguf={path}: no such file")
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:  # truncated or foreign files raise ValueError, IndexError, struct/numpy errors
+        raise ConversionError(f"'{path}' is not a readable GGUF file ({e.__class__.__name__}: {str(e)[:120]}); "
+                              "is it truncated? download it again") from e
+
+
+def gguf_config(reader, path: str):
+    """The transformers LlamaConfig / Qwen2Config a GGUF file's metadata describes, refusing what we cannot hold."""
+    import transformers
+    arch = _field(reader, "general.architecture")
+    if arch not in GGUF_ARCHITECTURES:
+        raise ConversionError(f"'{path}' is a GGUF of architecture {arch!r}; --from_gguf reads exactly "
+                              f"{', '.join(GGUF_ARCHITECTURES)}")
+
+    def need(key: str):
+        value = _field(reader, f"{arch}.{key}")
+        if value is None:
+            raise ConversionError(f"'{path}' lacks the GGUF metadata field {arch}.{key}")
+        return value
+
+    n_head, d = int(need("attention.head_count")), int(need("embedding_length"))
+    n_kv = int(_field(reader, f"{arch}.attention.head_count_kv", n_head))
+    head_dim = int(_field(reader, f"{arch}.attention.key_length", 0) or
+                   _field(reader, f"{arch}.rope.dimension_count", 0) or d // n_head)
+    if int(_field(reader, f"{arch}.attention.value_length", head_dim)) != head_dim:
+        raise ConversionError(f"'{path}': key and value head sizes differ; they cannot be represented exactly")
+    if int(_field(reader, f"{arch}.rope.dimension_count", head_dim)) != head_dim:
+        raise ConversionError(f"'{path}': RoPE on part of each head cannot be represented exactly")
+    scaling = _field(reader, f"{arch}.rope.scaling.type", "none")
+    if scaling not in ("none", None) or any(t.name == "rope_freqs.weight" for t in reader.tensors):
+        raise ConversionError(f"'{path}': RoPE scaling ({scaling if scaling != 'none' else 'rope_freqs.weight'}) "
+                              "is not read from GGUF; import the Hugging Face directory with --from_hf instead")
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    vocab = int(_field(reader, f"{arch}.vocab_size", 0) or (len(tokens) if tokens is not None else 0))
+    if not vocab:
+        raise ConversionError(f"'{path}' records neither {arch}.vocab_size nor a token list")
+    special = {f"{k}_token_id": int(v) for k in ("bos", "eos", "pad")
+               for v in [_field(reader, f"tokenizer.ggml.{'padding' if k == 'pad' else k}_token_id")] if v is not None}
+    tied = not any(t.name == "output.weight" for t in reader.tensors)
+    common = dict(hidden_size=d, intermediate_size=int(need("feed_forward_length")),
+                  num_hidden_layers=int(need("block_count")), num_attention_heads=n_head, num_key_value_heads=n_kv,
+                  head_dim=head_dim, vocab_size=vocab, max_position_embeddings=int(need("context_length")),
+                  rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+                  rope_parameters={"rope_type": "default",
+                                   "rope_theta": float(_field(reader, f"{arch}.rope.freq_base", 10000.0))},
+                  tie_word_embeddings=tied, hidden_act="silu", **special)
+    if arch == "llama":
+        return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), GGUF_ARCHITECTURES[arch]
+    return transformers.Qwen2Config(use_sliding_window=False, **common), GGUF_ARCHITECTURES[arch]
+
+
+def dequantized(tensor) -> torch.Tensor:
+    """One GGUF tensor as float32 in (out, in) layout, whatever its storage type."""
+    gguf = _gguf()
+    try:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError as e:
+        raise ConversionError(f"tensor {tensor.name} is stored as {tensor.tensor_type.name}, which the gguf package "
+                              "cannot dequantize") from e
+    shape = tuple(int(x) for x in reversed(tensor.shape))
+    return torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))  # a writable copy
+
+
+def read_gguf(path: str) -> GGUFModel:
+    """The model in a GGUF file as a Hugging Face config + float32 state dict. Every tensor must belong to the
+    architecture and every tensor the architecture needs must be there (one ConversionError naming it)."""
+    reader = open_reader(path)
+    hf_config, arch = gguf_config(reader, path)
+    state, unknown = {}, []
+    for tensor in progress(reader.tensors, "dequantize", unit="tensor"):
+        name = hf_name(tensor.name)
+        if name is None:
+            unknown.append(tensor.name)
+            continue
+        W = dequantized(tensor)
+        if arch == GGUF_ARCHITECTURES["llama"] and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = hf_config.num_attention_heads if "q_proj" in name else hf_config.num_key_value_heads
+            W = uninterleave_rope_rows(W, heads)
+        state[name] = W
+    if unknown:
+        raise ConversionError(f"'{path}' holds tensors a {arch} does not have ({', '.join(unknown[:3])}); "
+                              "refusing to drop them")
+    expected = expected_shapes(hf_config, arch)
+    missing = [gguf_name(k) for k in expected if k not in state]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ConversionError(f"'{path}' lacks the tensor {missing[0]}{more}; the file is incomplete")
+    for k, shape in expected.items():
+        if tuple(state[k].shape) != shape:
+            raise ConversionError(f"tensor {gguf_name(k)} has shape {tuple(state[k].shape)} but the metadata "
+                                  f"says {shape}")
+    return GGUFModel(hf_config, state, arch)
+
+
+def expected_shapes(hf_config, arch: str) -> dict[str, tuple[int, ...]]:
+    """Every Hugging Face tensor a Llama / Qwen2 with this config has, and its shape."""
+    d, hd, f = hf_config.hidden_size, hf_config.head_dim, hf_config.intermediate_size
+    q, kv = hf_config.num_attention_heads * hd, hf_config.num_key_value_heads * hd
+    shapes = {"model.embed_tokens.weight": (hf_config.vocab_size, d), "model.norm.weight": (d,)}
+    if not hf_config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (hf_config.vocab_size, d)
+    for i in range(hf_config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
+                       p + "self_attn.q_proj.weight": (q, d), p + "self_attn.k_proj.weight": (kv, d),
+                       p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, q),
+                       p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+                       p + "mlp.down_proj.weight": (d, f)})
+        if arch == GGUF_ARCHITECTURES["qwen2"]:
+            shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                           p + "self_attn.v_proj.bias": (kv,)})
+    return shapes
+
+
+def gguf_pretokenizer(path: str) -> str:
+    """The file's ``tokenizer.ggml.pre``: the name llama.cpp picks its pre-tokenizer (the regex that splits text
+    before BPE) by; kept in the checkpoint so that an export writes it back."""
+    return str(_field(open_reader(path), "tokenizer.ggml.pre", "default"))
+
+
+def gguf_tokenizer_files(path: str) -> dict[str, str]:
+    """The Hugging Face tokenizer files (tokenizer.json and its configs) of the tokenizer a GGUF file describes,
+    built by transformers' GGUF converter (the same tokenizer transformers uses with the file)."""
+    import transformers
+
+    from dataset import read_tokenizer_files
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                                               gguf_file=os.path.basename(path))
+    except Exception as e:  # no or a damaged token list: the converter raises several kinds
+        raise ConversionError(f"the tokenizer in '{path}' cannot be read ({e.__class__.__name__}: {str(e)[:120]}); "
+                              "an imported model keeps its own tokenizer") from e
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return read_tokenizer_files(tmp)
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+
+
+def tokenizer_fields(files: dict[str, str], special_ids: dict, vocab_size: int) -> dict:
+    """llama.cpp's tokenizer metadata (model 'gpt2': byte-level BPE) for a Hugging Face tokenizer (its files:
+    tokenizer.json and configs): tokens by id, their types, merges and special ids; the vocabulary is padded to
+    the model's rows with unused tokens."""
+    spec = json.loads(files["tokenizer.json"])
+    model = spec.get("model", {})
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise ConversionError(f"the tokenizer is a {model.get('type')!r} model; GGUF export writes byte-level BPE "
+                              "tokenizers only (export with --to_hf instead)")
+    tokens = {int(i): tok for tok, i in model["vocab"].items()}
+    types = dict.fromkeys(tokens, TOKEN_NORMAL)
+    for added in spec.get("added_tokens") or []:
+        tokens[int(added["id"])] = added["content"]
+        types[int(added["id"])] = TOKEN_CONTROL if added.get("special") else TOKEN_USER_DEFINED
+    size = max(vocab_size, max(tokens) + 1)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    fields = {"tokens": [tokens.get(i, f"[PAD{i}]") for i in range(size)],
+              "token_types": [types.get(i, TOKEN_UNUSED) for i in range(size)], "merges": merges,
+              "special": dict(special_ids or {}), "chat_template": None}
+    if files.get("tokenizer_config.json"):
+        fields["chat_template"] = json.loads(files["tokenizer_config.json"]).get("chat_template")
+    if files.get("chat_template.jinja"):
+        fields["chat_template"] = files["chat_template.jinja"]
+    return fields
+
+
+def gguf_state(hf_state: dict, hf_config, arch: str) -> dict[str, torch.Tensor]:
+    """GGUF-named tensors from a Hugging Face Llama / Qwen2 state dict (a Llama's Q and K rows interleaved)."""
+    out = {}
+    for name, W in hf_state.items():
+        if arch == GGUF_ARCHITECTURES["llama"] and name.endswith(("q_proj.weight", "k_proj.weight")):
+            W = interleave_rope_rows(W, hf_config.num_attention_heads if "q_proj" in name
+                                     else hf_config.num_key_value_heads)
+        out[gguf_name(name)] = W.detach().float().contiguous()
+    return out
+
+
+def storage(name: str, W: torch.Tensor, dtype: str):
+    """(array, GGML type) for one tensor: matrices in ``dtype``, vectors and matrices whose rows Q8_0 cannot
+    block (length not a multiple of 32) in F32/F16."""
+    gguf = _gguf()
+    Q = gguf.GGMLQuantizationType
+    x = W.numpy()
+    if x.ndim == 1 or dtype == "f32":
+        return x.astype(np.float32), Q.F32
+    if dtype == "q8_0" and x.shape[-1] % 32 == 0:
+        return gguf.quants.quantize(x.astype(np.float32), Q.Q8_0), Q.Q8_0
+    return x.astype(np.float16), Q.F16
+
+
+def write_gguf(path: str, hf_state: dict, hf_config, arch: str, tokenizer_files: dict[str, str],
+               special_ids: dict, dtype: str = "f32", pretokenizer: str = "default",
+               name: str = "nanoLGPT export") -> None:
+    """Write a GGUF file (version 3) that llama.cpp and transformers read as the same Llama / Qwen2, with the
+    tokenizer whose Hugging Face files are ``tokenizer_files`` (``pretokenizer``: llama.cpp's name for its
+    pre-tokenizer, e.g. 'smollm', 'qwen2', 'llama-bpe'; 'default' is GPT-2's)."""
+    gguf = _gguf()
+    if dtype not in GGUF_TYPES:
+        raise ConversionError(f"--gguf_type={dtype!r} is not one of {GGUF_TYPES}")
+    key = {v: k for k, v in GGUF_ARCHITECTURES.items()}[arch]
+    tok = tokenizer_fields(tokenizer_files, special_ids, hf_config.vocab_size)
+    writer = gguf.GGUFWriter(path, key)
+    writer.add_name(name)
+    writer.add_context_length(hf_config.max_position_embeddings)
+    writer.add_embedding_length(hf_config.hidden_size)
+    writer.add_block_count(hf_config.num_hidden_layers)
+    writer.add_feed_forward_length(hf_config.intermediate_size)
+    writer.add_head_count(hf_config.num_attention_heads)
+    writer.add_head_count_kv(hf_config.num_key_value_heads)
+    writer.add_key_length(hf_config.head_dim)
+    writer.add_value_length(hf_config.head_dim)
+    writer.add_rope_dimension_count(hf_config.head_dim)
+    writer.add_rope_freq_base(float(hf_config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(float(hf_config.rms_norm_eps))
+    writer.add_vocab_size(len(tok["tokens"]))
+    writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[dtype])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pretokenizer)
+    writer.add_token_list(tok["tokens"])
+    writer.add_token_types(tok["token_types"])
+    writer.add_token_merges(tok["merges"])
+    for k, add in (("bos_token_id", writer.add_bos_token_id), ("eos_token_id", writer.add_eos_token_id),
+                   ("pad_token_id", writer.add_pad_token_id)):
+        if tok["special"].get(k) is not None:
+            add(int(tok["special"][k]))
+    writer.add_add_bos_token(False)  # a dataset is one stream of text: no BOS is added (as prepare.py does)
+    if tok["chat_template"]:
+        writer.add_chat_template(tok["chat_template"])
+    for tensor_name, W in gguf_state(hf_state, hf_config, arch).items():
+        data, qtype = storage(tensor_name, W, dtype)
+        writer.add_tensor(tensor_name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file(progress=False)
+    writer.close()
