@@ -60,7 +60,7 @@ def cache_dir() -> str:
     return os.path.expanduser(os.environ.get("NANOLGPT_CACHE") or "~/.cache/nanolgpt")
 
 
-def cached(name: str) -> str:
+def cache_path(name: str) -> str:
     """The path a fetched file has in the cache (it may not be there yet)."""
     return os.path.join(cache_dir(), name)
 
@@ -111,7 +111,7 @@ def download(source: Source, where: str) -> str:
 
 def fetch_source(source: Source) -> str:
     """The source's file in the cache, downloaded and checked if it is not there (or not intact) yet."""
-    path = cached(source.name)
+    path = cache_path(source.name)
     cleaned = not source.name.endswith(".gguf")  # texts are stored cleaned, written atomically: present is intact
     if os.path.isfile(path):
         with open(path, "rb") as f:

