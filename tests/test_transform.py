@@ -180,6 +180,15 @@ def test_jl_min_width_against_its_formula():
     assert jl_min_width(10 * n, eps, delta) > jl_min_width(n, eps, delta)
 
 
+def test_calibration_points_counts_what_the_calibration_pass_sees(trained_dir, char_data_dir):
+    """A random map skips the calibration pass; the JL bound's N it reports must be the pass's own count."""
+    from transform import calibration_points, collect_calibration
+    model, _ = load_model(trained_dir)
+    loader = BatchLoader(char_data_dir, model.config.block_size, 3)
+    assert calibration_points(model.config, loader, 2) == collect_calibration(model, loader, 2).count
+    assert calibration_points(model.config, None, 2) == model.config.vocab_size
+
+
 def test_pseudo_inverse_rejects_rank_deficient_maps():
     with pytest.raises(TransformError, match="rank-deficient"):
         pseudo_inverse(torch.zeros(3, 5, dtype=torch.float64))
