@@ -414,6 +414,49 @@ def quantization(r: dict) -> str:
     return "\n".join(lines)
 
 
+def real_model_label(row: dict) -> str:
+    """A real-model row's name: the map, the rule when it is not ours, the calibration text when PCA reads one."""
+    name = row["kind"] + ("" if row["porting"] == "residual" else f", {row['porting']}")
+    if row.get("source", "as imported") != "as imported":
+        name += ", 9 kv heads" if row["porting"] == "residual" else ""
+    if row["kind"] == "pca" or any(o.startswith("--refit") for o in row.get("options", [])):
+        name += f" (calibrated on {'Shakespeare' if row['calibration'] == 'shakespeare' else 'English news'})"
+    return name + "".join(f", {o.lstrip('-')}" for o in row.get("options", []))
+
+
+def real_model(r: dict) -> str:
+    base, d = r["base"], 576
+    bv, bg = base["losses"]["val"], base["losses"]["general"]
+    step = base["import"]["fetch_and_import"]
+
+    def gap(loss: float, ref: float) -> str:
+        return f"{100 * (loss / ref - 1):+.1f}%"
+
+    lines = [f"{r['model']}: d = 576, 30 layers, 9 query / 3 key-value heads, tied head. Zero-shot losses over the "
+             f"whole val split in {r['block_size']}-token windows: **val** = tinyshakespeare (its train split "
+             "calibrates), **general** = *Botchan*, an English novel no calibration reads. Calibration: "
+             f"{r['calibration_tokens']:,} tokens (8 batches × 16 × {r['block_size']}). Parameters count tied weights "
+             "once. Time and peak memory are the transform command's own (a process per step, "
+             f"{r['threads_per_step']} CPU thread). n = 1 per row: one map seed (0), one calibration draw.",
+             "", "| map (rule; calibration) | m (m/d) | parameters | val loss | val gap | general loss | general gap | "
+             "transform s | peak GB |", "|---|---|---|---|---|---|---|---|---|",
+             f"| original (imported from GGUF: {step['seconds']:.0f} s, {step['peak_mb'] / 1024:.1f} GB with the "
+             f"fetch) | 576 (1) | {base['parameters'] / 1e6:.1f} M | {bv:.4f} | — | {bg:.4f} | — | — | — |"]
+    reg = r.get("regrouped")
+    rows = ([dict(reg, kind="3 → 9 kv heads, T = I", porting="residual", calibration="—", options=[])] if reg
+            else []) + r["rows"]
+    for row in rows:
+        label = real_model_label(row) if row is not reg else "original, 3 → 9 key-value heads (exact, T = I)"
+        lines.append(f"| {label} | {row['m']} ({row['m'] / d:.2f}) | {row['parameters'] / 1e6:.1f} M | "
+                     f"{row['losses']['val']:.4f} | {gap(row['losses']['val'], bv)} | {row['losses']['general']:.4f} "
+                     f"| {gap(row['losses']['general'], bg)} | {row['step']['seconds']:.0f} | "
+                     f"{row['step']['peak_mb'] / 1024:.1f} |")
+    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: "
+              f"{len(r['rows'])} transforms ({'all' if r['cells'] == 'all' else 'the core'} cells; "
+              f"`--cells=all` adds the other JL kinds, m/d = 0.5 for the paper's rules and the refits).*"]
+    return "\n".join(lines)
+
+
 def shrink_quality(r: dict) -> str:
     ratios = sorted({row["ratio"] for row in r["rows"]})
     ref = r["reference_val_loss"]
@@ -1280,7 +1323,7 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
-                                    grow_recipes)}
+                                    grow_recipes, real_model)}
 
 
 def render(name: str) -> str:
