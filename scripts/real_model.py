@@ -120,6 +120,42 @@ def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "
     return dict(result, kind=kind, porting=porting, m=width, calibration=calib, options=list(extra), out_dir=out)
 
 
+FT_ITERS = 48  # 48 × 8 × 256 = 98,304 training tokens: the issue's ≤ 100 k
+FINETUNE = [f"--block_size={BLOCK}", "--batch_size=8", f"--max_iters={FT_ITERS}", f"--lr_decay_iters={FT_ITERS}",
+            "--learning_rate=3e-5", "--min_lr=3e-6", "--warmup_iters=4", "--eval_interval=24", "--eval_iters=4",
+            "--eval_seed=0", "--eval_train=False", "--seed=1337", "--log_interval=8", "--progress_bar=False",
+            f"--threads={THREADS}"]
+
+
+def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...] = ()) -> dict:
+    """One recovery finetune (the one recipe above, on tinyshakespeare's train split), timed, with the full-split
+    losses of its final model; ``extra``: the arm's own options (distillation, the control to compare with)."""
+    args = ["finetune.py", f"--in_dir={src}", f"--data_dir={data['shakespeare']}", *FINETUNE, *extra]
+    spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
+                     if a.startswith(("--in_dir", "--data_dir", "--control_dir")) else a for a in args], "v": 1}
+
+    def build(out: str) -> dict:
+        step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
+        with open(os.path.join(out, "finetune.json")) as f:
+            record = json.load(f)
+        return {"step": step, "finetune": record, "losses": losses(out, data), "parameters": parameters(out)}
+
+    out, result = cached("finetune", f"smollm2-{label}", spec, build)
+    return dict(result, out_dir=out)
+
+
+def recovery(src: str, data: dict[str, str]) -> dict:
+    """The control (the untransformed model in canonical form — its final gain folded into an untied head, as the
+    shrink does — finetuned on LM loss) and PCA at m/d = 0.75 finetuned by distillation from the original with
+    the identical recipe, data order and eval batches; n = 1 (one data order)."""
+    canonical = cell(src, data, 576, "truncate")  # T = I: the same function, the same form as the shrunk model
+    shrunk = cell(src, data, RATIOS[0.75], "pca")
+    control = finetuned(canonical["out_dir"], data, "control")
+    arm = finetuned(shrunk["out_dir"], data, "pca-m432-kd", ("--distill=True", f"--control_dir={control['out_dir']}"))
+    return {"tokens": FT_ITERS * 8 * BLOCK, "recipe": FINETUNE, "canonical": canonical, "control": control,
+            "arms": [dict(arm, name="pca, m = 432 (calibrated on Shakespeare), distilled from the original")]}
+
+
 def grid(which: str) -> list[tuple]:
     """The cells in the order they are built (the most telling first, so a cut-short run still says something)."""
     cells = []
@@ -136,6 +172,13 @@ def grid(which: str) -> list[tuple]:
                   for k in ("gaussian", "orthogonal")]
         cells += [("pca", "residual", RATIOS[0.75], "shakespeare", (f"--refit={r}",)) for r in ("readers", "all")]
     return cells
+
+
+def run_recovery() -> None:
+    started = time.time()
+    src, _ = imported()
+    data = {text: prepared(src, text) for text in TEXTS}
+    save(recovery(src, data), started, "real_model_recovery")
 
 
 def run(which: str) -> dict:
@@ -158,11 +201,12 @@ def run(which: str) -> dict:
     return {"rows": rows}
 
 
-def save(payload: dict, started: float) -> None:
-    out = os.path.join(RESULTS, "real_model")
+def save(payload: dict, started: float, experiment: str = "real_model") -> None:
+    out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
     payload = dict(payload, meta={"seconds": round(time.time() - started), "hardware": hardware(),
-                                  "command": "scripts/real_model.sh"})
+                                  "command": "scripts/real_model.sh" + (" --part=recovery" if experiment !=
+                                                                         "real_model" else "")})
     tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=2, default=str)
@@ -172,7 +216,14 @@ def save(payload: dict, started: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", choices=("core", "all"), default="all")
-    run(parser.parse_args().cells)
+    parser.add_argument("--part", choices=("zero_shot", "recovery", "both"), default="both",
+                        help="the zero-shot grid (results/real_model), the recovery runs "
+                        "(results/real_model_recovery), or both")
+    args = parser.parse_args()
+    if args.part in ("zero_shot", "both"):
+        run(args.cells)
+    if args.part in ("recovery", "both"):
+        run_recovery()
 
 
 if __name__ == "__main__":
