@@ -185,14 +185,16 @@ def run(which: str) -> dict:
     started = time.time()
     src, imported_result = imported()
     data = {text: prepared(src, text) for text in TEXTS}
-    base = {"losses": losses(src, data), "parameters": parameters(src), "import": imported_result}
+    _, evaluated = cached("eval", "smollm2-base", {"model": harness.relative(src), "evals": EVALS, "block": BLOCK},
+                          lambda out: {"losses": losses(src, data), "parameters": parameters(src)})
+    base = dict(evaluated, **{"import": imported_result})
     regrouped = cell(src, data, 576, "truncate", extra=("--n_kv_head=9",))  # T = I; GQA 9/3 → MHA 9/9, exact
     rows = []
     for kind, porting, m, calib, extra in grid(which):
         on_mha = extra == ("mha",)
         rows.append(cell(regrouped["out_dir"] if on_mha else src, data, m, kind, porting, calib,
                          () if on_mha else extra))
-        rows[-1]["source"] = "regrouped to 9 key-value heads" if on_mha else "as imported"
+        rows[-1]["source"] = "kv9" if on_mha else "imported"  # kv9: regrouped to 9 key-value heads first
         print(f"[{len(rows)}/{len(grid(which))}] {rows[-1]['kind']} {porting} m={m} ({calib}): "
               f"val {rows[-1]['losses']['val']:.4f}, general {rows[-1]['losses']['general']:.4f}", flush=True)
         save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "gguf": SMOLLM2_GGUF,

@@ -417,7 +417,7 @@ def quantization(r: dict) -> str:
 def real_model_label(row: dict) -> str:
     """A real-model row's name: the map, the rule when it is not ours, the calibration text when PCA reads one."""
     name = row["kind"] + ("" if row["porting"] == "residual" else f", {row['porting']}")
-    if row.get("source", "as imported") != "as imported":
+    if row.get("source", "imported") not in ("imported", "as imported"):
         name += ", 9 kv heads" if row["porting"] == "residual" else ""
     if row["kind"] == "pca" or any(o.startswith("--refit") for o in row.get("options", [])):
         name += f" (calibrated on {'Shakespeare' if row['calibration'] == 'shakespeare' else 'English news'})"
@@ -997,7 +997,7 @@ def grow_summary(r: dict) -> dict[str, str]:
 # fails, naming the section, when TEXT differs from what results/ gives or NAME is unknown.
 
 
-QUOTE = re.compile(r"<!-- q (\S+) -->(.*?)<!-- /q -->", re.S)
+QUOTE = re.compile(r"<!-- q ([^\n]+?) -->(.*?)<!-- /q -->", re.S)  # a name may hold spaces (a filter value)
 
 
 def _shrink_gap(ratio: float, correction: str, digits: int = 2) -> str:
@@ -1263,9 +1263,9 @@ def path_quote(expression: str) -> str:
     if match is None:
         raise KeyError(expression)
     experiment, path, reference, spec = match.groups()
-    root = load(experiment)
+    root = load(experiment) or _bench(experiment)  # an experiment's results/, else a benchmark's bench/results/
     if root is None:
-        raise KeyError(f"results/{experiment} does not exist")
+        raise KeyError(f"neither results/{experiment} nor bench/results/{experiment}.json exists")
     value = _walk(root, path)
     if reference is not None:
         ref = _walk(root, reference)
