@@ -79,6 +79,14 @@ def test_an_edited_quoted_number_fails_the_check_naming_its_document_and_section
                           timeout=120, cwd=copy).returncode == 0
 
 
+def test_a_quote_whose_path_holds_a_space_is_read_and_checked_not_skipped():
+    """A filter value may hold a space; such a quote was once not recognised as a quote at all, so a stale number
+    behind it passed the check."""
+    spaced = "<!-- q =ppl_vs_width/rows[kind=no such kind]/zero_shot/mean|.4f -->1<!-- /q -->"
+    text, problems = report.fill_quotes(spaced)
+    assert text == spaced and len(problems) == 1 and "no such kind" in problems[0]
+
+
 def test_an_unknown_quote_and_missing_or_doubled_table_markers_fail_the_check():
     _, problems = report.check_docs(dict(DOCS, **{"GUIDE.md": DOCS["GUIDE.md"] + "\n<!-- q no_such -->1<!-- /q -->\n"}))
     assert any(p.startswith("GUIDE.md:") and "unknown quote 'no_such'" in p for p in problems)

