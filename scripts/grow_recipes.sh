@@ -4,4 +4,5 @@
 # QUICK=1 (or --quick): CPU sizes. See scripts/experiments.py (grow_recipes) for what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)
 python scripts/experiments.py grow_recipes "$@"

@@ -186,10 +186,12 @@ def read_marker(marker: str) -> dict | None:
 
 def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> tuple[str, dict]:
     """(out_dir, result) of the run ``spec``, building it with ``build(out_dir)`` unless its marker exists."""
-    out = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(spec, stage=stage))}")
+    threads = torch.get_num_threads()  # float sums depend on it: a run built on more threads is another run
+    extra = {"stage": stage, **({"threads": threads} if threads != 1 else {})}
+    out = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(spec, **extra))}")
     legacy = getattr(spec, "legacy", None)
     if legacy is not None and legacy != spec and not os.path.exists(os.path.join(out, MARKER)):
-        older = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(legacy, stage=stage))}")
+        older = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(legacy, **extra))}")
         if os.path.exists(os.path.join(older, MARKER)):
             out = older
     marker = os.path.join(out, MARKER)
@@ -380,6 +382,7 @@ def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
     out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
     payload = dict(payload, meta={"quick": s.quick, "seconds": round(time.time() - started), "runs": len(READ),
+                                  "threads": torch.get_num_threads(),
                                   "build_minutes": round(sum(READ.values()) / 60, 1),
                                   "hardware": hardware(), "command": f"scripts/{experiment}.sh"
                                   + (" --quick" if s.quick else "")})

@@ -3,4 +3,5 @@
 # See scripts/experiments.py (heatmaps) for what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)
 python scripts/experiments.py heatmaps "$@"

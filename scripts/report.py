@@ -1145,7 +1145,15 @@ def _gpt2_port(options: str) -> str:
     return f"{_ms(minutes)} min with {_ms(case['extra_peak_over_model'], 2)}× (n = {n})"
 
 
+def _worked_kurtosis(model: str) -> str:
+    """The largest per-layer activation kurtosis of the worked example's zero-shot report (ref or new)."""
+    with open(os.path.join(RESULTS, "worked_example", "zero_shot", "metrics.json")) as f:
+        return f"{max(json.load(f)['models'][model]['activation_kurtosis']):.1f}"
+
+
 QUOTES = {
+    "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),
+    "worked_example.kurtosis_ref": lambda: _worked_kurtosis("ref"),
     "recipe@0.75": lambda: _shrink_gap(0.75, RECIPE),
     "recipe@0.5": lambda: _shrink_gap(0.5, RECIPE),
     "recipe@0.25": lambda: _shrink_gap(0.25, RECIPE, 1),

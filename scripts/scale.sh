@@ -4,4 +4,5 @@
 # OpenWebText (GPU; python data/openwebtext/prepare.py first). See scripts/experiments.py (scale).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)
 python scripts/experiments.py scale "$@"

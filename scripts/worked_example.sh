@@ -5,6 +5,7 @@
 # Writes runs/worked_example/* (checkpoints) and results/worked_example/ (JSON + PNG).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)
 case "${1:-}" in -h|--help) sed -n '2,4p' "$0" | sed 's/^# //'; exit 0;; esac
 export WANDB_MODE=${WANDB_MODE:-offline}
 runs=runs/worked_example
