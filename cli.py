@@ -35,14 +35,18 @@ THREADS_HELP = ("\ncommon to every command:\n  --threads=N  CPU threads for torc
                 "else the cores idle when the command starts)\n")
 
 
+MAX_THREADS = 1024  # torch takes a C int and OpenMP allocates per thread: a huge count crashes natively
+
+
 def split_threads(argv: list[str]) -> tuple[int | None, list[str]]:
     """(the --threads value or None, argv without it); a value that is not a positive integer is a ConfigError."""
     value, rest = None, []
     for arg in argv:
         if arg.startswith("--threads="):
             text = arg.split("=", 1)[1]
-            if not text.isdigit() or int(text) < 1:
-                raise ConfigError(f"--threads={text!r} must be a positive integer (CPU threads for torch)")
+            if not text.isdigit() or not 1 <= int(text) <= MAX_THREADS:
+                raise ConfigError(f"--threads={text!r} must be an integer from 1 to {MAX_THREADS} (CPU threads for "
+                                  f"torch; this machine has {os.cpu_count()} cores)")
             value = int(text)
         else:
             rest.append(arg)

@@ -122,7 +122,7 @@ def use_threads(requested: int | None) -> int:
     cores = os.cpu_count() or 1
     if requested is not None:
         n, why = requested, "--threads"
-    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and 0 < int(os.environ["OMP_NUM_THREADS"]) <= 1024:
         n, why = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
     else:
         busy = busy_cores()
