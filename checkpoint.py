@@ -23,7 +23,7 @@ import torch
 
 from errors import CheckpointError
 from grow import GrowthRamp, attach_ramp, detach_ramp
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, plain_name
 
 CHECKPOINT_NAME = "ckpt.pt"
 REQUIRED_KEYS = ("model", "model_args")
@@ -251,6 +251,60 @@ def check_structure(ckpt: dict, path: str) -> None:
             raise CheckpointError(f"'{path}': weight '{name}' {problem}; {fix}")
     if ckpt.get("meta") is not None:
         check_meta(ckpt["meta"], f"'{path}'")
+    check_steering_records(ckpt, config, expected, path, fix)
+
+
+def _bad(path: str, field: str, what: str, fix: str) -> CheckpointError:
+    return CheckpointError(f"'{path}': its field '{field}' {what}; {fix}")
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+
+
+def check_steering_records(ckpt: dict, config: GPTConfig, shapes: dict, path: str, fix: str) -> None:
+    """The records that change what a command does — the schedule's position (iter_num, source_iter_num), carried
+    AdamW moments and MSG's growth ramp — checked in Python before any of them reaches an optimizer or a tensor
+    operation: a negative count would schedule a negative learning rate, a misshapen moment crashes natively, a
+    NaN writes NaN weights."""
+    for field in ("iter_num", "source_iter_num"):
+        if field in ckpt and not _count(ckpt[field]):
+            raise _bad(path, field, f"is {ckpt[field]!r}, not a count of iterations (an integer ≥ 0)", fix)
+    carried = ckpt.get("optimizer_moments")
+    if carried is not None:
+        if not isinstance(carried, dict) or not isinstance(carried.get("moments"), dict):
+            raise _bad(path, "optimizer_moments", "is not a record of carried moments ({'step', 'moments'})", fix)
+        step = carried.get("step")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step < 2**62:
+            raise _bad(path, "optimizer_moments", f"has step {step!r}, not a number of steps ≥ 0", fix)
+        for raw, moments in carried["moments"].items():
+            name = plain_name(raw) if isinstance(raw, str) else raw  # a masked parameter's raw name
+            if name not in shapes or not isinstance(moments, dict) or set(moments) != {"exp_avg", "exp_avg_sq"}:
+                raise _bad(path, "optimizer_moments", f"holds an entry '{name}' that is not a weight's "
+                           "(exp_avg, exp_avg_sq) pair of this model", fix)
+            for key, value in moments.items():
+                if not torch.is_tensor(value) or value.shape != shapes[name] or not value.is_floating_point():
+                    got = tuple(value.shape) if torch.is_tensor(value) else type(value).__name__
+                    raise _bad(path, "optimizer_moments", f"holds {name}.{key} of shape {got}, not the weight's "
+                               f"{tuple(shapes[name])}", fix)
+                if not torch.isfinite(value).all() or key == "exp_avg_sq" and (value < 0).any():
+                    raise _bad(path, "optimizer_moments", f"holds {name}.{key} with non-finite"
+                               + (" or negative" if key == "exp_avg_sq" else "") + " values", fix)
+    ramp = ckpt.get("growth_ramp")
+    if ramp is not None:
+        null = ramp.get("null") if isinstance(ramp, dict) else None
+        if not torch.is_tensor(null) or null.shape != (config.n_embd, config.n_embd) \
+                or not torch.isfinite(null).all():
+            raise _bad(path, "growth_ramp", f"lacks a finite {config.n_embd}×{config.n_embd} projection 'null'", fix)
+        if not (_count(ramp.get("iters")) and ramp["iters"] > 0 and _count(ramp.get("done"))):
+            raise _bad(path, "growth_ramp", "needs counts iters > 0 and done ≥ 0", fix)
+        tensors = ramp.get("tensors")
+        if not isinstance(tensors, list) or any(
+                not isinstance(t, (list, tuple)) or len(t) != 3 or not isinstance(t[0], str)
+                or plain_name(t[0]) not in shapes or t[1] not in ("rows", "columns")
+                or not (t[2] is None or _count(t[2])) for t in tensors):
+            raise _bad(path, "growth_ramp", "names tensors that are not (weight of this model, 'rows' | 'columns', "
+                       "first new unit) triples", fix)
 
 
 def clean_model_args(model_args: dict) -> dict:

@@ -183,3 +183,48 @@ def test_the_energy_outside_the_best_subspace_is_what_pca_leaves():
     other = torch.linalg.qr(torch.randn(8, 3, dtype=torch.float64))[0]
     assert energy_outside_top(H, 3) < energy_outside_range(H, other)  # no other 3-dim subspace keeps more
     assert energy_outside_top(H, 8) == pytest.approx(0, abs=1e-12)
+
+
+def _damaged(src: str, dst, edit) -> str:
+    ckpt = torch.load(os.path.join(src, "ckpt.pt"), weights_only=False)
+    edit(ckpt)
+    os.makedirs(dst)
+    torch.save(ckpt, os.path.join(dst, "ckpt.pt"))
+    return str(dst)
+
+
+def _first_moment(ckpt: dict) -> dict:
+    return next(iter(ckpt["optimizer_moments"]["moments"].values()))
+
+
+STEERING_DAMAGE = {  # a record that steers a run, damaged: the words the one error line must hold
+    "negative source_iter_num": (lambda c: c.update(source_iter_num=-5), "'source_iter_num' is -5"),
+    "misshapen moment": (lambda c: _first_moment(c).update(exp_avg=torch.zeros(3, 3)),
+                         "of shape (3, 3), not the weight's"),
+    "negative second moment": (lambda c: _first_moment(c).update(exp_avg_sq=-_first_moment(c)["exp_avg_sq"].abs() - 1),
+                               "non-finite or negative"),
+    "NaN in the ramp": (lambda c: c["growth_ramp"]["null"].fill_(float("nan")), "'growth_ramp' lacks a finite"),
+    "zero ramp length": (lambda c: c["growth_ramp"].update(iters=0), "iters > 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STEERING_DAMAGE))
+def test_records_that_steer_training_are_checked_before_use(case, stage1, tmp_path, capsys):
+    """Before: a negative position scheduled a negative learning rate (gradient ascent, exit 0), a misshapen moment
+    crashed natively, a NaN ramp wrote NaN weights. Now each is one line naming the field, nothing written."""
+    import importlib
+
+    from cli import run_cli
+    src = str(tmp_path / "grown")
+    transform_checkpoint(TransformConfig(in_dir=stage1, out_dir=src, width=64, kind="orthogonal", n_head=4,
+                                         mlp_hidden=256, carry_optimizer=True, eval_iters=0, grow_mask_iters=8,
+                                         grow_reader_std=0.02))
+    edit, words = STEERING_DAMAGE[case]
+    bad = _damaged(src, tmp_path / "bad", edit)
+    settings = [a for a in TINY_MODEL if not a.startswith(("--n_head", "--n_embd", "--n_layer"))]
+    out = tmp_path / "ft"
+    rc = run_cli(importlib.import_module("finetune").main, settings + [
+        f"--in_dir={bad}", f"--out_dir={out}", "--max_iters=30", "--init_state=True"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and words in err[0], err
+    assert not out.exists()
