@@ -312,13 +312,25 @@ def clean_model_args(model_args: dict) -> dict:
     return {k: v for k, v in model_args.items() if k in GPTConfig.field_names()}
 
 
+MAX_WEIGHT = 1e15  # beyond any trained network by orders of magnitude; one matmul of such a weight with a
+#                   normalised input of a few thousand coordinates already nears float32's 3.4e38
+
+
 def check_finite(state_dict: dict, source: str) -> None:
-    """Refuse a model with a NaN or infinite weight: everything computed from it would be NaN, silently."""
+    """Refuse a model with a NaN, infinite or overflow-prone (|w| > MAX_WEIGHT) weight: everything computed from
+    it would be NaN, infinite or a uniform prediction, silently."""
     for name, value in state_dict.items():
-        if torch.is_tensor(value) and value.is_floating_point() and not torch.isfinite(value).all():
+        if not (torch.is_tensor(value) and value.is_floating_point()):
+            continue
+        if not torch.isfinite(value).all():
             what = "NaN" if torch.isnan(value).any() else "infinite values"
             raise CheckpointError(f"'{source}' holds {what} in {name}: the model cannot be used; train it again, or "
                                   "resume from a checkpoint saved before its weights went bad")
+        largest = value.abs().max().item() if value.numel() else 0.0
+        if largest > MAX_WEIGHT:
+            raise CheckpointError(f"'{source}' holds a weight of magnitude {largest:.3g} in {name} (over "
+                                  f"{MAX_WEIGHT:.0e}: float32 arithmetic overflows on it); the file is damaged or the "
+                                  "run diverged: use a checkpoint saved before its weights went bad")
 
 
 def weights_fingerprint(state_dict: dict) -> str:

@@ -345,6 +345,24 @@ def test_bad_input_gets_one_clear_line_and_changes_nothing(ctx, script, argv, wo
     assert not os.path.exists(os.path.join(ctx.tmp, "fresh")), "a failing command created its out_dir"
 
 
+@pytest.mark.parametrize("script", ["transform", "sample", "eval_geometry", "finetune"])
+def test_a_huge_finite_weight_is_refused_by_name(ctx, script, capsys):
+    """3e38 is finite: it once passed every check, was transformed into a model predicting uniformly (exit 0),
+    and made sample and eval_geometry raise tracebacks."""
+    ckpt = torch.load(os.path.join(ctx.trained, "ckpt.pt"), weights_only=False)
+    huge = os.path.join(ctx.tmp, "huge-weight")
+    if not os.path.exists(huge):
+        _variant(ctx.trained, huge, model=_spoiled(ckpt["model"], 3e38))
+    argv = {"transform": [f"--in_dir={huge}", f"--out_dir={_fresh(ctx, 't')}", "--width=40", "--eval_iters=0"],
+            "sample": [f"--out_dir={huge}", "--max_new_tokens=5"],
+            "eval_geometry": [f"--ref_dir={huge}", f"--out_dir={_fresh(ctx, 'g')}"],
+            "finetune": [f"--in_dir={huge}", f"--out_dir={_fresh(ctx, 'f')}", "--max_iters=2"]}[script]
+    rc = run_cli(importlib.import_module(script).main, argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "magnitude 3e+38 in transformer.h.0.mlp.c_fc.weight" in err[0], err
+    assert not os.path.exists(os.path.join(ctx.tmp, "fresh")), "a failing command created its out_dir"
+
+
 def test_convert_from_an_empty_directory_names_the_directory_not_the_cache(ctx, capsys):
     pytest.importorskip("transformers")
     argv = [f"--from_hf={ctx.empty_dir}", f"--out_dir={_fresh(ctx, 'h')}"]
