@@ -897,6 +897,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)
         calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed)
     T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm)
+    check_orthonormal_growth(T, kind if given_map is None else "file", grow_reader_std, grow_mask_iters)
     kind = "file" if given_map is not None else kind
     device = model.transformer.wte.weight.device
     T, T_pinv = T.to(device), T_pinv.to(device)  # the one move: every rule below meets the weights on their device
@@ -980,6 +981,18 @@ def check_new_directions(cfg: GPTConfig, d: int, m: int, porting: str, norms: st
     if failed:
         raise TransformError(f"{' and '.join(asked)} need {' and '.join(failed)}: they add to the exact growth of the "
                              "residual stream; change those settings or drop them")
+
+
+def check_orthonormal_growth(T: torch.Tensor, kind: str, reader_std: float, mask_iters: int) -> None:
+    """Fresh readers N·(I − T·Tᵀ) and MSG's masks A_c = T·Tᵀ + c·(I − T·Tᵀ) are exact only when T·Tᵀ projects onto
+    range(T), i.e. TᵀT = I (orthonormal columns); with any other T the new parts show through at the switch."""
+    if not (reader_std > 0 or mask_iters > 0):
+        return
+    gram = T.T @ T
+    if not torch.allclose(gram, torch.eye(len(gram), dtype=gram.dtype, device=gram.device), atol=1e-6):
+        raise TransformError(f"grow_reader_std and grow_mask_iters need a map with orthonormal columns (TᵀT = I); "
+                             f"kind={kind!r} has none, so the model would change at the switch: use "
+                             "--kind=orthogonal or --kind=truncate")
 
 
 def preserve_rms(sd: dict, cfg: GPTConfig, d: int, m: int) -> str:

@@ -104,6 +104,14 @@ def test_bad_requests_name_what_the_new_directions_need():
         transform_model(random_model(5, head="tied"), 32, kind="orthogonal", rms_preserve=True)
     with pytest.raises(TransformError, match=r"grow_mask_iters need .*porting='residual'"):
         transform_model(model, 32, kind="orthogonal", porting="sandwich", grow_mask_iters=3)
+    for kind, option in (("gaussian", {"grow_mask_iters": 3}), ("rademacher", {"grow_reader_std": 0.02})):
+        # once accepted: the closed masks / fresh readers then showed through and the model changed at the switch
+        with pytest.raises(TransformError, match=rf"need a map with orthonormal columns .*kind='{kind}'"):
+            transform_model(model, 32, kind=kind, **option)
+    given = torch.randn(32, 16, dtype=torch.float64)
+    with pytest.raises(TransformError, match="kind='file'"):
+        transform_model(model, 32, given_map=given, grow_mask_iters=3)
+    transform_model(model, 32, given_map=torch.linalg.qr(given).Q, grow_mask_iters=3)  # orthonormal columns: fine
 
 
 # ----------------------------------------------------------------------------------------------
