@@ -211,6 +211,14 @@ def model_from_hf_model(hf_model, **overrides) -> GPT:
     for key, value in overrides.items():
         setattr(config, key, value)
     hf_state = hf_model.state_dict()
+    embedding = "transformer.wte.weight" if arch == GPT2 else "model.embed_tokens.weight"
+    if config.head == "tied" and "lm_head.weight" in hf_state and \
+            hf_model.lm_head.weight.data_ptr() != hf_model.get_input_embeddings().weight.data_ptr():
+        # the config says tied, but the file held a trained head of its own and transformers kept it (it warns):
+        # importing it tied would drop that head and change the model
+        config.head = "linear"
+        print(f"note: the config says tie_word_embeddings, but the weights hold their own lm_head (≠ {embedding}); "
+              "imported with that head, untied, as transformers runs it")
     state = gpt2_state_from_hf(hf_state) if arch == GPT2 else llama_state_from_hf(hf_state, config)
     return GPT.from_state_dict(config, state)
 

@@ -427,3 +427,17 @@ def test_carry_refuses_a_regrouping_and_follows_a_kept_ratio(tmp_path, char_data
         transform_checkpoint(TransformConfig(in_dir=str(tmp_path / "gqa"), out_dir=str(tmp_path / "r"), width=48,
                                              kind="orthogonal", n_kv_head=4, carry_optimizer=True, eval_iters=0))
     assert not os.path.exists(tmp_path / "r")
+
+
+def test_a_tied_config_over_a_file_with_its_own_head_imports_that_head(idx, tmp_path):
+    """The config says tie_word_embeddings, the file holds a trained lm_head of its own: transformers keeps both
+    (and warns); importing tied once dropped the head (log-probs off by up to 0.63)."""
+    from safetensors.torch import load_file, save_file
+    src = save(llama(n_head=4, n_kv_head=4, tied=True), tmp_path / "hf")
+    weights = load_file(os.path.join(src, "model.safetensors"))
+    weights["lm_head.weight"] = 0.25 * torch.randn_like(weights["model.embed_tokens.weight"])
+    save_file(weights, os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    ours, _ = hf_pretrained(src)
+    assert ours.config.head == "linear" and torch.equal(ours.lm_head.weight, weights["lm_head.weight"])
+    assert_logprobs_close(our_logprobs(ours, idx), hf_logprobs(theirs, idx))
