@@ -225,13 +225,35 @@ def model_from_hf_model(hf_model, **overrides) -> GPT:
 
 def _load_hf(loader, name_or_dir: str, what: str, **kwargs):
     """``loader.from_pretrained`` with the offline hint as one ConversionError."""
+    import transformers
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its load report and bars: our error line says what failed
+    transformers.logging.disable_progress_bar()
     try:
         return loader.from_pretrained(name_or_dir, **kwargs)
     except OSError as e:
+        if os.path.isdir(name_or_dir):  # a local directory: a file is missing or unreadable (a shard, the weights)
+            raise ConversionError(f"could not load the Hugging Face {what} of '{name_or_dir}': {_first_line(e)}; "
+                                  "the directory is incomplete: save or download it again") from e
         raise ConversionError(
             f"could not load the Hugging Face {what} of '{name_or_dir}' ({e.__class__.__name__}). Offline, it must "
             "already be in the Hugging Face cache (HF_HOME, default ~/.cache/huggingface) with HF_HUB_OFFLINE=1, "
             "or pass a local directory written by save_pretrained") from e
+    except Exception as e:  # damaged or inconsistent files: transformers, safetensors and tokenizers raise
+        #                      ValueError, KeyError, RuntimeError and types of their own
+        hint = (" (a tensor's shape differs from what config.json describes)" if "mismatched_sizes" in str(e)
+                else "")
+        raise ConversionError(f"'{name_or_dir}' cannot be loaded as a Hugging Face {what}: {_first_line(e)}{hint}; "
+                              "its files are damaged or disagree with each other: save or download them again") from e
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        transformers.logging.enable_progress_bar()
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()][:2]  # a validator's reason is line 2
+    line = " ".join(lines).replace(" For details look at the above report!", "")
+    return f"{e.__class__.__name__}: {line[:200]}"
 
 
 def hf_pretrained(name_or_dir: str, **overrides) -> tuple[GPT, str]:

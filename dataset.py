@@ -278,7 +278,11 @@ def hf_tokenizer_meta(files: dict[str, str], special_ids: dict | None = None) ->
     from tokenizers import Tokenizer as HFTokenizer
     if HF_TOKENIZER_FILE not in files:
         raise DataError("the Hugging Face tokenizer has no tokenizer.json (a slow tokenizer only); save a fast one")
-    size = max(HFTokenizer.from_str(files[HF_TOKENIZER_FILE]).get_vocab(with_added_tokens=True).values()) + 1
+    try:
+        size = max(HFTokenizer.from_str(files[HF_TOKENIZER_FILE]).get_vocab(with_added_tokens=True).values()) + 1
+    except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
+        raise DataError(f"the Hugging Face tokenizer.json cannot be read ({str(e).splitlines()[0][:120]}); it is "
+                        "damaged: save the tokenizer again (tokenizer.save_pretrained(DIR))") from e
     meta = {"tokenizer": "hf", "vocab_size": size, "files": dict(files), "special_ids": dict(special_ids or {})}
     meta["fingerprint"] = tokenizer_fingerprint(meta)
     return meta

@@ -3,6 +3,7 @@
 Every Hugging Face model here is built in the test from a config (random weights made far from uniform) and every
 tokenizer is trained here on tinyshakespeare: nothing is downloaded.
 """
+import json
 import math
 import os
 
@@ -441,3 +442,50 @@ def test_a_tied_config_over_a_file_with_its_own_head_imports_that_head(idx, tmp_
     ours, _ = hf_pretrained(src)
     assert ours.config.head == "linear" and torch.equal(ours.lm_head.weight, weights["lm_head.weight"])
     assert_logprobs_close(our_logprobs(ours, idx), hf_logprobs(theirs, idx))
+
+
+def _edit_config(change):
+    def edit(directory):
+        path = os.path.join(directory, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        change(config)
+        with open(path, "w") as f:
+            json.dump(config, f)
+    return edit
+
+
+def _cut_weights(directory):
+    path = os.path.join(directory, "model.safetensors")
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+
+
+DAMAGED_HF = {  # what is wrong with the directory: (how to make it, words the one line must hold)
+    "a config key missing": (_edit_config(lambda c: c.pop("hidden_size")), ["shape differs from what config.json"]),
+    "an impossible head count": (_edit_config(lambda c: c.update(num_attention_heads=7)), ["not a multiple"]),
+    "incomplete rope scaling": (_edit_config(lambda c: c.update(rope_parameters={"rope_type": "llama3",
+                                                                                 "factor": 8.0})),
+                                ["low_freq_factor"]),
+    "a tensor of the wrong shape": (_edit_config(lambda c: c.update(intermediate_size=100)),
+                                    ["shape differs from what config.json"]),
+    "truncated weights": (_cut_weights, ["cannot be loaded", "SafetensorError"]),
+    "a corrupt tokenizer.json": (lambda d: open(os.path.join(d, "tokenizer.json"), "w").write('{"model": '),
+                                 ["tokenizer.json cannot be read"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED_HF))
+def test_damaged_hugging_face_directories_are_one_line_and_write_nothing(case, tokenizer, tmp_path, capsys):
+    import importlib
+
+    from cli import run_cli
+    src = save(llama(n_head=4, n_kv_head=2), tmp_path / "hf", tokenizer)
+    make, words = DAMAGED_HF[case]
+    make(src)
+    capsys.readouterr()  # what saving the model printed
+    rc = run_cli(importlib.import_module("convert").main, [f"--from_hf={src}", f"--out_dir={tmp_path / 'out'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and err[0].startswith("error:") and all(w in err[0] for w in words), err
+    assert not (tmp_path / "out").exists()
