@@ -199,7 +199,8 @@ def run(which: str) -> dict:
               f"val {rows[-1]['losses']['val']:.4f}, general {rows[-1]['losses']['general']:.4f}", flush=True)
         save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "gguf": SMOLLM2_GGUF,
               "block_size": BLOCK, "calibration_tokens": 8 * 16 * BLOCK, "threads_per_step": THREADS,
-              "base": base, "regrouped": regrouped, "rows": rows, "cells": which}, started)
+              "base": base, "regrouped": regrouped, "rows": rows, "cells": which, "grid_cells": len(grid(which))},
+             started)
     return {"rows": rows}
 
 
