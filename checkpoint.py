@@ -177,6 +177,9 @@ def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False) ->
 
 def check_writable_dir(out_dir: str) -> None:
     """Before any work: ``out_dir`` is a directory that exists or can be created, and is writable."""
+    if os.path.islink(out_dir) and not os.path.exists(out_dir):
+        raise CheckpointError(f"out_dir '{out_dir}' is a symbolic link to '{os.readlink(out_dir)}', which does not "
+                              "exist: create the link's target first, or choose another --out_dir")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise CheckpointError(f"out_dir '{out_dir}' is a file, not a directory; choose another --out_dir")
     parent = os.path.abspath(out_dir)

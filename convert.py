@@ -20,6 +20,9 @@ refused, and a checkpoint that leaves a tensor unloaded (random) is refused.
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +33,7 @@ from checkpoint import (
     check_writable_dir,
     clean_state_dict,
     hold_run_dir,
+    is_interrupted,
     load_checkpoint,
     load_model,
     save_checkpoint,
@@ -727,6 +731,7 @@ class ConvertConfig:
     lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
     overwrite: bool = False  # replace a checkpoint already in out_dir, or an export already in to_hf / to_gguf
+    allow_incomplete: bool = False  # with to_hf / to_gguf: export an interrupted run (marked incomplete) anyway
 
     def validate(self) -> None:
         modes = [bool(self.from_hf), bool(self.from_gguf), bool(self.from_nanogpt), bool(self.to_hf),
@@ -755,6 +760,35 @@ def check_export_dir(to_hf: str, overwrite: bool) -> None:
     check_writable_dir(to_hf)
 
 
+@contextmanager
+def staged_export(to_hf: str) -> Iterator[str]:
+    """A temporary sibling directory to write a whole export into; only when it is complete are its files moved
+    into ``to_hf``, config.json last (the file that makes a directory an export), so an export cut short by an
+    error or a signal never looks complete. The staging directory goes in every case."""
+    staging = f"{os.path.abspath(to_hf).rstrip(os.sep)}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(staging)
+        yield staging
+        os.makedirs(to_hf, exist_ok=True)
+        names = sorted(os.listdir(staging), key=lambda name: name == "config.json")
+        for name in names:
+            target = os.path.join(to_hf, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_complete_for_export(ckpt: dict, cfg: ConvertConfig) -> None:
+    """An interrupted run (marked ``complete: False``) exports only when asked for: an export cannot carry the
+    mark, so the model would come back from it looking finished."""
+    if is_interrupted(ckpt) and not cfg.allow_incomplete:
+        raise ConversionError(f"'{cfg.in_dir}' is an interrupted run (stopped at iter {ckpt.get('iter_num', 0)}, "
+                              "marked incomplete) and an export cannot carry that mark: resume it to the end, or "
+                              "pass --allow_incomplete=True to export it as it is")
+
+
 def check_export_file(path: str, overwrite: bool) -> None:
     """Before any work: ``path`` can be written as a new file (an existing one only with ``overwrite``)."""
     if os.path.isdir(path):
@@ -768,20 +802,23 @@ def convert(cfg: ConvertConfig) -> str:
     if cfg.to_gguf:
         check_export_file(cfg.to_gguf, cfg.overwrite)
         model, ckpt = load_model(cfg.in_dir)
+        check_complete_for_export(ckpt, cfg)
         tokenizer_files(ckpt.get("meta"))  # a tokenizer GGUF cannot hold fails before anything is written
         export_gguf(model, ckpt.get("meta"), cfg.to_gguf, cfg.gguf_type)
         return cfg.to_gguf
     if cfg.to_hf:
         check_export_dir(cfg.to_hf, cfg.overwrite)
         model, ckpt = load_model(cfg.in_dir)
+        check_complete_for_export(ckpt, cfg)
         if ckpt.get("meta") is None:  # checked before anything is written
             raise ConversionError(f"{cfg.in_dir} records no tokenizer (meta): the export would have no tokenizer")
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir") if cfg.lm_eval_task else ""
         export_target(model.config)  # an architecture no supported class holds fails before anything is written
-        export_hf(model, cfg.to_hf, ckpt["meta"].get("special_ids"))
-        export_tokenizer(ckpt.get("meta"), cfg.to_hf)
-        if cfg.lm_eval_task:
-            write_lm_eval_task(ckpt, data_dir, cfg.to_hf)
+        with staged_export(cfg.to_hf) as staging:
+            export_hf(model, staging, ckpt["meta"].get("special_ids"))
+            export_tokenizer(ckpt.get("meta"), staging)
+            if cfg.lm_eval_task:
+                write_lm_eval_task(ckpt, data_dir, staging)
         return cfg.to_hf
     check_output_dir(cfg.out_dir, cfg.from_nanogpt or cfg.from_gguf, cfg.overwrite)
     if cfg.from_hf:

@@ -60,6 +60,8 @@ def read_text(path: str) -> str:
 
 
 def prepare(cfg: PrepareConfig) -> dict:
+    from checkpoint import check_writable_dir
+    check_writable_dir(cfg.out_dir)  # a dangling link, a file, an unwritable parent: before the tokenizing
     if not cfg.overwrite and os.path.exists(os.path.join(cfg.out_dir, "train.bin")):
         raise ConfigError(f"'{cfg.out_dir}' already holds a dataset (train.bin); pass --overwrite=True to replace it "
                           "or choose another --out_dir")

@@ -27,7 +27,15 @@ def load(name: str) -> dict | None:
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        try:
+            payload = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:  # an empty or cut-off file: one line, not a traceback
+            sys.exit(f"error: {os.path.relpath(path, ROOT)} is not a results record ({e.__class__.__name__}); it is "
+                     f"empty or cut off: restore it with git, or re-run scripts/{name}.sh")
+    if not isinstance(payload, dict):
+        sys.exit(f"error: {os.path.relpath(path, ROOT)} holds a {type(payload).__name__}, not a results record; "
+                 f"restore it with git, or re-run scripts/{name}.sh")
+    return payload
 
 
 def f4(x) -> str:

@@ -489,3 +489,55 @@ def test_damaged_hugging_face_directories_are_one_line_and_write_nothing(case, t
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and err[0].startswith("error:") and all(w in err[0] for w in words), err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_export_is_staged_and_an_interrupted_run_exports_only_when_asked(tokenizer, tmp_path, monkeypatch,
+                                                                            capsys):
+    """An export cut short (here: the tokenizer fails after the weights were written) leaves no directory that
+    looks like an export; a checkpoint marked incomplete is refused unless --allow_incomplete=True."""
+    import importlib
+
+    import convert as convert_module
+    from cli import run_cli
+    src = save(llama(n_head=4, n_kv_head=2), tmp_path / "hf", tokenizer)
+    convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
+
+    def failing(meta, out_dir):
+        raise ConversionError("the tokenizer could not be written")
+    monkeypatch.setattr(convert_module, "export_tokenizer", failing)
+    rc = run_cli(importlib.import_module("convert").main, [f"--in_dir={tmp_path / 'ours'}",
+                                                          f"--to_hf={tmp_path / 'export'}"])
+    assert rc == 1 and not (tmp_path / "export").exists()
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # the staging directory is gone too
+    monkeypatch.undo()
+    ckpt = torch.load(tmp_path / "ours" / "ckpt.pt", weights_only=False)
+    ckpt["complete"] = False
+    os.makedirs(tmp_path / "cut")
+    torch.save(ckpt, tmp_path / "cut" / "ckpt.pt")
+    capsys.readouterr()
+    for flag, path in (("--to_hf", tmp_path / "cut-hf"), ("--to_gguf", tmp_path / "cut.gguf")):
+        rc = run_cli(importlib.import_module("convert").main, [f"--in_dir={tmp_path / 'cut'}", f"{flag}={path}"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 1 and len(err) == 1 and "interrupted run" in err[0] and "--allow_incomplete" in err[0], err
+        assert not path.exists()
+    assert run_cli(importlib.import_module("convert").main, [f"--in_dir={tmp_path / 'cut'}",
+                                                            f"--to_hf={tmp_path / 'cut-hf'}",
+                                                            "--allow_incomplete=True"]) == 0
+    assert (tmp_path / "cut-hf" / "config.json").exists() and (tmp_path / "cut-hf" / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("script", ["transform", "finetune", "convert", "prepare"])
+def test_a_dangling_symlink_as_out_dir_is_refused_before_any_work(script, trained_dir, tmp_path, capsys):
+    import importlib
+
+    from cli import run_cli
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere" / "deeper")
+    argv = {"transform": [f"--in_dir={trained_dir}", f"--out_dir={link}", "--width=40", "--eval_iters=0"],
+            "finetune": [f"--in_dir={trained_dir}", f"--out_dir={link}", "--max_iters=2"],
+            "convert": [f"--from_nanogpt={trained_dir}", f"--out_dir={link}"],
+            "prepare": ["--tokenizer=char", f"--out_dir={link}"]}[script]
+    rc = run_cli(importlib.import_module(script).main, argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "is a symbolic link" in err[0] and "does not exist" in err[0], err
+    assert not (tmp_path / "nowhere").exists() and link.is_symlink()

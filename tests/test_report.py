@@ -131,3 +131,14 @@ def test_paired_and_welch_tests_agree_with_their_textbook_formulas():
     t = (sum(a) / 4 - sum(b) / 4) / math.sqrt(va + vb)
     dof = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 3)
     assert math.isclose(report.verdict(a, b, False)["p"], 2 * stats.t.sf(abs(t), dof), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("content", ["", "{\"rows\": [", "[1, 2]"])
+def test_a_damaged_results_file_is_one_line_not_a_traceback(content, tmp_path, monkeypatch):
+    (tmp_path / "heads").mkdir()
+    (tmp_path / "heads" / "results.json").write_text(content)
+    monkeypatch.setattr(report, "RESULTS", str(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        report.load("heads")
+    assert str(stop.value).startswith("error: ") and "heads/results.json" in str(stop.value)
+    assert "\n" not in str(stop.value) and "re-run scripts/heads.sh" in str(stop.value)
