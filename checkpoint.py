@@ -427,7 +427,11 @@ def is_complete(path_or_dir: str) -> bool:
     path = checkpoint_path(path_or_dir)
     if not os.path.exists(path):
         return False
-    return torch.load(path, map_location="cpu", weights_only=False).get("complete", True) is not False
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - cut off or not a checkpoint (torch raises RuntimeError, EOFError, pickle's)
+        return False  # a damaged file is not a complete run
+    return isinstance(ckpt, dict) and ckpt.get("complete", True) is not False
 
 
 if __name__ == "__main__":  # for shell scripts: python checkpoint.py DIR exits 0 iff DIR holds a complete run

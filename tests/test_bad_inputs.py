@@ -563,6 +563,17 @@ def test_an_interrupted_source_gives_a_transform_marked_incomplete_with_a_note(c
     assert not is_complete(out) and is_complete(ctx.transformed)
 
 
+def test_checkpoint_py_on_a_cut_off_checkpoint_exits_1_without_a_traceback(ctx, tmp_path):
+    """python checkpoint.py DIR (for shell scripts) once raised the zip reader's RuntimeError on a cut-off file."""
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    data = open(os.path.join(ctx.trained, "ckpt.pt"), "rb").read()
+    (cut / "ckpt.pt").write_bytes(data[: len(data) // 3])
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "checkpoint.py"), str(cut)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_the_reference_counts_the_table():
     readme = open(os.path.join(ROOT, "REFERENCE.md")).read()
     assert f"holds the table: {len(CASES)} bad command lines" in readme
