@@ -462,7 +462,15 @@ def _cut_weights(directory):
         f.write(data[: len(data) // 2])
 
 
+def _drop_a_shard(directory):
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory)
+    os.remove(os.path.join(directory, "model.safetensors"))
+    model.save_pretrained(directory, max_shard_size="100KB")
+    os.remove(os.path.join(directory, "model-00002-of-00006.safetensors"))
+
+
 DAMAGED_HF = {  # what is wrong with the directory: (how to make it, words the one line must hold)
+    "a missing shard": (_drop_a_shard, ["model-00002-of-00006.safetensors", "incomplete"]),
     "a config key missing": (_edit_config(lambda c: c.pop("hidden_size")), ["shape differs from what config.json"]),
     "an impossible head count": (_edit_config(lambda c: c.update(num_attention_heads=7)), ["not a multiple"]),
     "incomplete rope scaling": (_edit_config(lambda c: c.update(rope_parameters={"rope_type": "llama3",
