@@ -256,10 +256,8 @@ def grow_depth(r: dict) -> str:
                         + (f"it reaches the scratch model's final loss in {len(reached)} of "
                            f"{len(arm['flops_to_target'])} seeds (at {span}× its compute)." if reached else
                            "it reaches the scratch model's final loss in no seed."))
-    runs = [x for arm in r["arms"] for x in arm["flops_to_target"]]
-    goal = [x for x in runs if x is not None and x <= 0.7]
     readings.append(f"The goal (the scratch model's final loss at ≤ 0.7× its compute, stage 1 counted) is met in "
-                    f"{len(goal)} of {len(runs)} runs (the curve is read every "
+                    f"{_depth_goal()}; the arms are not independent replicates (the curve is read every "
                     f"{eval_setting(r['eval'], 'eval_interval')} iterations, so a run's compute to the target is "
                     "known to that step).")
     lines += ["", "**Reading** (generated from the table): " + " ".join(readings), "", provenance(r)]
@@ -1037,7 +1035,14 @@ def grow_summary(r: dict) -> dict[str, str]:
     verdicts = [verdict([s["full_val_loss"] for s in arm["seeds"]], decayed, paired=True)["words"]
                 for arm in r["arms"]]
     counts = {w: verdicts.count(w) for w in ("higher", "no difference", "lower")}
+    against_curve = [verdict(gap["values"], [0.0] * gap["n"], paired=True)
+                     for gap in (arm["final_gap_to_scratch_curve"] for arm in r["arms"])]
+    ps = [v["p"] for v in against_curve]
+    words = {v["words"] for v in against_curve}
     return {"behind_scratch_curve": f"{100 * min(gaps):+.1f}–{100 * max(gaps):.1f}%",
+            "vs_scratch_curve": (f"{sum(v['words'] == 'no difference' for v in against_curve)} of {len(ps)} arms no "
+                                 f"difference (one-sample t over seeds, p = {min(ps):.2f}–{max(ps):.2f})"
+                                 if words == {"no difference"} else ", ".join(sorted(words))),
             "vs_decayed": ", ".join(f"{n} of {len(verdicts)} arms {w}" for w, n in counts.items() if n)}
 
 
@@ -1180,8 +1185,11 @@ def _depth_goal() -> str:
     r = load("grow_depth")
     if r is None:
         raise KeyError("results/grow_depth does not exist")
-    runs = [x for arm in r["arms"] for x in arm["flops_to_target"]]
-    return f"{sum(x is not None and x <= 0.7 for x in runs)} of {len(runs)} runs"
+    seeds = len(r["arms"][0]["flops_to_target"])  # every arm grows the same stage-1 models: count seeds, not runs
+    reached = [i for i in range(seeds) if all(arm["flops_to_target"][i] is not None
+                                              and arm["flops_to_target"][i] <= 0.7 for arm in r["arms"])]
+    return f"{len(reached)} of {seeds} seeds, in every arm (all {len(r['arms'])} arms grow the same {seeds} stage-1 " \
+           "models)"
 
 
 def _gpt2_port(options: str) -> str:
@@ -1218,6 +1226,7 @@ QUOTES = {
     "recipe_x4.seconds": lambda: _shrink_seconds(RECIPE_X4),
     "growth.behind_scratch_curve": lambda: _growth("behind_scratch_curve"),
     "growth.vs_decayed": lambda: _growth("vs_decayed"),
+    "growth.vs_scratch_curve": lambda: _growth("vs_scratch_curve"),
     "significance_rule": lambda: SIGNIFICANCE_RULE,
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
     "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
