@@ -53,6 +53,9 @@ def provenance(r: dict) -> str:
 
 
 def missing(name: str) -> str:
+    if name.startswith("real_model"):
+        part = " --part=recovery" if name.endswith("recovery") else ""
+        return f"*Not run yet: `scripts/real_model.sh{part}` fills this table (CPU or GPU).*"
     return f"*Not run yet: `QUICK=1 scripts/{name}.sh` (CPU) or `scripts/{name}.sh` (GPU) fills this table.*"
 
 
@@ -504,6 +507,37 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    f"{bv:.6f}, general {reg['losses']['general']:.6f} vs {bg:.6f}; on that model the paper's rules and "
                    "ours see the same T (rows marked *sandwich*, *paper_code* and *9 kv heads*).")
     return out
+
+
+def real_model_recovery(r: dict) -> str:
+    """SmolLM2: recovery finetuning of the shrunk model against the control (one recipe, n = 1)."""
+    control = r["control"]
+    base = load("real_model")
+    ref = base["base"]["losses"] if base else None
+    lines = [f"One recipe for every run: {r['tokens']:,} training tokens of tinyshakespeare's train split "
+             f"({' '.join(a for a in r['recipe'] if a.startswith(('--max_iters', '--batch_size', '--learning_rate')))}"
+             "), AdamW, the same data order and eval batches; n = 1 (one data order). The control is the original "
+             "in the shrink's canonical form (its final norm gain folded into an untied head, T = I) finetuned on "
+             "the LM loss; the shrunk model is distilled from the original (KL to its next-token distribution). "
+             "Losses after finetuning over the whole val split of each text; the gap column is on the finetune's "
+             "fixed eval batches, as `finetune.py --control_dir` reports it.", "",
+             "| run | parameters | val loss | general loss | gap to the control (fixed batches) | "
+             "single-core minutes |",
+             "|---|---|---|---|---|---|"]
+    if ref:
+        lines.append(f"| original, not finetuned | {base['base']['parameters'] / 1e6:.1f} M | {ref['val']:.4f} | "
+                     f"{ref['general']:.4f} | — | — |")
+    lines.append(f"| control: original (canonical) + LM finetuning | {control['parameters'] / 1e6:.1f} M | "
+                 f"{control['losses']['val']:.4f} | {control['losses']['general']:.4f} | 0 (itself) | "
+                 f"{control['step']['seconds'] / 60:.0f} |")
+    for arm in r["arms"]:
+        ft = arm["finetune"]
+        gap = ft["gap_to_control"][-1][1]
+        lines.append(f"| {arm['name']} | {arm['parameters'] / 1e6:.1f} M | {arm['losses']['val']:.4f} | "
+                     f"{arm['losses']['general']:.4f} | {100 * gap:+.1f}% (zero-shot "
+                     f"{100 * ft['gap_to_control'][0][1]:+.1f}%) | {arm['step']['seconds'] / 60:.0f} |")
+    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}.*"]
+    return "\n".join(lines)
 
 
 def shrink_quality(r: dict) -> str:
@@ -1391,7 +1425,7 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
-                                    grow_recipes, real_model)}
+                                    grow_recipes, real_model, real_model_recovery)}
 
 
 def render(name: str) -> str:
