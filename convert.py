@@ -694,7 +694,7 @@ metadata:
 """
 
 
-def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str) -> str:
+def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str, final_dir: str = "") -> str:
     """An lm-evaluation-harness task over the model's own val split (one document, the decoded val text), so lm-eval
     runs offline and its perplexity can be checked against ours: ``lm_eval --include_path out_dir --tasks
     nanolgpt_val``. Returns the task directory."""
@@ -705,9 +705,9 @@ def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str) -> str:
     text = Tokenizer(ckpt["meta"]).decode(tokens.tolist())
     task_dir = os.path.join(out_dir, "lm_eval")
     os.makedirs(task_dir, exist_ok=True)
-    data = os.path.abspath(os.path.join(task_dir, "val.jsonl"))
-    with open(data, "w") as f:
+    with open(os.path.join(task_dir, "val.jsonl"), "w") as f:
         f.write(json.dumps({"text": text}) + "\n")
+    data = os.path.abspath(os.path.join(final_dir or out_dir, "lm_eval", "val.jsonl"))  # where it will be read
     with open(os.path.join(task_dir, "nanolgpt_val.yaml"), "w") as f:
         f.write(LM_EVAL_TASK.format(data=data))
     return task_dir
@@ -818,7 +818,7 @@ def convert(cfg: ConvertConfig) -> str:
             export_hf(model, staging, ckpt["meta"].get("special_ids"))
             export_tokenizer(ckpt.get("meta"), staging)
             if cfg.lm_eval_task:
-                write_lm_eval_task(ckpt, data_dir, staging)
+                write_lm_eval_task(ckpt, data_dir, staging, final_dir=cfg.to_hf)
         return cfg.to_hf
     check_output_dir(cfg.out_dir, cfg.from_nanogpt or cfg.from_gguf, cfg.overwrite)
     if cfg.from_hf:

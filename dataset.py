@@ -502,8 +502,8 @@ def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None
     total, count = 0.0, 0
     batches = (loader.full_split(split) if eval_iters is None
                else eval_batches(loader, split, eval_iters, seed))
-    total = -(-len(loader.full_split_starts(split)) // loader.batch_size) if eval_iters is None else eval_iters
-    for x, y in progress(batches, f"evaluate ({split})", total, unit="batch"):
+    n_batches = -(-len(loader.full_split_starts(split)) // loader.batch_size) if eval_iters is None else eval_iters
+    for x, y in progress(batches, f"evaluate ({split})", n_batches, unit="batch"):
         targets = y.flatten()
         with ctx:
             h, _ = model(x, features=True)

@@ -22,12 +22,14 @@ def _plain(value):
 
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it"):
     """``iterable`` with a progress line and ETA on stderr (tqdm): for every step that can take minutes on a real
-    model (calibration, refit, the learned map, evaluation). Redrawn at most every second on a terminal, every 30 s
-    in a log file; NANOLGPT_PROGRESS=0 turns it off."""
+    model (calibration, refit, the learned map, evaluation). Shown once the step has run 2 s (10 s in a log file, so
+    quick steps and one-line errors stay clean), then redrawn at most every second (every 30 s in a log file);
+    NANOLGPT_PROGRESS=0 turns it off."""
     from tqdm import tqdm
     tty = sys.stderr.isatty()
     return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=tty,
-                mininterval=1.0 if tty else 30.0, disable=os.environ.get("NANOLGPT_PROGRESS") == "0")
+                mininterval=1.0 if tty else 30.0, delay=2.0 if tty else 10.0,  # a step done sooner prints nothing
+                disable=os.environ.get("NANOLGPT_PROGRESS") == "0")
 
 
 class MetricsLogger:
