@@ -94,3 +94,20 @@ def test_evaluation_builds_no_autograd_graph_and_restores_the_mode(char_data_dir
     loss = evaluate_loss(model, loader, "val", 2)
     assert seen == [False, False] and model.training and loss > 0
     assert loss_basis(loader, 2) == "2 fixed val batches of 4 × 16 tokens, eval seed 0"
+
+
+def test_evaluate_loss_is_the_mean_token_cross_entropy_of_a_naive_loop(char_data_dir):
+    """Against a loop that scores each window itself: the whole val split, and fixed batches. (A progress line once
+    reused the loss sum's name and started it at the batch count: a bias of +batches/tokens.)"""
+    from dataset import eval_batches, evaluate_loss
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64)).eval()
+    loader = BatchLoader(char_data_dir, 16, 4)
+    for eval_iters, batches in ((None, loader.full_split("val")), (3, eval_batches(loader, "val", 3, 0))):
+        losses = []
+        for x, y in batches:
+            with torch.no_grad():
+                logits = model(x, all_logits=True)[0]
+            losses += torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").tolist()
+        assert evaluate_loss(model, loader, "val", eval_iters) == pytest.approx(sum(losses) / len(losses), rel=1e-6)
