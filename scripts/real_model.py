@@ -85,7 +85,8 @@ def prepared(model_dir: str, text: str) -> str:
 def losses(model_dir: str, data: dict[str, str]) -> dict:
     """The model's loss on each evaluation text's whole val split (256-token windows), with the seconds it took;
     cached as a run of its own, keyed by the model's directory and EVAL_VERSION."""
-    def build(_: str) -> dict:
+    def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)  # the run's directory holds only its marker
         model, _ckpt = load_model(model_dir)
         out = {}
         for name, text in EVALS.items():
