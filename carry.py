@@ -33,8 +33,10 @@ import torch
 
 from errors import TransformError
 from grow import grow_depth, grow_heads, grow_mlp, moment_growth
+from maps import PortMaps
 from model import GPT, GPTConfig
-from transform import PortMaps, canonicalize, porting_plan, residual_roles, scale_gain
+from porting import canonicalize, porting_plan, scale_gain
+from roles import residual_roles
 
 MOMENTS = ("exp_avg", "exp_avg_sq")  # power 1 and power 2 of the gradient
 

@@ -373,7 +373,8 @@ def reader_alignment(ref: GPT, new: GPT, record: dict) -> float:
     """``geometry.reader_alignment`` over every reader of the residual stream whose rows the port kept (all of
     them under residual porting; the MLP and head under sandwich), against the canonical reference's readers
     (gains folded in as the transform did; the raw reference for paper_code, which folds nothing)."""
-    from transform import canonical_model, residual_roles
+    from porting import canonical_model
+    from roles import residual_roles
     base = ref if record["norms"] == "kept" else canonical_model(ref, record["norms"])[0]
     ref_sd, new_sd = base.state_dict(), new.state_dict()
     pairs = [(ref_sd.get(f"{r}.weight"), new_sd.get(f"{r}.weight")) for r in residual_roles(base.config).readers]
@@ -410,7 +411,7 @@ def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str | None, k: int
     """Which heads' QK and OV circuits survive the transform: per head, the spectrum distance and the overlap of
     decoded top tokens between the canonical reference and the transformed model (heads kept: residual porting);
     a heatmap of the token overlap in out_dir (None: no figure). Exact ports score distance 0 and overlap 1."""
-    from transform import canonical_model
+    from porting import canonical_model
     if (new.config.n_head, new.config.head_dim) != (ref.config.n_head, ref.config.head_dim):
         return {"skipped": "the port re-split the heads (sandwich, paper_code): no head-to-head correspondence"}
     base = ref if record["norms"] == "kept" else canonical_model(ref, record["norms"])[0]

@@ -1,41 +1,23 @@
 """
 Change the residual width of a trained GPT from d to m with one linear map T (m×d) and its
-pseudo-inverse T⁺ (d×m).
+pseudo-inverse T⁺ (d×m): the pipeline and its command line.
 
     python transform.py --in_dir=out-shakespeare-char --out_dir=out-m96 --width=96 --kind=pca --porting=residual
 
-Two steps, both on float64 copies of the weights, each a short loop over a role table
-(``residual_roles``: which tensors read the residual stream, which write it, which are embeddings,
-which are norm gains and which norm feeds which reader) calling one small named function per rule:
+The work lives in rooms below this one, each importable on its own (nothing there imports this file):
+- maps.py         what T is: the JL kinds, SRHT, orthogonal, PCA and its calibration, a map file;
+- roles.py        where each tensor sits relative to the residual stream (the role table);
+- porting.py      what T does to each weight: ``canonicalize`` at width d (SliceGPT's / QuaRot's computational
+                  invariance), then ``port_weights`` by ``porting_plan``, one named function per rule;
+- paper_rules.py  the LGPT paper's ``sandwich`` and ``paper_code`` rules, inside their stated domain;
+- refit.py        corrections after the port: the least-squares refit, gain fitting, the learned map;
+- grow.py         growth beyond the residual width (heads, MLP, depth, MSG masks).
 
-1. ``canonicalize`` (``--norms``) rewrites the model at width d. With ``fold`` it keeps the function
-   exactly (SliceGPT's / QuaRot's computational invariance): ``untie_head`` / ``knn_to_linear`` where a
-   per-dimension final gain must move into the head, ``fold_gain_into_readers`` (W·diag γ, b + W·β),
-   then LayerNorm becomes RMSNorm by ``center_embeddings`` and ``center_writers`` (C·W, C = I − 11ᵀ/d:
-   every norm then sees mean-free inputs, where the two agree); every norm keeps one scalar gain.
-   ``drop`` and ``scalar`` replace per-dimension gains by 1 or by their mean (approximations, as in the paper).
-2. ``port_weights`` (``--porting``) applies T:
-   - ``residual`` (ours; ``head`` is accepted as its old name): only the residual axis changes —
-     ``port_reader`` W·T⁺, ``port_writer`` T·W and T·b, ``port_embedding`` E·Tᵀ; heads, head size,
-     attention scale, RoPE and MLP width stay as they are.
-   - ``sandwich`` (the paper's equations): additionally ``sandwich_attention`` T·W·T⁺ on Q, K, V and O,
-     with the heads re-split to m / n_head dimensions (which mixes heads: the function changes even for
-     orthogonal T at m = d).
-   - ``paper_code`` (the paper's public implementation, re-implemented from its description): no
-     canonicalization; ``paper_code_map`` maps every axis of length d by shape (last axis t·Tᵀ, first axis
-     T·t, so readers get Tᵀ rather than T⁺ and d×d matrices T·W·Tᵀ), per-dimension gains become T·γ, ε stays,
-     heads are re-split, and its orthogonal map is Qᵀ/√m.
-   ``restore_attn_scale`` (sandwich, paper_code) multiplies Q by √(m/d) so the attention logits keep their
-   original 1/√(d/n_head) scale: it isolates the part of the sandwich's loss due to the scale update.
-   An RMSNorm over m coordinates of T·h equals √(m/d)·T·norm_d(h) when T has orthonormal columns
-   (and ε is scaled by d/m), so ``scale_gain`` multiplies every scalar gain by √(d/m).
-
-With orthonormal columns (TᵀT = I, m ≥ d), ``residual`` porting after ``fold`` reproduces the original
-logits to float32 rounding. For m < d (shrink) nothing is exact; ``pca`` keeps the top-m principal
-directions of the residual stream and loses far less than a random map.
-
-Adding a porting rule: write one function of (tensor, maps) with its equation in the docstring, and
-give it the roles it applies to in ``porting_plan``.
+``transform_model`` runs them in order — check everything, canonicalize, calibrate, draw T, (learn T), port,
+grow, (refit) — and returns the new model and its record; ``transform_checkpoint`` is the CLI's work around it
+(read, evaluate before and after, write atomically). With orthonormal columns (TᵀT = I, m ≥ d), ``residual``
+porting after ``fold`` reproduces the original logits to float32 rounding. For m < d (shrink) nothing is
+exact; ``pca`` keeps the top-m principal directions of the residual stream and loses far less than a random map.
 """
 from __future__ import annotations
 
@@ -44,7 +26,6 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -79,24 +60,37 @@ from grow import (
     raw_state_dict,
     weight_growth,
 )
-from logger import progress
+from maps import (
+    JL_KINDS,
+    KINDS,
+    calibration_points,
+    collect_calibration,
+    jl_min_width,
+    pseudo_inverse,
+    read_map_file,
+    starting_map,
+    symmetry_breaking_pinv,
+)
 from model import GPT, GPTConfig
+from paper_rules import (
+    PAPER_CODE_KINDS,
+    check_porting,
+    paper_code_projection,
+    paper_code_weights,
+    restore_attention_scale,
+)
+from porting import (
+    NORM_MODES,
+    PORTING_ALIASES,
+    PORTINGS,
+    canonicalize,
+    model_from_state,
+    port_weights,
+    resolve_porting,
+    restore_layernorm,
+)
 from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
-
-KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
-JL_KINDS = ("gaussian", "rademacher", "sparse", "srht")  # random maps: the JL bound is what they guarantee
-PORTINGS = ("residual", "sandwich", "paper_code")
-PAPER_CODE_KINDS = ("gaussian", "orthogonal")  # the JL maps of the paper's public code
-PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
-NORM_MODES = ("fold", "scalar", "drop")
-
-
-def resolve_porting(porting: str) -> str:
-    """The canonical name of a porting rule (``head`` → ``residual``); raises for an unknown one."""
-    porting = PORTING_ALIASES.get(porting, porting)
-    if porting not in PORTINGS:
-        raise TransformError(f"porting={porting!r} is not one of {PORTINGS} (or the alias 'head')")
-    return porting
+from roles import residual_roles
 
 
 @dataclass
@@ -253,609 +247,28 @@ def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int
                              f"d={d}; at m ≥ d an orthogonal T is already exact")
 
 
-def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
-    """Raise TransformError when the (canonical) ``porting`` rule cannot map a model of config ``cfg`` to width m."""
-    d = cfg.n_embd
-    if porting in ("sandwich", "paper_code") and cfg.kv_heads != cfg.n_head:
-        if porting == "sandwich":
-            raise TransformError(f"porting='sandwich' maps Q, K and V as square d×d blocks (T·W·T⁺), but with grouped-"
-                                 f"query attention (n_kv_head={cfg.n_kv_head} < n_head={cfg.n_head}) K and V are "
-                                 f"{cfg.kv_heads * cfg.head_dim}×{d}; use porting='residual' (exact at m ≥ d)")
-        raise TransformError(f"porting='paper_code' with grouped-query attention: the published code maps Q "
-                             f"({d}×{d}) on both axes but K and V ({cfg.kv_heads * cfg.head_dim}×{d}) on their input "
-                             f"axis only, so query heads of m/n_head dimensions would meet key heads of "
-                             f"{cfg.head_dim}: no attention can pair them. Use porting='residual'")
-    if porting in ("sandwich", "paper_code"):
-        inner = cfg.n_head * cfg.head_dim
-        if inner != d:
-            raise TransformError(f"porting={porting!r} needs n_head*head_dim == n_embd (got {inner} vs {d}); "
-                                 "use porting='residual'")
-        if m % cfg.n_head:
-            raise TransformError(f"porting={porting!r} re-splits the heads: width m={m} must be divisible by "
-                                 f"n_head={cfg.n_head}; choose such a width or use porting='residual'")
-        if cfg.pos == "rope" and (m // cfg.n_head) % 2:
-            raise TransformError(f"porting={porting!r} with RoPE needs an even head size m/n_head, "
-                                 f"got {m // cfg.n_head}")
-    if porting == "paper_code" and d in (cfg.vocab_size, cfg.mlp_hidden):
-        axis = "vocab_size" if d == cfg.vocab_size else "mlp_hidden"
-        raise TransformError(f"porting='paper_code' maps every axis of length d={d} by shape, and this model's "
-                             f"{axis} is {d} too: the published code would map that axis as well and leave no model "
-                             "that runs; use porting='sandwich' (the paper's equations) or 'residual'")
-
 # ----------------------------------------------------------------------------------------------
 # Projections
-
-
-@dataclass
-class Calibration:
-    """The uncentred second moment M = (1/N)·Σ x xᵀ of N calibration vectors (float64)."""
-    second_moment: torch.Tensor
-    count: int
-
-    @classmethod
-    def from_points(cls, points: torch.Tensor) -> Calibration:
-        x = points.double()
-        return cls(x.T @ x / len(x), len(x))
-
-
-def jl_min_width(n_points: int, eps: float, delta: float) -> int:
-    """Smallest m for which a Gaussian JL map keeps all N(N−1)/2 pairwise squared distances within
-    1 ± ε with probability ≥ 1 − δ (Dasgupta–Gupta tail and a union bound):
-        m ≥ (4·ln N + 2·ln(1/δ)) / (ε²/2 − ε³/3)."""
-    return math.ceil((4 * math.log(max(n_points, 2)) + 2 * math.log(1 / delta)) / (eps**2 / 2 - eps**3 / 3))
-
-
-def pseudo_inverse(T: torch.Tensor) -> torch.Tensor:
-    """Moore–Penrose T⁺ of a full-rank T (m×d), in float64 through a Cholesky factor:
-    T⁺ = Tᵀ(TTᵀ)⁻¹ when m ≤ d (a right inverse), (TᵀT)⁻¹Tᵀ when m > d (a left inverse)."""
-    T = T.double()
-    m, d = T.shape
-    gram = T @ T.T if m <= d else T.T @ T
-    factor, info = torch.linalg.cholesky_ex(gram)
-    if info.item() != 0:
-        raise TransformError(f"T ({m}×{d}) is rank-deficient; use another seed or kind")
-    if m <= d:
-        return torch.cholesky_solve(T, factor).T  # Tᵀ (TTᵀ)⁻¹
-    return torch.cholesky_solve(T.T, factor)  # (TᵀT)⁻¹ Tᵀ
-
-
-def hadamard_transform(x: torch.Tensor) -> torch.Tensor:
-    """Orthonormal fast Walsh–Hadamard transform along the last axis (its length a power of two), O(n log n)."""
-    n = x.shape[-1]
-    if n & (n - 1):
-        raise TransformError(f"the Hadamard transform needs a power-of-two length, got {n}")
-    y = x.clone()
-    h = 1
-    while h < n:
-        y = y.view(*x.shape[:-1], n // (2 * h), 2, h)
-        a, b = y[..., 0, :], y[..., 1, :]
-        y = torch.stack((a + b, a - b), dim=-2).view(*x.shape[:-1], n)
-        h *= 2
-    return y / math.sqrt(n)
-
-
-def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Tensor:
-    """√(n/m)·S·H·D·P with n = 2^k ≥ max(d, m): P places the d coordinates at random positions among n,
-    D flips random signs, H is the orthonormal Hadamard transform, S keeps m of the n rows. A row subset
-    of a Hadamard matrix can be singular when m is close to d, so such draws are redrawn (seeded)."""
-    n = 1 << (max(d, m) - 1).bit_length()
-    for _ in range(max_tries):
-        signs = torch.randint(0, 2, (d,), generator=g).double() * 2 - 1
-        slots = torch.randperm(n, generator=g)[:d]
-        DP = torch.zeros(d, n, dtype=torch.float64)
-        DP[torch.arange(d), slots] = signs  # row i = D·P·e_i
-        HDP = hadamard_transform(DP).T  # (n, d): columns H·D·P·e_i
-        rows = torch.randperm(n, generator=g)[:m].sort().values
-        T = math.sqrt(n / m) * HDP[rows]
-        if torch.linalg.matrix_rank(T).item() == min(m, d):
-            return T
-    raise TransformError(f"no full-rank SRHT of shape {m}×{d} in {max_tries} draws; use kind='orthogonal'")
-
-
-def make_projection(kind: str, d: int, m: int, seed: int = 0,
-                    calibration: Calibration | torch.Tensor | None = None,
-                    damping: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
-    machine; ``transform_model`` moves it to the model's device, once):
-
-    gaussian    T_ij ~ N(0, 1/m) (the paper's Algorithm 1)
-    rademacher  T_ij = ±1/√m
-    sparse      Achlioptas: √(3/m)·{+1 w.p. 1/6, 0 w.p. 2/3, −1 w.p. 1/6}
-    srht        √(n/m)·S·H·D·P: pad d to n = 2^k ≥ max(d, m), random signs D, orthonormal Hadamard H,
-                m rows S drawn without replacement (orthonormal rows or columns when m or d equals n)
-    orthogonal  Haar-random orthonormal rows (m ≤ d) or columns (m ≥ d), from the QR of a Gaussian
-    pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d)
-    truncate    the first m coordinates
-    """
-    if m <= 0 or d <= 0:
-        raise TransformError(f"widths must be positive, got d={d}, m={m}")
-    g = torch.Generator().manual_seed(seed)
-    if kind == "gaussian":
-        T = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(m)
-    elif kind == "rademacher":
-        T = (torch.randint(0, 2, (m, d), generator=g).double() * 2 - 1) / math.sqrt(m)
-    elif kind == "sparse":
-        u = torch.rand(m, d, generator=g, dtype=torch.float64)
-        T = math.sqrt(3 / m) * ((u < 1 / 6).double() - (u > 5 / 6).double())
-    elif kind == "srht":
-        T = _srht(d, m, g)
-    elif kind == "orthogonal":
-        A = torch.randn(max(m, d), min(m, d), generator=g, dtype=torch.float64)
-        Q, R = torch.linalg.qr(A)
-        Q = Q * torch.sign(torch.diagonal(R))  # Haar measure: fix the signs of the QR factor
-        T = Q if m >= d else Q.T
-        return T, T.T.clone()
-    elif kind == "truncate":
-        T = torch.eye(m, d, dtype=torch.float64)
-        return T, T.T.clone()
-    elif kind == "pca":
-        if m > d:
-            raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
-                                 "use kind='orthogonal' to grow")
-        if calibration is None:
-            raise TransformError("kind='pca' needs calibration data (hidden states of the model)")
-        if not isinstance(calibration, Calibration):
-            calibration = Calibration.from_points(calibration)
-        M = calibration.second_moment.double().cpu()  # eigh on the host: the same directions on every device
-        M = M + damping * torch.trace(M) / d * torch.eye(d, dtype=torch.float64)
-        _, vectors = torch.linalg.eigh(M)  # ascending eigenvalues
-        T = vectors[:, -m:].flip(-1).T.contiguous()  # top-m directions, largest first
-        return T, T.T.clone()
-    else:
-        raise TransformError(f"kind={kind!r} is not one of {KINDS}")
-    return T, pseudo_inverse(T)
 
 
 # ----------------------------------------------------------------------------------------------
 # The role table: where each tensor sits relative to the residual stream
 
 
-@dataclass(frozen=True)
-class ResidualRoles:
-    """Built once from a config: which modules read the residual (through which norm), which write it, which
-    tensors are embeddings and which norms carry gains. Names are module names (``transformer.h.0.attn.c_attn``)."""
-    embeddings: tuple[str, ...]  # parameters whose rows live in the residual: E → E·Tᵀ
-    norm_readers: tuple[tuple[str, tuple[str, ...]], ...]  # (input norm, the readers that consume its output)
-    output_norms: tuple[str, ...]  # peri-LN's norms on each sublayer's output, added to the residual
-    writers: tuple[str, ...]  # modules whose output is added to the residual: W → T·W, b → T·b
-    attention: tuple[str, ...]  # attention modules (the sandwich rule's T·W·T⁺)
-
-    @property
-    def readers(self) -> tuple[str, ...]:
-        return tuple(r for _, readers in self.norm_readers for r in readers)
-
-    @property
-    def norms(self) -> tuple[str, ...]:
-        return tuple(n for n, _ in self.norm_readers) + self.output_norms
-
-
-def residual_roles(cfg: GPTConfig) -> ResidualRoles:
-    """The role table of a GPT of config ``cfg`` (see ``ResidualRoles``)."""
-    blocks = [f"transformer.h.{i}" for i in range(cfg.n_layer)]
-    norm_readers = [pair for b in blocks for pair in ((f"{b}.ln_1", (f"{b}.attn.c_attn",)),
-                                                      (f"{b}.ln_2", (f"{b}.mlp.c_fc",)))]
-    norm_readers.append(("transformer.ln_f", ("lm_head",)))
-    peri = cfg.norm_placement == "peri"
-    return ResidualRoles(
-        embeddings=("transformer.wte.weight",) + (("transformer.wpe.weight",) if cfg.pos == "learned" else ()),
-        norm_readers=tuple(norm_readers),
-        output_norms=tuple(f"{b}.{n}" for b in blocks for n in ("ln_1_out", "ln_2_out")) if peri else (),
-        writers=tuple(f"{b}.{s}.c_proj" for b in blocks for s in ("attn", "mlp")),
-        attention=tuple(f"{b}.attn" for b in blocks),
-    )
-
-
 # ----------------------------------------------------------------------------------------------
 # Step 1: canonical form at width d, one rule per function
-
-
-def untie_head(sd: dict, cfg: GPTConfig) -> str:
-    """A tied head W = E gets its own copy, so the final norm's per-dimension gain can fold into it."""
-    sd["lm_head.weight"] = sd["transformer.wte.weight"].clone()
-    cfg.head = "linear"
-    return "tied head untied: the final norm's per-dimension gain is folded into it"
-
-
-def knn_to_linear(sd: dict, cfg: GPTConfig) -> str:
-    """−‖h − e_j‖² + b_j = 2·e_j·h − ‖e_j‖² + b_j − ‖h‖²: the KNN head as the linear head W = 2E with bias
-    b − ‖e_j‖² (logits shift by the per-position constant −‖h‖², so log-probabilities are exact)."""
-    E = sd["transformer.wte.weight"]
-    sd["lm_head.bias"] = sd["lm_head.bias"] - E.pow(2).sum(1)
-    sd["lm_head.weight"] = 2 * E
-    cfg.head, cfg.head_bias = "linear", True
-    return ("knn head rewritten as the equivalent linear head 2·e_j·h − ‖e_j‖² + b_j (logits shift by the "
-            "per-position constant −‖h‖²; log-probabilities are exact)")
-
-
-def fold_gain_into_readers(sd: dict, cfg: GPTConfig, norm: str, readers: tuple[str, ...]) -> None:
-    """W(γ⊙n(x) + β) + b = (W·diag γ)·n(x) + (W·β + b): the norm's gain γ and bias β move into each reader;
-    the norm keeps the scalar gain 1. A tied or KNN head has nothing to fold into (its norm's gain is scalar)."""
-    gamma, beta = sd.pop(f"{norm}.weight"), sd.pop(f"{norm}.bias", None)
-    for reader in readers:
-        if reader == "lm_head" and cfg.head != "linear":
-            continue
-        W = sd[f"{reader}.weight"]
-        if beta is not None:
-            bias = sd.get(f"{reader}.bias", torch.zeros(W.shape[0], dtype=W.dtype, device=W.device))
-            sd[f"{reader}.bias"] = bias + W @ beta
-            if reader == "lm_head":
-                cfg.head_bias = True
-            elif reader.endswith("attn.c_attn") and not cfg.attn_bias:  # qkv_bias=False beside bias=True
-                cfg.qkv_bias = None if cfg.bias else True
-        sd[f"{reader}.weight"] = W * gamma
-    sd[f"{norm}.weight"] = _one(gamma)
-
-
-def average_gain(sd: dict, norm: str) -> None:
-    """γ → mean(γ) (one scalar), bias dropped: the paper's approximation, and the only option for peri-LN's
-    output norms, which write to the residual directly."""
-    gamma = sd.pop(f"{norm}.weight")
-    sd.pop(f"{norm}.bias", None)
-    sd[f"{norm}.weight"] = gamma.mean().reshape(1)
-
-
-def drop_gain(sd: dict, norm: str) -> None:
-    """γ → 1 (one scalar), bias dropped; a scalar gain is kept as it is."""
-    gain = sd.pop(f"{norm}.weight", None)
-    sd.pop(f"{norm}.bias", None)
-    sd[f"{norm}.weight"] = gain if gain is not None and gain.numel() == 1 else _one(sd["transformer.wte.weight"])
-
-
-def center_embeddings(sd: dict, cfg: GPTConfig, roles: ResidualRoles) -> None:
-    """E → E·C (each row made mean-free, C = I − 11ᵀ/d), so the residual stream starts mean-free. A KNN head's
-    bias absorbs what centring its embeddings changes: ‖h − e_j‖² = ‖h − C·e_j‖² + (1ᵀe_j)²/d for mean-free h."""
-    d = cfg.n_embd
-    if cfg.head == "knn":
-        sd["lm_head.bias"] = sd["lm_head.bias"] - sd["transformer.wte.weight"].sum(1).pow(2) / d
-    for name in roles.embeddings:
-        sd[name] = sd[name] - sd[name].mean(1, keepdim=True)
-    if cfg.head == "tied":
-        sd["lm_head.weight"] = sd["transformer.wte.weight"]
-
-
-def center_writers(sd: dict, roles: ResidualRoles) -> None:
-    """W → C·W, b → C·b for every residual writer: whatever they add to the residual stream is mean-free."""
-    for writer in roles.writers:
-        sd[f"{writer}.weight"] = sd[f"{writer}.weight"] - sd[f"{writer}.weight"].mean(0, keepdim=True)
-        if f"{writer}.bias" in sd:
-            sd[f"{writer}.bias"] = sd[f"{writer}.bias"] - sd[f"{writer}.bias"].mean()
-
-
-def _one(like: torch.Tensor) -> torch.Tensor:
-    return torch.ones(1, dtype=like.dtype, device=like.device)
-
-
-def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig, list[str]]:
-    """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain; returns the notes
-    of what changed. ``fold`` preserves the function except for peri-LN output norms with per-dimension gains
-    (averaged: recorded as APPROXIMATE); ``scalar`` and ``drop`` average or drop every per-dimension gain."""
-    if norms not in NORM_MODES:
-        raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
-    sd = {k: v.detach() for k, v in sd.items()}  # every rule makes new tensors: no copies needed
-    cfg = copy.deepcopy(cfg)
-    roles = residual_roles(cfg)
-    vector = cfg.norm_gain == "vector"
-    notes: list[str] = []
-    if norms != "fold":
-        for norm in roles.norms:
-            (average_gain if vector and norms == "scalar" else drop_gain)(sd, norm)
-        if vector:
-            replacement = "their means" if norms == "scalar" else "1"
-            notes.append(f"APPROXIMATE: per-dimension norm gains replaced by {replacement}, LayerNorm biases dropped")
-        cfg.norm_gain = "scalar"
-        return sd, cfg, notes
-    if vector and cfg.head == "tied":
-        notes.append(untie_head(sd, cfg))
-    elif vector and cfg.head == "knn":
-        notes.append(knn_to_linear(sd, cfg))
-    for norm, readers in roles.norm_readers:
-        if vector:
-            fold_gain_into_readers(sd, cfg, norm, readers)
-        elif cfg.norm_gain == "none":
-            drop_gain(sd, norm)
-    for norm in roles.output_norms:
-        (average_gain if vector else drop_gain)(sd, norm)
-    if vector and roles.output_norms:
-        notes.append("APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to "
-                     "the residual directly); their gains were replaced by their means and biases dropped")
-    if cfg.norm_type == "layernorm":
-        center_embeddings(sd, cfg, roles)
-        center_writers(sd, roles)
-        cfg.norm_type = "rmsnorm"
-        notes.append("LayerNorm → RMSNorm: residual writers and embeddings centred")
-    cfg.norm_gain = "scalar"
-    return sd, cfg, notes
 
 
 # ----------------------------------------------------------------------------------------------
 # Step 2: apply T, one rule per function
 
 
-@dataclass
-class PortMaps:
-    """The maps a porting rule may use: T (m×d), T⁺ (d×m), the readers' T⁺ (T⁺ itself, or with growth
-    symmetry breaking), and the width d of the source."""
-    T: torch.Tensor
-    T_pinv: torch.Tensor
-    reader_T_pinv: torch.Tensor
-
-    @property
-    def d(self) -> int:
-        return self.T.shape[1]
-
-    @property
-    def m(self) -> int:
-        return self.T.shape[0]
-
-
-def port_embedding(E: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """E → E·Tᵀ: each embedding row e becomes T·e."""
-    return E @ maps.T.T
-
-
-def port_reader(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """W → W·T⁺: a reader of the residual sees T·h and recovers W·h (exactly where T⁺T = I)."""
-    return W @ maps.reader_T_pinv
-
-
-def port_writer(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """W → T·W and b → T·b: what a writer adds to the residual lands in range(T)."""
-    return maps.T @ W
-
-
-def scale_gain(g: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """g → g·√(d/m): RMSNorm over m coordinates of T·h is √(m/d)·T·norm_d(h) for orthonormal-column T."""
-    return g * math.sqrt(maps.d / maps.m)
-
-
-def sandwich_attention(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """The paper's Q, K, V → T·W·T⁺ (each d×d block of c_attn; biases T·b), heads re-split to m / n_head."""
-    if W.dim() == 1:
-        return torch.cat([maps.T @ p for p in W.split(maps.d)])
-    return torch.cat([maps.T @ p @ maps.T_pinv for p in W.split(maps.d, dim=0)])
-
-
-def sandwich_output(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """The paper's O → T·W·T⁺ (the attention output projection, d×d)."""
-    return maps.T @ W @ maps.T_pinv
-
-
-def keep(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """Outside the residual space (reader biases, head bias): unchanged (cloned, so nothing aliases)."""
-    return W.clone()
-
-
-PortRule = Callable[[torch.Tensor, PortMaps], torch.Tensor]
-
-
-def porting_plan(names: list[str], cfg: GPTConfig, porting: str, rescale_gains: bool = True) -> dict[str, PortRule]:
-    """The rule that ports each parameter, from the role table: the only place that says which rule applies where.
-    ``rescale_gains=False`` keeps the norm gains (the paper's Algorithm 1 does not rescale them)."""
-    roles = residual_roles(cfg)
-    plan: dict[str, PortRule] = {name: port_embedding for name in roles.embeddings}
-    plan.update({f"{r}.weight": port_reader for r in roles.readers})
-    for writer in roles.writers:
-        plan.update({f"{writer}.weight": port_writer, f"{writer}.bias": port_writer})
-    plan.update({f"{norm}.weight": scale_gain if rescale_gains else keep for norm in roles.norms})
-    if porting == "sandwich":
-        for attn in roles.attention:
-            plan.update({f"{attn}.c_attn.weight": sandwich_attention, f"{attn}.c_attn.bias": sandwich_attention,
-                         f"{attn}.c_proj.weight": sandwich_output})
-    return {name: plan.get(name, keep) for name in names}
-
-
-def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
-                 reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True) -> tuple[dict, GPTConfig]:
-    """Map a canonical (state_dict, config) of width d to width m = T.shape[0] by ``porting_plan``. ``sd`` is
-    consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
-    KNN heads follow the embeddings; norm ε × d/m (unless ``rescale_gains=False``, which keeps gains and ε);
-    ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv`` replaces T⁺ in the readers (grow symmetry breaking)."""
-    if cfg.norm_gain == "vector":
-        raise TransformError("port_weights needs scalar norm gains; run canonicalize first")
-    m, d = T.shape
-    porting = resolve_porting(porting)
-    check_porting(cfg, m, porting)
-    like = sd["transformer.wte.weight"] if sd else torch.empty(0)
-    # T⁺ was computed in float64; applying it in the weights' dtype is exact enough. On the weights' device: a
-    # caller's T may live elsewhere (port_model)
-    maps = PortMaps(*(t.to(like.device, like.dtype) for t in (T, T_pinv, T_pinv if reader_T_pinv is None
-                                                                    else reader_T_pinv)))
-    if cfg.head != "linear":
-        sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
-    plan = porting_plan(list(sd), cfg, porting, rescale_gains)
-    out = {name: plan[name](sd.pop(name), maps) for name in list(sd)}
-    if cfg.head == "tied":
-        out["lm_head.weight"] = out["transformer.wte.weight"]
-    cfg = copy.deepcopy(cfg)
-    cfg.n_embd = m
-    if rescale_gains:
-        cfg.norm_eps = cfg.norm_eps * d / m
-    if porting == "sandwich":
-        cfg.head_dim = m // cfg.n_head
-    return out, cfg
-
-
-def paper_code_map(t: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
-    """The paper's public code, by shape: every axis of length d is mapped — a last axis t → t·Tᵀ (readers,
-    embeddings, head: Tᵀ, not T⁺), a first axis t → T·t (writers); so a d×d matrix becomes T·t·Tᵀ and a 1-D
-    tensor of length d (norm gains and biases) T·t. Tensors with no axis of length d are unchanged."""
-    d = T.shape[1]
-    out = t
-    if t.shape[-1] == d:
-        out = out @ T.T if t.dim() > 1 else T @ out
-    if t.dim() > 1 and t.shape[0] == d:
-        out = T @ out
-    return out.clone() if out is t else out
-
-
-def paper_code_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor) -> tuple[dict, GPTConfig]:
-    """The ``paper_code`` port of an un-canonicalized (state_dict, config): ``paper_code_map`` on every tensor,
-    with c_attn split into its Q, K, V blocks first (that code stores them as separate d×d matrices). The
-    architecture is kept (LayerNorm stays LayerNorm, per-dimension gains stay, ε unchanged); the heads are
-    re-split to head_dim = m / n_head. One deviation: the position axis of learned positions is never mapped
-    (mapping it 'by shape' when block_size == d would break the model rather than reproduce anything)."""
-    m, d = T.shape
-    check_porting(cfg, m, "paper_code")
-    T = T.to(sd["transformer.wte.weight"].device, sd["transformer.wte.weight"].dtype)
-    out = {}
-    for name, t in sd.items():
-        if cfg.head == "tied" and name == "lm_head.weight":
-            continue
-        if name.endswith(".attn.c_attn.weight") or name.endswith(".attn.c_attn.bias"):
-            out[name] = torch.cat([paper_code_map(block, T) for block in t.split(d)])
-        elif name == "transformer.wpe.weight":  # rows are positions, even when block_size == d
-            out[name] = t @ T.T
-        else:
-            out[name] = paper_code_map(t, T)
-    if cfg.head == "tied":
-        out["lm_head.weight"] = out["transformer.wte.weight"]
-    cfg = copy.deepcopy(cfg)
-    cfg.n_embd, cfg.head_dim = m, m // cfg.n_head
-    return out, cfg
-
-
-def paper_code_projection(kind: str, T: torch.Tensor) -> torch.Tensor:
-    """The paper's code's JL matrix: its Gaussian is ours (N(0, 1/m)); its orthogonal kind is Qᵀ/√m."""
-    return T / math.sqrt(T.shape[0]) if kind == "orthogonal" else T
-
-
-def restore_attention_scale(sd: dict, cfg: GPTConfig, d: int) -> None:
-    """Q → √(m/d)·Q (weights and bias) after a port that re-split the heads to m / n_head: the logits
-    q·k/√(m/n_head) then equal the original scale q·k/√(d/n_head)."""
-    m = cfg.n_embd
-    factor = math.sqrt(m / d)
-    for attn in residual_roles(cfg).attention:
-        for suffix in (".c_attn.weight", ".c_attn.bias"):
-            name = attn + suffix
-            if name in sd:
-                q, kv = sd[name].split((cfg.n_head * cfg.head_dim, 2 * cfg.kv_heads * cfg.head_dim))
-                sd[name] = torch.cat([q * factor, kv])
-
-
-def mean_preserving(T: torch.Tensor) -> torch.Tensor:
-    """Householder-correct an orthonormal-column T (m×d, m ≥ d) so that T·1_d/√d = 1_m/√m. Then T maps
-    mean-free vectors to mean-free vectors, so after ``fold`` every norm input stays mean-free at width m,
-    where LayerNorm equals RMSNorm: the transformed model can remain a LayerNorm (GPT-2) model, exactly."""
-    m, d = T.shape
-    target = torch.full((m,), 1 / math.sqrt(m), dtype=T.dtype, device=T.device)
-    v = T @ torch.full((d,), 1 / math.sqrt(d), dtype=T.dtype, device=T.device) - target
-    if v.norm() < 1e-12:
-        return T
-    return T - 2 * torch.outer(v, v @ T) / (v @ v)  # (I − 2vvᵀ/‖v‖²)·T
-
-
-def restore_layernorm(sd: dict, cfg: GPTConfig, original: GPT, T: torch.Tensor) -> None:
-    """After a ``mean_preserving`` port every norm input is mean-free, so LayerNorm computes what RMSNorm
-    did: switch back. If the original final LayerNorm had a bias β (folded into a head bias W·β), move it
-    back into the final norm as β' = T·(β/γ): the new head W·diag(γ)·T⁺ gives W·diag(γ)·T⁺·β' = W·β as
-    T⁺T = I. Then all norms carry per-dimension gains (all equal) and biases, as in GPT-2."""
-    cfg.norm_type = "layernorm"
-    src = original.config
-    if not (src.norm_gain == "vector" and src.bias and src.norm_placement == "pre"):
-        return
-    gamma = original.transformer.ln_f.weight.detach().double()
-    beta = original.transformer.ln_f.bias.detach().double()
-    if gamma.abs().min() < 1e-6:
-        raise TransformError("keep_layernorm: the final LayerNorm gain has (near-)zero entries, so its bias "
-                             "cannot move back into the norm; use keep_layernorm=False")
-    m = T.shape[0]
-    for norm in residual_roles(cfg).norms:
-        sd[f"{norm}.weight"] = sd[f"{norm}.weight"].expand(m).clone()
-        sd[f"{norm}.bias"] = torch.zeros_like(sd[f"{norm}.weight"])
-    sd["transformer.ln_f.bias"] = (T.to(beta.device) @ (beta / gamma)).to(sd["transformer.ln_f.weight"])
-    if src.head_bias:
-        sd["lm_head.bias"] = original.lm_head.bias.detach().clone()
-    else:
-        sd.pop("lm_head.bias", None)
-        cfg.head_bias = False
-    cfg.norm_gain = "vector"
-
-
-def symmetry_breaking_pinv(T: torch.Tensor, T_pinv: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
-    """T⁺ + σ·R·(I − T·T⁺): readers then also see the new directions, yet on range(T), where the
-    ported residual stream lives, they act as T⁺ did, so the function is unchanged (m > d)."""
-    m, d = T.shape
-    g = torch.Generator().manual_seed(seed + 1)  # drawn on the CPU: the same R on every device
-    R = (torch.randn(d, m, generator=g, dtype=torch.float64) / math.sqrt(m)).to(T.device)
-    return T_pinv + sigma * R @ (torch.eye(m, dtype=torch.float64, device=T.device) - T @ T_pinv)
-
-
-def model_from_state(sd: dict, cfg: GPTConfig) -> GPT:
-    """A GPT in eval mode using the tensors of ``sd`` as its parameters (no copy)."""
-    return GPT.from_state_dict(GPTConfig(**asdict(cfg)), sd).eval()
-
-
-def port_model(model: GPT, T: torch.Tensor, T_pinv: torch.Tensor, porting: str = "residual", norms: str = "fold",
-               reader_T_pinv: torch.Tensor | None = None) -> GPT:
-    """A new GPT of width m = T.shape[0] from ``model`` and a given (T, T⁺): canonicalize, then port.
-    (``transform_model`` also builds T, calibrates PCA and writes the record.)"""
-    d = model.config.n_embd
-    if T.shape[1] != d or tuple(T_pinv.shape) != (d, T.shape[0]):
-        raise TransformError(f"T must be m×d and T⁺ d×m for d={d}, got {tuple(T.shape)} and {tuple(T_pinv.shape)}")
-    sd, cfg, _ = canonicalize(model.state_dict(), model.config, norms)
-    reader = None if reader_T_pinv is None else reader_T_pinv.double()
-    return model_from_state(*port_weights(sd, cfg, T.double(), T_pinv.double(), porting, reader))
-
-
-def canonical_model(model: GPT, norms: str = "fold") -> tuple[GPT, list[str]]:
-    """The same-width model after ``canonicalize`` (equal function with ``fold``)."""
-    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
-    return model_from_state({k: v.clone() for k, v in sd.items()}, cfg), notes
-
-
 # ----------------------------------------------------------------------------------------------
 # Calibration
 
 
-def unit_second_moment(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(Σ u uᵀ, N) over the rows u of ``x`` scaled to unit length, in float64."""
-    u = x.reshape(-1, x.shape[-1]).double()
-    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return u.T @ u, len(u)
-
-
-@torch.no_grad()
-def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0) -> Calibration:
-    """Second moment of the calibration set: every token embedding plus the residual-stream hidden
-    states of every layer (after the embedding and after each block) on ``batches`` training batches.
-    Each vector is scaled to unit length first: norms are scale-invariant, so what the readers need
-    is the direction of h, and unscaled late layers would otherwise dominate."""
-    model.eval()
-    total, count = unit_second_moment(model.transformer.wte.weight)
-    for k in progress(range(batches), "calibrate", unit="batch"):
-        x, _ = loader.get_batch("train", seed=seed + k)
-        for h in model(x, return_hidden=True)[2]:
-            moment, n = unit_second_moment(h)
-            total += moment
-            count += n
-    return Calibration(total / count, count)
-
-
-def calibration_points(cfg: GPTConfig, loader: BatchLoader | None, batches: int) -> int:
-    """How many vectors ``collect_calibration`` would see (the N of the JL bound), without running the model:
-    the token embeddings plus n_layer + 1 hidden states per calibration token."""
-    if loader is None:
-        return cfg.vocab_size
-    return cfg.vocab_size + batches * loader.batch_size * loader.block_size * (cfg.n_layer + 1)
-
-
 # ----------------------------------------------------------------------------------------------
 # The whole transform
-
-
-def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
-                 calibration: Calibration | None, damping: float, keep_layernorm: bool) -> tuple[torch.Tensor, ...]:
-    """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
-    model keeps its LayerNorm."""
-    if given_map is not None:
-        T = given_map.detach().cpu().double()
-        T_pinv = pseudo_inverse(T)
-    else:
-        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping)
-    if keep_layernorm:
-        T = mean_preserving(T)
-        T_pinv = T.T.clone()
-    return T, T_pinv
 
 
 def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting: str = "residual",
@@ -1080,28 +493,6 @@ def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Te
         out["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge)
     out["calibration_kl_after"] = calibration_kl(original, new, batches)
     return out
-
-
-def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
-    """A map T saved with torch.save: one finite floating m×d tensor (or a one-tensor dict), checked before work."""
-    if not os.path.isfile(path):
-        raise TransformError(f"map_file '{path}' does not exist; give a file written by torch.save(T) with T of shape "
-                             f"(width, d) = ({m}, {d})")
-    try:
-        T = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
-        raise TransformError(f"map_file '{path}' is not a readable torch.save file ({e.__class__.__name__}); give "
-                             f"torch.save(T) of a ({m}, {d}) tensor") from None
-    if isinstance(T, dict) and len(T) == 1:
-        T = next(iter(T.values()))
-    if not torch.is_tensor(T) or not T.is_floating_point() or tuple(T.shape) != (m, d):
-        what = f"a tensor of shape {tuple(T.shape)}, {T.dtype}" if torch.is_tensor(T) else f"a {type(T).__name__}"
-        raise TransformError(f"map_file '{path}' holds {what}; it must be a floating ({m}, {d}) tensor: "
-                             f"--width={m} and this model's d={d}")
-    if not torch.isfinite(T).all() or torch.linalg.matrix_rank(T.double()) < min(m, d):
-        raise TransformError(f"map_file '{path}' holds a map with non-finite entries or rank below {min(m, d)}; T "
-                             "must be finite and of full rank")
-    return T
 
 
 def transform_checkpoint(cfg: TransformConfig) -> dict:

@@ -88,7 +88,7 @@ def test_jl_distortion_matches_naive_and_the_bound_inverts_the_width(data):
     T = torch.randn(4, 8, dtype=torch.float64) / 2
     eps = [abs((T @ (X[i] - X[j])).pow(2).sum() / (X[i] - X[j]).pow(2).sum() - 1).item() for i, j in naive_pairs(X)]
     assert geo.jl_distortion(X, T)["max"] == pytest.approx(max(eps), rel=1e-9)
-    from transform import jl_min_width
+    from maps import jl_min_width
     e = geo.jl_epsilon_bound(1000, 800, 0.05)
     assert jl_min_width(1000, e + 1e-6, 0.05) <= 800 < jl_min_width(1000, e - 1e-3, 0.05)
     assert geo.jl_epsilon_bound(10**6, 5) is None

@@ -119,7 +119,8 @@ def test_our_orthogonal_paper_code_map_is_the_scripts_qr_map_scaling(trained, pa
     run_published_script(paper_source, str(paper), 24, "qr", 3, str(tmp_path / "T.pt"))
     T = torch.load(tmp_path / "T.pt").double()
     assert torch.allclose(T @ T.T, torch.eye(24, dtype=torch.float64) / 24, atol=1e-6)
-    from transform import make_projection, paper_code_projection
+    from maps import make_projection
+    from paper_rules import paper_code_projection
     ours = paper_code_projection("orthogonal", make_projection("orthogonal", D, 24, seed=3)[0])
     assert torch.allclose(ours @ ours.T, torch.eye(24, dtype=torch.float64) / 24, atol=1e-9)
 

@@ -10,7 +10,8 @@ from checkpoint import load_checkpoint, load_model
 from configurator import load_config
 from dataset import BatchLoader
 from errors import ConfigError, TransformError
-from transform import TransformConfig, canonical_model, transform_checkpoint, transform_model
+from porting import canonical_model
+from transform import TransformConfig, transform_checkpoint, transform_model
 
 
 @pytest.fixture(scope="module")

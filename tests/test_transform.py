@@ -11,20 +11,11 @@ from hypothesis import strategies as st
 from checkpoint import load_checkpoint, load_model
 from conftest import ROOT
 from dataset import BatchLoader, evaluate_loss
+from errors import TransformError
+from maps import KINDS, Calibration, hadamard_transform, jl_min_width, make_projection, pseudo_inverse
 from model import GPT, GPTConfig
-from transform import (
-    KINDS,
-    Calibration,
-    TransformError,
-    canonical_model,
-    canonicalize,
-    hadamard_transform,
-    jl_min_width,
-    make_projection,
-    port_model,
-    pseudo_inverse,
-    transform_model,
-)
+from porting import canonical_model, canonicalize, port_model
+from transform import transform_model
 
 
 def random_model(seed: int, **kw) -> GPT:
@@ -182,7 +173,7 @@ def test_jl_min_width_against_its_formula():
 
 def test_calibration_points_counts_what_the_calibration_pass_sees(trained_dir, char_data_dir):
     """A random map skips the calibration pass; the JL bound's N it reports must be the pass's own count."""
-    from transform import calibration_points, collect_calibration
+    from maps import calibration_points, collect_calibration
     model, _ = load_model(trained_dir)
     loader = BatchLoader(char_data_dir, model.config.block_size, 3)
     assert calibration_points(model.config, loader, 2) == collect_calibration(model, loader, 2).count

@@ -1,0 +1,254 @@
+"""
+What T is: the width map T (m×d) and its pseudo-inverse T⁺ (d×m), for every kind.
+
+- Random (Johnson–Lindenstrauss) maps: ``gaussian`` (the paper's Algorithm 1), ``rademacher``, ``sparse``
+  (Achlioptas), ``srht`` (subsampled randomized Hadamard); ``jl_min_width`` is the bound they come with.
+- ``orthogonal`` (Haar) and ``truncate`` (the first m coordinates).
+- ``pca``: the top-m directions of the residual stream's second moment, from ``collect_calibration``.
+- Adjustments of a drawn map: ``mean_preserving`` (LayerNorm kept at m ≥ d), ``symmetry_breaking_pinv``
+  (growth), ``read_map_file`` (a user's own T); ``starting_map`` picks among them. ``refit.learn_map`` learns one.
+
+Nothing here touches a weight: porting.py and paper_rules.py do, through ``PortMaps``.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from dataset import BatchLoader
+from errors import TransformError
+from logger import progress
+from model import GPT, GPTConfig
+
+KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
+JL_KINDS = ("gaussian", "rademacher", "sparse", "srht")  # random maps: the JL bound is what they guarantee
+
+
+@dataclass
+class Calibration:
+    """The uncentred second moment M = (1/N)·Σ x xᵀ of N calibration vectors (float64)."""
+    second_moment: torch.Tensor
+    count: int
+
+    @classmethod
+    def from_points(cls, points: torch.Tensor) -> Calibration:
+        x = points.double()
+        return cls(x.T @ x / len(x), len(x))
+
+
+def jl_min_width(n_points: int, eps: float, delta: float) -> int:
+    """Smallest m for which a Gaussian JL map keeps all N(N−1)/2 pairwise squared distances within
+    1 ± ε with probability ≥ 1 − δ (Dasgupta–Gupta tail and a union bound):
+        m ≥ (4·ln N + 2·ln(1/δ)) / (ε²/2 − ε³/3)."""
+    return math.ceil((4 * math.log(max(n_points, 2)) + 2 * math.log(1 / delta)) / (eps**2 / 2 - eps**3 / 3))
+
+
+def pseudo_inverse(T: torch.Tensor) -> torch.Tensor:
+    """Moore–Penrose T⁺ of a full-rank T (m×d), in float64 through a Cholesky factor:
+    T⁺ = Tᵀ(TTᵀ)⁻¹ when m ≤ d (a right inverse), (TᵀT)⁻¹Tᵀ when m > d (a left inverse)."""
+    T = T.double()
+    m, d = T.shape
+    gram = T @ T.T if m <= d else T.T @ T
+    factor, info = torch.linalg.cholesky_ex(gram)
+    if info.item() != 0:
+        raise TransformError(f"T ({m}×{d}) is rank-deficient; use another seed or kind")
+    if m <= d:
+        return torch.cholesky_solve(T, factor).T  # Tᵀ (TTᵀ)⁻¹
+    return torch.cholesky_solve(T.T, factor)  # (TᵀT)⁻¹ Tᵀ
+
+
+def hadamard_transform(x: torch.Tensor) -> torch.Tensor:
+    """Orthonormal fast Walsh–Hadamard transform along the last axis (its length a power of two), O(n log n)."""
+    n = x.shape[-1]
+    if n & (n - 1):
+        raise TransformError(f"the Hadamard transform needs a power-of-two length, got {n}")
+    y = x.clone()
+    h = 1
+    while h < n:
+        y = y.view(*x.shape[:-1], n // (2 * h), 2, h)
+        a, b = y[..., 0, :], y[..., 1, :]
+        y = torch.stack((a + b, a - b), dim=-2).view(*x.shape[:-1], n)
+        h *= 2
+    return y / math.sqrt(n)
+
+
+def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Tensor:
+    """√(n/m)·S·H·D·P with n = 2^k ≥ max(d, m): P places the d coordinates at random positions among n,
+    D flips random signs, H is the orthonormal Hadamard transform, S keeps m of the n rows. A row subset
+    of a Hadamard matrix can be singular when m is close to d, so such draws are redrawn (seeded)."""
+    n = 1 << (max(d, m) - 1).bit_length()
+    for _ in range(max_tries):
+        signs = torch.randint(0, 2, (d,), generator=g).double() * 2 - 1
+        slots = torch.randperm(n, generator=g)[:d]
+        DP = torch.zeros(d, n, dtype=torch.float64)
+        DP[torch.arange(d), slots] = signs  # row i = D·P·e_i
+        HDP = hadamard_transform(DP).T  # (n, d): columns H·D·P·e_i
+        rows = torch.randperm(n, generator=g)[:m].sort().values
+        T = math.sqrt(n / m) * HDP[rows]
+        if torch.linalg.matrix_rank(T).item() == min(m, d):
+            return T
+    raise TransformError(f"no full-rank SRHT of shape {m}×{d} in {max_tries} draws; use kind='orthogonal'")
+
+
+def make_projection(kind: str, d: int, m: int, seed: int = 0,
+                    calibration: Calibration | torch.Tensor | None = None,
+                    damping: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
+    machine; ``transform_model`` moves it to the model's device, once):
+
+    gaussian    T_ij ~ N(0, 1/m) (the paper's Algorithm 1)
+    rademacher  T_ij = ±1/√m
+    sparse      Achlioptas: √(3/m)·{+1 w.p. 1/6, 0 w.p. 2/3, −1 w.p. 1/6}
+    srht        √(n/m)·S·H·D·P: pad d to n = 2^k ≥ max(d, m), random signs D, orthonormal Hadamard H,
+                m rows S drawn without replacement (orthonormal rows or columns when m or d equals n)
+    orthogonal  Haar-random orthonormal rows (m ≤ d) or columns (m ≥ d), from the QR of a Gaussian
+    pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d)
+    truncate    the first m coordinates
+    """
+    if m <= 0 or d <= 0:
+        raise TransformError(f"widths must be positive, got d={d}, m={m}")
+    g = torch.Generator().manual_seed(seed)
+    if kind == "gaussian":
+        T = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(m)
+    elif kind == "rademacher":
+        T = (torch.randint(0, 2, (m, d), generator=g).double() * 2 - 1) / math.sqrt(m)
+    elif kind == "sparse":
+        u = torch.rand(m, d, generator=g, dtype=torch.float64)
+        T = math.sqrt(3 / m) * ((u < 1 / 6).double() - (u > 5 / 6).double())
+    elif kind == "srht":
+        T = _srht(d, m, g)
+    elif kind == "orthogonal":
+        A = torch.randn(max(m, d), min(m, d), generator=g, dtype=torch.float64)
+        Q, R = torch.linalg.qr(A)
+        Q = Q * torch.sign(torch.diagonal(R))  # Haar measure: fix the signs of the QR factor
+        T = Q if m >= d else Q.T
+        return T, T.T.clone()
+    elif kind == "truncate":
+        T = torch.eye(m, d, dtype=torch.float64)
+        return T, T.T.clone()
+    elif kind == "pca":
+        if m > d:
+            raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
+                                 "use kind='orthogonal' to grow")
+        if calibration is None:
+            raise TransformError("kind='pca' needs calibration data (hidden states of the model)")
+        if not isinstance(calibration, Calibration):
+            calibration = Calibration.from_points(calibration)
+        M = calibration.second_moment.double().cpu()  # eigh on the host: the same directions on every device
+        M = M + damping * torch.trace(M) / d * torch.eye(d, dtype=torch.float64)
+        _, vectors = torch.linalg.eigh(M)  # ascending eigenvalues
+        T = vectors[:, -m:].flip(-1).T.contiguous()  # top-m directions, largest first
+        return T, T.T.clone()
+    else:
+        raise TransformError(f"kind={kind!r} is not one of {KINDS}")
+    return T, pseudo_inverse(T)
+
+
+def mean_preserving(T: torch.Tensor) -> torch.Tensor:
+    """Householder-correct an orthonormal-column T (m×d, m ≥ d) so that T·1_d/√d = 1_m/√m. Then T maps
+    mean-free vectors to mean-free vectors, so after ``fold`` every norm input stays mean-free at width m,
+    where LayerNorm equals RMSNorm: the transformed model can remain a LayerNorm (GPT-2) model, exactly."""
+    m, d = T.shape
+    target = torch.full((m,), 1 / math.sqrt(m), dtype=T.dtype, device=T.device)
+    v = T @ torch.full((d,), 1 / math.sqrt(d), dtype=T.dtype, device=T.device) - target
+    if v.norm() < 1e-12:
+        return T
+    return T - 2 * torch.outer(v, v @ T) / (v @ v)  # (I − 2vvᵀ/‖v‖²)·T
+
+
+def symmetry_breaking_pinv(T: torch.Tensor, T_pinv: torch.Tensor, sigma: float, seed: int) -> torch.Tensor:
+    """T⁺ + σ·R·(I − T·T⁺): readers then also see the new directions, yet on range(T), where the
+    ported residual stream lives, they act as T⁺ did, so the function is unchanged (m > d)."""
+    m, d = T.shape
+    g = torch.Generator().manual_seed(seed + 1)  # drawn on the CPU: the same R on every device
+    R = (torch.randn(d, m, generator=g, dtype=torch.float64) / math.sqrt(m)).to(T.device)
+    return T_pinv + sigma * R @ (torch.eye(m, dtype=torch.float64, device=T.device) - T @ T_pinv)
+
+
+def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
+    """A map T saved with torch.save: one finite floating m×d tensor (or a one-tensor dict), checked before work."""
+    if not os.path.isfile(path):
+        raise TransformError(f"map_file '{path}' does not exist; give a file written by torch.save(T) with T of shape "
+                             f"(width, d) = ({m}, {d})")
+    try:
+        T = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
+        raise TransformError(f"map_file '{path}' is not a readable torch.save file ({e.__class__.__name__}); give "
+                             f"torch.save(T) of a ({m}, {d}) tensor") from None
+    if isinstance(T, dict) and len(T) == 1:
+        T = next(iter(T.values()))
+    if not torch.is_tensor(T) or not T.is_floating_point() or tuple(T.shape) != (m, d):
+        what = f"a tensor of shape {tuple(T.shape)}, {T.dtype}" if torch.is_tensor(T) else f"a {type(T).__name__}"
+        raise TransformError(f"map_file '{path}' holds {what}; it must be a floating ({m}, {d}) tensor: "
+                             f"--width={m} and this model's d={d}")
+    if not torch.isfinite(T).all() or torch.linalg.matrix_rank(T.double()) < min(m, d):
+        raise TransformError(f"map_file '{path}' holds a map with non-finite entries or rank below {min(m, d)}; T "
+                             "must be finite and of full rank")
+    return T
+
+
+def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
+                 calibration: Calibration | None, damping: float, keep_layernorm: bool) -> tuple[torch.Tensor, ...]:
+    """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
+    model keeps its LayerNorm."""
+    if given_map is not None:
+        T = given_map.detach().cpu().double()
+        T_pinv = pseudo_inverse(T)
+    else:
+        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping)
+    if keep_layernorm:
+        T = mean_preserving(T)
+        T_pinv = T.T.clone()
+    return T, T_pinv
+
+
+def unit_second_moment(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(Σ u uᵀ, N) over the rows u of ``x`` scaled to unit length, in float64."""
+    u = x.reshape(-1, x.shape[-1]).double()
+    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return u.T @ u, len(u)
+
+
+@torch.no_grad()
+def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0) -> Calibration:
+    """Second moment of the calibration set: every token embedding plus the residual-stream hidden
+    states of every layer (after the embedding and after each block) on ``batches`` training batches.
+    Each vector is scaled to unit length first: norms are scale-invariant, so what the readers need
+    is the direction of h, and unscaled late layers would otherwise dominate."""
+    model.eval()
+    total, count = unit_second_moment(model.transformer.wte.weight)
+    for k in progress(range(batches), "calibrate", unit="batch"):
+        x, _ = loader.get_batch("train", seed=seed + k)
+        for h in model(x, return_hidden=True)[2]:
+            moment, n = unit_second_moment(h)
+            total += moment
+            count += n
+    return Calibration(total / count, count)
+
+
+def calibration_points(cfg: GPTConfig, loader: BatchLoader | None, batches: int) -> int:
+    """How many vectors ``collect_calibration`` would see (the N of the JL bound), without running the model:
+    the token embeddings plus n_layer + 1 hidden states per calibration token."""
+    if loader is None:
+        return cfg.vocab_size
+    return cfg.vocab_size + batches * loader.batch_size * loader.block_size * (cfg.n_layer + 1)
+
+
+@dataclass
+class PortMaps:
+    """The maps a porting rule may use: T (m×d), T⁺ (d×m), the readers' T⁺ (T⁺ itself, or with growth
+    symmetry breaking), and the width d of the source."""
+    T: torch.Tensor
+    T_pinv: torch.Tensor
+    reader_T_pinv: torch.Tensor
+
+    @property
+    def d(self) -> int:
+        return self.T.shape[1]
+
+    @property
+    def m(self) -> int:
+        return self.T.shape[0]

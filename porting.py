@@ -1,0 +1,294 @@
+"""
+What T does to each weight: the model rewritten at width d into a canonical form, then ported to width m,
+one small named function per rule (its docstring the equation) and one plan that says which rule applies where.
+The paper's own rules (sandwich, paper_code) are in paper_rules.py; T itself in maps.py.
+
+1. ``canonicalize`` (``--norms``) rewrites the model at width d. With ``fold`` it keeps the function
+   exactly (SliceGPT's / QuaRot's computational invariance): ``untie_head`` / ``knn_to_linear`` where a
+   per-dimension final gain must move into the head, ``fold_gain_into_readers`` (W·diag γ, b + W·β),
+   then LayerNorm becomes RMSNorm by ``center_embeddings`` and ``center_writers`` (C·W, C = I − 11ᵀ/d:
+   every norm then sees mean-free inputs, where the two agree); every norm keeps one scalar gain.
+   ``drop`` and ``scalar`` replace per-dimension gains by 1 or by their mean (approximations, as in the paper).
+2. ``port_weights`` (``--porting``) applies T by ``porting_plan``:
+   - ``residual`` (ours; ``head`` is accepted as its old name): only the residual axis changes —
+     ``port_reader`` W·T⁺, ``port_writer`` T·W and T·b, ``port_embedding`` E·Tᵀ; heads, head size,
+     attention scale, RoPE and MLP width stay as they are.
+   - ``sandwich``: the paper's T·W·T⁺ on attention (paper_rules.py), the rest as ``residual``.
+   An RMSNorm over m coordinates of T·h equals √(m/d)·T·norm_d(h) when T has orthonormal columns
+   (and ε is scaled by d/m), so ``scale_gain`` multiplies every scalar gain by √(d/m).
+
+With orthonormal columns (TᵀT = I, m ≥ d), ``residual`` porting after ``fold`` reproduces the original
+logits to float32 rounding. For m < d (shrink) nothing is exact.
+
+Adding a porting rule: write one function of (tensor, maps) with its equation in the docstring, and
+give it the roles it applies to in ``porting_plan``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import asdict
+
+import torch
+
+from errors import TransformError
+from maps import PortMaps
+from model import GPT, GPTConfig
+from paper_rules import check_porting, sandwich_attention, sandwich_output
+from roles import ResidualRoles, residual_roles
+
+PORTINGS = ("residual", "sandwich", "paper_code")
+PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
+NORM_MODES = ("fold", "scalar", "drop")
+
+
+def resolve_porting(porting: str) -> str:
+    """The canonical name of a porting rule (``head`` → ``residual``); raises for an unknown one."""
+    porting = PORTING_ALIASES.get(porting, porting)
+    if porting not in PORTINGS:
+        raise TransformError(f"porting={porting!r} is not one of {PORTINGS} (or the alias 'head')")
+    return porting
+
+
+def untie_head(sd: dict, cfg: GPTConfig) -> str:
+    """A tied head W = E gets its own copy, so the final norm's per-dimension gain can fold into it."""
+    sd["lm_head.weight"] = sd["transformer.wte.weight"].clone()
+    cfg.head = "linear"
+    return "tied head untied: the final norm's per-dimension gain is folded into it"
+
+
+def knn_to_linear(sd: dict, cfg: GPTConfig) -> str:
+    """−‖h − e_j‖² + b_j = 2·e_j·h − ‖e_j‖² + b_j − ‖h‖²: the KNN head as the linear head W = 2E with bias
+    b − ‖e_j‖² (logits shift by the per-position constant −‖h‖², so log-probabilities are exact)."""
+    E = sd["transformer.wte.weight"]
+    sd["lm_head.bias"] = sd["lm_head.bias"] - E.pow(2).sum(1)
+    sd["lm_head.weight"] = 2 * E
+    cfg.head, cfg.head_bias = "linear", True
+    return ("knn head rewritten as the equivalent linear head 2·e_j·h − ‖e_j‖² + b_j (logits shift by the "
+            "per-position constant −‖h‖²; log-probabilities are exact)")
+
+
+def fold_gain_into_readers(sd: dict, cfg: GPTConfig, norm: str, readers: tuple[str, ...]) -> None:
+    """W(γ⊙n(x) + β) + b = (W·diag γ)·n(x) + (W·β + b): the norm's gain γ and bias β move into each reader;
+    the norm keeps the scalar gain 1. A tied or KNN head has nothing to fold into (its norm's gain is scalar)."""
+    gamma, beta = sd.pop(f"{norm}.weight"), sd.pop(f"{norm}.bias", None)
+    for reader in readers:
+        if reader == "lm_head" and cfg.head != "linear":
+            continue
+        W = sd[f"{reader}.weight"]
+        if beta is not None:
+            bias = sd.get(f"{reader}.bias", torch.zeros(W.shape[0], dtype=W.dtype, device=W.device))
+            sd[f"{reader}.bias"] = bias + W @ beta
+            if reader == "lm_head":
+                cfg.head_bias = True
+            elif reader.endswith("attn.c_attn") and not cfg.attn_bias:  # qkv_bias=False beside bias=True
+                cfg.qkv_bias = None if cfg.bias else True
+        sd[f"{reader}.weight"] = W * gamma
+    sd[f"{norm}.weight"] = _one(gamma)
+
+
+def average_gain(sd: dict, norm: str) -> None:
+    """γ → mean(γ) (one scalar), bias dropped: the paper's approximation, and the only option for peri-LN's
+    output norms, which write to the residual directly."""
+    gamma = sd.pop(f"{norm}.weight")
+    sd.pop(f"{norm}.bias", None)
+    sd[f"{norm}.weight"] = gamma.mean().reshape(1)
+
+
+def drop_gain(sd: dict, norm: str) -> None:
+    """γ → 1 (one scalar), bias dropped; a scalar gain is kept as it is."""
+    gain = sd.pop(f"{norm}.weight", None)
+    sd.pop(f"{norm}.bias", None)
+    sd[f"{norm}.weight"] = gain if gain is not None and gain.numel() == 1 else _one(sd["transformer.wte.weight"])
+
+
+def center_embeddings(sd: dict, cfg: GPTConfig, roles: ResidualRoles) -> None:
+    """E → E·C (each row made mean-free, C = I − 11ᵀ/d), so the residual stream starts mean-free. A KNN head's
+    bias absorbs what centring its embeddings changes: ‖h − e_j‖² = ‖h − C·e_j‖² + (1ᵀe_j)²/d for mean-free h."""
+    d = cfg.n_embd
+    if cfg.head == "knn":
+        sd["lm_head.bias"] = sd["lm_head.bias"] - sd["transformer.wte.weight"].sum(1).pow(2) / d
+    for name in roles.embeddings:
+        sd[name] = sd[name] - sd[name].mean(1, keepdim=True)
+    if cfg.head == "tied":
+        sd["lm_head.weight"] = sd["transformer.wte.weight"]
+
+
+def center_writers(sd: dict, roles: ResidualRoles) -> None:
+    """W → C·W, b → C·b for every residual writer: whatever they add to the residual stream is mean-free."""
+    for writer in roles.writers:
+        sd[f"{writer}.weight"] = sd[f"{writer}.weight"] - sd[f"{writer}.weight"].mean(0, keepdim=True)
+        if f"{writer}.bias" in sd:
+            sd[f"{writer}.bias"] = sd[f"{writer}.bias"] - sd[f"{writer}.bias"].mean()
+
+
+def _one(like: torch.Tensor) -> torch.Tensor:
+    return torch.ones(1, dtype=like.dtype, device=like.device)
+
+
+def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig, list[str]]:
+    """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain; returns the notes
+    of what changed. ``fold`` preserves the function except for peri-LN output norms with per-dimension gains
+    (averaged: recorded as APPROXIMATE); ``scalar`` and ``drop`` average or drop every per-dimension gain."""
+    if norms not in NORM_MODES:
+        raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
+    sd = {k: v.detach() for k, v in sd.items()}  # every rule makes new tensors: no copies needed
+    cfg = copy.deepcopy(cfg)
+    roles = residual_roles(cfg)
+    vector = cfg.norm_gain == "vector"
+    notes: list[str] = []
+    if norms != "fold":
+        for norm in roles.norms:
+            (average_gain if vector and norms == "scalar" else drop_gain)(sd, norm)
+        if vector:
+            replacement = "their means" if norms == "scalar" else "1"
+            notes.append(f"APPROXIMATE: per-dimension norm gains replaced by {replacement}, LayerNorm biases dropped")
+        cfg.norm_gain = "scalar"
+        return sd, cfg, notes
+    if vector and cfg.head == "tied":
+        notes.append(untie_head(sd, cfg))
+    elif vector and cfg.head == "knn":
+        notes.append(knn_to_linear(sd, cfg))
+    for norm, readers in roles.norm_readers:
+        if vector:
+            fold_gain_into_readers(sd, cfg, norm, readers)
+        elif cfg.norm_gain == "none":
+            drop_gain(sd, norm)
+    for norm in roles.output_norms:
+        (average_gain if vector else drop_gain)(sd, norm)
+    if vector and roles.output_norms:
+        notes.append("APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to "
+                     "the residual directly); their gains were replaced by their means and biases dropped")
+    if cfg.norm_type == "layernorm":
+        center_embeddings(sd, cfg, roles)
+        center_writers(sd, roles)
+        cfg.norm_type = "rmsnorm"
+        notes.append("LayerNorm → RMSNorm: residual writers and embeddings centred")
+    cfg.norm_gain = "scalar"
+    return sd, cfg, notes
+
+
+def port_embedding(E: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """E → E·Tᵀ: each embedding row e becomes T·e."""
+    return E @ maps.T.T
+
+
+def port_reader(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """W → W·T⁺: a reader of the residual sees T·h and recovers W·h (exactly where T⁺T = I)."""
+    return W @ maps.reader_T_pinv
+
+
+def port_writer(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """W → T·W and b → T·b: what a writer adds to the residual lands in range(T)."""
+    return maps.T @ W
+
+
+def scale_gain(g: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """g → g·√(d/m): RMSNorm over m coordinates of T·h is √(m/d)·T·norm_d(h) for orthonormal-column T."""
+    return g * math.sqrt(maps.d / maps.m)
+
+
+def keep(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """Outside the residual space (reader biases, head bias): unchanged (cloned, so nothing aliases)."""
+    return W.clone()
+
+
+PortRule = Callable[[torch.Tensor, PortMaps], torch.Tensor]
+
+
+def porting_plan(names: list[str], cfg: GPTConfig, porting: str, rescale_gains: bool = True) -> dict[str, PortRule]:
+    """The rule that ports each parameter, from the role table: the only place that says which rule applies where.
+    ``rescale_gains=False`` keeps the norm gains (the paper's Algorithm 1 does not rescale them)."""
+    roles = residual_roles(cfg)
+    plan: dict[str, PortRule] = {name: port_embedding for name in roles.embeddings}
+    plan.update({f"{r}.weight": port_reader for r in roles.readers})
+    for writer in roles.writers:
+        plan.update({f"{writer}.weight": port_writer, f"{writer}.bias": port_writer})
+    plan.update({f"{norm}.weight": scale_gain if rescale_gains else keep for norm in roles.norms})
+    if porting == "sandwich":
+        for attn in roles.attention:
+            plan.update({f"{attn}.c_attn.weight": sandwich_attention, f"{attn}.c_attn.bias": sandwich_attention,
+                         f"{attn}.c_proj.weight": sandwich_output})
+    return {name: plan.get(name, keep) for name in names}
+
+
+def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
+                 reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True) -> tuple[dict, GPTConfig]:
+    """Map a canonical (state_dict, config) of width d to width m = T.shape[0] by ``porting_plan``. ``sd`` is
+    consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
+    KNN heads follow the embeddings; norm ε × d/m (unless ``rescale_gains=False``, which keeps gains and ε);
+    ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv`` replaces T⁺ in the readers (grow symmetry breaking)."""
+    if cfg.norm_gain == "vector":
+        raise TransformError("port_weights needs scalar norm gains; run canonicalize first")
+    m, d = T.shape
+    porting = resolve_porting(porting)
+    check_porting(cfg, m, porting)
+    like = sd["transformer.wte.weight"] if sd else torch.empty(0)
+    # T⁺ was computed in float64; applying it in the weights' dtype is exact enough. On the weights' device: a
+    # caller's T may live elsewhere (port_model)
+    maps = PortMaps(*(t.to(like.device, like.dtype) for t in (T, T_pinv, T_pinv if reader_T_pinv is None
+                                                                    else reader_T_pinv)))
+    if cfg.head != "linear":
+        sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
+    plan = porting_plan(list(sd), cfg, porting, rescale_gains)
+    out = {name: plan[name](sd.pop(name), maps) for name in list(sd)}
+    if cfg.head == "tied":
+        out["lm_head.weight"] = out["transformer.wte.weight"]
+    cfg = copy.deepcopy(cfg)
+    cfg.n_embd = m
+    if rescale_gains:
+        cfg.norm_eps = cfg.norm_eps * d / m
+    if porting == "sandwich":
+        cfg.head_dim = m // cfg.n_head
+    return out, cfg
+
+
+def restore_layernorm(sd: dict, cfg: GPTConfig, original: GPT, T: torch.Tensor) -> None:
+    """After a ``mean_preserving`` port every norm input is mean-free, so LayerNorm computes what RMSNorm
+    did: switch back. If the original final LayerNorm had a bias β (folded into a head bias W·β), move it
+    back into the final norm as β' = T·(β/γ): the new head W·diag(γ)·T⁺ gives W·diag(γ)·T⁺·β' = W·β as
+    T⁺T = I. Then all norms carry per-dimension gains (all equal) and biases, as in GPT-2."""
+    cfg.norm_type = "layernorm"
+    src = original.config
+    if not (src.norm_gain == "vector" and src.bias and src.norm_placement == "pre"):
+        return
+    gamma = original.transformer.ln_f.weight.detach().double()
+    beta = original.transformer.ln_f.bias.detach().double()
+    if gamma.abs().min() < 1e-6:
+        raise TransformError("keep_layernorm: the final LayerNorm gain has (near-)zero entries, so its bias "
+                             "cannot move back into the norm; use keep_layernorm=False")
+    m = T.shape[0]
+    for norm in residual_roles(cfg).norms:
+        sd[f"{norm}.weight"] = sd[f"{norm}.weight"].expand(m).clone()
+        sd[f"{norm}.bias"] = torch.zeros_like(sd[f"{norm}.weight"])
+    sd["transformer.ln_f.bias"] = (T.to(beta.device) @ (beta / gamma)).to(sd["transformer.ln_f.weight"])
+    if src.head_bias:
+        sd["lm_head.bias"] = original.lm_head.bias.detach().clone()
+    else:
+        sd.pop("lm_head.bias", None)
+        cfg.head_bias = False
+    cfg.norm_gain = "vector"
+
+
+def model_from_state(sd: dict, cfg: GPTConfig) -> GPT:
+    """A GPT in eval mode using the tensors of ``sd`` as its parameters (no copy)."""
+    return GPT.from_state_dict(GPTConfig(**asdict(cfg)), sd).eval()
+
+
+def port_model(model: GPT, T: torch.Tensor, T_pinv: torch.Tensor, porting: str = "residual", norms: str = "fold",
+               reader_T_pinv: torch.Tensor | None = None) -> GPT:
+    """A new GPT of width m = T.shape[0] from ``model`` and a given (T, T⁺): canonicalize, then port.
+    (``transform_model`` also builds T, calibrates PCA and writes the record.)"""
+    d = model.config.n_embd
+    if T.shape[1] != d or tuple(T_pinv.shape) != (d, T.shape[0]):
+        raise TransformError(f"T must be m×d and T⁺ d×m for d={d}, got {tuple(T.shape)} and {tuple(T_pinv.shape)}")
+    sd, cfg, _ = canonicalize(model.state_dict(), model.config, norms)
+    reader = None if reader_T_pinv is None else reader_T_pinv.double()
+    return model_from_state(*port_weights(sd, cfg, T.double(), T_pinv.double(), porting, reader))
+
+
+def canonical_model(model: GPT, norms: str = "fold") -> tuple[GPT, list[str]]:
+    """The same-width model after ``canonicalize`` (equal function with ``fold``)."""
+    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
+    return model_from_state({k: v.clone() for k, v in sd.items()}, cfg), notes
