@@ -160,14 +160,18 @@ def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...]
 
 def recovery(src: str, data: dict[str, str]) -> dict:
     """The control (the untransformed model in canonical form — its final gain folded into an untied head, as the
-    shrink does — finetuned on LM loss) and PCA at m/d = 0.75 finetuned by distillation from the original with
-    the identical recipe, data order and eval batches; n = 1 (one data order)."""
+    shrink does — finetuned on LM loss) and PCA at m/d = 0.75 finetuned two ways, by distillation from the original
+    and by the control's LM loss, with the identical recipe, data order and eval batches; n = 1 (one data order)."""
     canonical = cell(src, data, 576, "truncate")  # T = I: the same function, the same form as the shrunk model
     shrunk = cell(src, data, RATIOS[0.75], "pca")
     control = finetuned(canonical["out_dir"], data, "control")
-    arm = finetuned(shrunk["out_dir"], data, "pca-m432-kd", ("--distill=True", f"--control_dir={control['out_dir']}"))
+    versus = f"--control_dir={control['out_dir']}"
+    distilled = finetuned(shrunk["out_dir"], data, "pca-m432-kd", ("--distill=True", versus))
+    arms = [dict(distilled, name="pca, m = 432 (calibrated on Shakespeare), distilled from the original", loss="kd")]
+    lm = finetuned(shrunk["out_dir"], data, "pca-m432-lm", (versus,))  # the control's own loss: one factor
+    arms.append(dict(lm, name="pca, m = 432 (calibrated on Shakespeare), LM loss (as the control)", loss="lm"))
     return {"tokens": FT_ITERS * 8 * BLOCK, "recipe": FINETUNE, "canonical": canonical, "control": control,
-            "arms": [dict(arm, name="pca, m = 432 (calibrated on Shakespeare), distilled from the original")]}
+            "arms": arms}
 
 
 def grid(which: str) -> list[tuple]:
