@@ -92,6 +92,11 @@ def test_widths_are_multiples_of_the_head_count():
     assert harness.width(0.3, 100, 6) % 6 == 0 and harness.width(0.01, 100, 6) == 6
 
 
+EXPERIMENT_FILES = ("base_models", "growth", "ppl_vs_width", "sandwich_ablation", "shrink_quality", "recovery",
+                    "arch_ablation", "geometry_vs_width", "heatmaps", "heads", "grow_staging", "grow_depth",
+                    "grow_recipes", "quantization", "scale")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
                                         "quantization", "shrink_quality", "recovery", "grow_staging", "scale",
@@ -99,24 +104,30 @@ def test_widths_are_multiples_of_the_head_count():
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
+    import experiments
+    import figures
     import report
 
-    import experiments
-    for module in (harness, experiments, report):
-        monkeypatch.setattr(module, "RESULTS", str(tmp_path / "results"), raising=False)
+    def everywhere(name: str, value) -> None:  # each experiment's file imports its settings by name
+        for module in [harness, experiments, report, figures, *(sys.modules[n] for n in EXPERIMENT_FILES)]:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, value)
+
+    everywhere("RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(harness, "RUNS", str(tmp_path / "runs"))
-    monkeypatch.setattr(experiments, "RATIOS", (0.5, 2.0))  # square random 16×16 maps can be singular
-    monkeypatch.setitem(experiments.CORRECTIONS, "learned T + all", {"refit": "all", "learn_steps": 2})
-    monkeypatch.setattr(experiments, "LONGER", {"longer": {"refit": "all", "learn_steps": 3, "calib_batches": 2}})
+    everywhere("RATIOS", (0.5, 2.0))  # square random 16×16 maps can be singular
+    corrections = sys.modules["shrink_quality"].CORRECTIONS
+    monkeypatch.setitem(corrections, "learned T + all", {"refit": "all", "learn_steps": 2})
+    everywhere("LONGER", {"longer": {"refit": "all", "learn_steps": 3, "calib_batches": 2}})
     s = harness.Setting(quick=True)
     s.base += ["--n_layer=1", "--n_embd=16", "--n_head=2", "--max_iters=4", "--eval_iters=2", "--eval_interval=2",
                "--batch_size=4", "--block_size=16", f"--data_dir={char_data_dir}"]
     s.seeds, s.finetune_iters, s.finetune_eval_interval, s.finetune_eval_iters = (0, 1), 4, 2, 2
     s.grow_iters, s.curve_eval = 4, ["--eval_interval=2", "--eval_iters=2", "--eval_seed=0"]
-    monkeypatch.setattr(experiments, "GROW_ARMS", experiments.GROW_ARMS[-3:])  # clone: fresh/carried, re-warm
-    monkeypatch.setattr(experiments, "scale_widths", lambda s: {"char": (16, 32, 64)})  # d = 16 is the base model
-    monkeypatch.setattr(experiments, "SCALE_HEAD_SIZE", {"char": 8})
-    monkeypatch.setattr(experiments, "GEOMETRY_PROBES", 256)  # the metrics' path, not their precision
+    everywhere("GROW_ARMS", sys.modules["growth"].GROW_ARMS[-3:])  # clone: fresh/carried, re-warm
+    everywhere("scale_widths", lambda s: {"char": (16, 32, 64)})  # d = 16 is the base model
+    everywhere("SCALE_HEAD_SIZE", {"char": 8})
+    everywhere("GEOMETRY_PROBES", 256)  # the metrics' path, not their precision
     if experiment in ("grow_depth", "grow_recipes"):
         s.base += ["--n_layer=2"]  # stage 1 has half the blocks
     experiments.EXPERIMENTS[experiment](s)
@@ -310,14 +321,14 @@ def test_the_scale_fit_recovers_a_power_law_and_its_interval_matches_linregress(
     import numpy as np
     from scipy import stats
 
-    import experiments
+    from scale import loglog_fit
     ds = [64, 128, 256, 512]
-    exact = experiments.loglog_fit(ds, [0.3 * d ** -0.5 for d in ds], at=(1024,))
+    exact = loglog_fit(ds, [0.3 * d ** -0.5 for d in ds], at=(1024,))
     assert abs(exact["slope"] + 0.5) < 1e-12 and abs(exact["per_doubling"] - 2 ** -0.5) < 1e-12
     assert abs(exact["predict"]["1024"][0] - 0.3 * 1024 ** -0.5) < 1e-12  # a line through the points extrapolates
     noisy = [0.3 * d ** -0.5 * f for d, f in zip(ds, (1.1, 0.9, 1.05, 0.97))]
-    fit = experiments.loglog_fit(ds, noisy)
+    fit = loglog_fit(ds, noisy)
     ref = stats.linregress(np.log(ds), np.log(noisy))
     half = stats.t.ppf(0.975, len(ds) - 2) * ref.stderr
     assert np.allclose(fit["slope_ci"], [ref.slope - half, ref.slope + half])
-    assert experiments.loglog_fit([128, 256], [0.02, 0.01])["slope_ci"] is None  # two widths: a slope, no interval
+    assert loglog_fit([128, 256], [0.02, 0.01])["slope_ci"] is None  # two widths: a slope, no interval
