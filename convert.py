@@ -8,13 +8,11 @@ Pretrained models in and out: Hugging Face GPT-2, Llama and Qwen2, and nanoGPT c
     python convert.py --from_gguf=SmolLM2-135M-Instruct.Q4_1.gguf --out_dir=out-smollm2   # a llama.cpp GGUF file
     python convert.py --in_dir=out-smollm2-m432 --to_gguf=smollm2-m432.gguf --gguf_type=f16   # and back
 
-GPT-2 is pre-LN LayerNorm with per-dimension gains and biases, learned positions, the tanh GELU
-('gelu_new') and a tied head. Hugging Face stores its Linear layers as Conv1D, i.e. transposed.
-Llama (2, 3, 3.1/3.2 RoPE scaling; SmolLM, TinyLlama) and Qwen2/2.5 are pre-RMSNorm, SwiGLU, rotary, with grouped-
-query attention; Qwen2 adds Q/K/V biases. Hugging Face rotates dimension i with i + head_dim/2, we rotate 2i with
-2i + 1: Q and K rows are reordered within each head on the way in and back on the way out (``rope_pair_order``),
-which changes no attention score. The architecture is read from the config before any weight: any other class is
-refused, and a checkpoint that leaves a tensor unloaded (random) is refused.
+This file is the shared path — which family a source is, loading it, checking it, writing exports and tokenizers,
+the CLI. Each family's mapping of tensors and config fields has a room of its own: convert_gpt2.py (GPT-2 and
+nanoGPT), convert_llama.py (Llama, Qwen2), gguf_format.py (llama.cpp's GGUF files). The architecture is read from
+the config before any weight: any other class is refused, and a checkpoint that leaves a tensor unloaded (random)
+is refused.
 ``transformers`` is needed only here (and for init_from='gpt2'); it is an optional dependency.
 """
 from __future__ import annotations
@@ -31,7 +29,6 @@ from checkpoint import (
     check_finite,
     check_output_dir,
     check_writable_dir,
-    clean_state_dict,
     hold_run_dir,
     is_interrupted,
     load_checkpoint,
@@ -40,20 +37,36 @@ from checkpoint import (
 )
 from cli import run_cli
 from configurator import load_config
+from convert_gpt2 import (
+    GPT2,
+    IGNORED_HF_KEYS,
+    export_gpt2,
+    gpt2_config_from_hf,
+    gpt2_export_problems,
+    gpt2_state_from_hf,
+    import_nanogpt,
+    nanogpt_meta,
+)
+from convert_llama import (
+    LLAMA,
+    QWEN2,
+    export_llama,
+    llama_config_from_hf,
+    llama_export_problems,
+    llama_hf_config,
+    llama_state_from_hf,
+    llama_state_to_hf,
+)
 from dataset import (
     GPT2_META,
     HF_TOKENIZER_FILES,
     data_dir_for_checkpoint,
-    dataset_dir,
     gpt2_encoding,
     hf_tokenizer_meta,
-    load_meta,
     read_tokenizer_files,
 )
-from errors import CheckpointError, ConfigError, ConversionError
-from model import GPT, LLAMA3_SCALING_KEYS, GPTConfig, check_rope_scaling
-
-CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+from errors import ConfigError, ConversionError
+from model import GPT, GPTConfig
 
 
 def _transformers():
@@ -68,10 +81,8 @@ def _transformers():
 # ----------------------------------------------------------------------------------------------
 # Hugging Face → ours
 
-GPT2, LLAMA, QWEN2 = "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM"
 ARCHITECTURES = (GPT2, LLAMA, QWEN2)  # the Hugging Face classes we import and export, exactly
 MODEL_TYPES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": QWEN2}  # for a config.json that names no architecture
-IGNORED_HF_KEYS = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")  # buffers of older transformers
 
 
 def hf_architecture(hf_config, source: str) -> str:
@@ -86,124 +97,10 @@ def hf_architecture(hf_config, source: str) -> str:
     return declared[0]
 
 
-def hf_rope(hf_config) -> tuple[float, dict | None]:
-    """(rope_theta, Llama-3 scaling or None) from a config of any transformers version (``rope_parameters`` since
-    v5, ``rope_theta`` + ``rope_scaling`` before). Any other scaling type is one ConversionError naming it."""
-    params = dict(getattr(hf_config, "rope_parameters", None) or {})
-    legacy = getattr(hf_config, "rope_scaling", None) if not params else None
-    params.update(legacy or {})
-    theta = float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
-    kind = params.get("rope_type", params.get("type", "default"))
-    if params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0)) != 1.0:
-        raise ConversionError("partial_rotary_factor != 1 (RoPE on part of each head) cannot be represented exactly")
-    if kind == "default":
-        return theta, None
-    if kind != "llama3":
-        raise ConversionError(f"rope_scaling type {kind!r} cannot be represented exactly (supported: default, llama3)")
-    scaling = {"rope_type": "llama3", **{k: params[k] for k in LLAMA3_SCALING_KEYS if k in params}}
-    try:
-        check_rope_scaling(scaling)
-    except ValueError as e:
-        raise ConversionError(f"rope_scaling: {e}") from e
-    return theta, scaling
-
-
-def unsupported_llama_fields(hf_config, arch: str) -> list[str]:
-    """The fields of a Llama / Qwen2 config that nanoLGPT's model cannot represent exactly (empty: it can)."""
-    problems = []
-    if getattr(hf_config, "hidden_act", "silu") != "silu":
-        problems.append(f"hidden_act={hf_config.hidden_act!r} (the SwiGLU MLP uses silu)")
-    if getattr(hf_config, "attention_bias", False):
-        problems.append("attention_bias=True (it adds an o_proj bias; only Q/K/V biases are representable)")
-    if getattr(hf_config, "mlp_bias", False):
-        problems.append("mlp_bias=True (the SwiGLU MLP has no biases)")
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if getattr(hf_config, name, None):
-            problems.append(f"{name}={getattr(hf_config, name)} (attention/logit soft-capping)")
-    if getattr(hf_config, "use_sliding_window", False):
-        problems.append("use_sliding_window=True (sliding-window attention)")
-    layer_types = set(getattr(hf_config, "layer_types", None) or ["full_attention"])
-    if layer_types != {"full_attention"}:
-        problems.append(f"layer_types={sorted(layer_types)} (only full attention)")
-    return problems
-
-
 def config_from_hf(hf_config, arch: str = GPT2) -> GPTConfig:
     """The GPTConfig equal to a Hugging Face GPT-2, Llama or Qwen2 config, or ConversionError naming the first
-    field that has no exact equivalent."""
-    if arch != GPT2:
-        problems = unsupported_llama_fields(hf_config, arch)
-        if problems:
-            raise ConversionError(f"{arch} field {problems[0]} cannot be represented exactly")
-        theta, scaling = hf_rope(hf_config)
-        n_kv = hf_config.num_key_value_heads or hf_config.num_attention_heads
-        return GPTConfig(
-            n_layer=hf_config.num_hidden_layers, n_head=hf_config.num_attention_heads,
-            n_kv_head=None if n_kv == hf_config.num_attention_heads else n_kv, n_embd=hf_config.hidden_size,
-            head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads,
-            block_size=hf_config.max_position_embeddings, vocab_size=hf_config.vocab_size, bias=False,
-            qkv_bias=True if arch == QWEN2 else None, mlp="swiglu", mlp_hidden=hf_config.intermediate_size,
-            norm_type="rmsnorm", norm_gain="vector", norm_placement="pre", norm_eps=hf_config.rms_norm_eps,
-            pos="rope", rope_base=theta, rope_scaling=scaling,
-            head="tied" if getattr(hf_config, "tie_word_embeddings", False) else "linear")
-    activation = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
-    if hf_config.activation_function not in activation:
-        raise ConversionError(f"activation_function={hf_config.activation_function!r} is not supported "
-                              f"(supported: {sorted(activation)})")
-    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
-        if getattr(hf_config, flag, False):
-            raise ConversionError(f"GPT-2 config flag {flag}=True is not supported")
-    if not getattr(hf_config, "scale_attn_weights", True):
-        raise ConversionError("scale_attn_weights=False is not supported (attention is scaled by 1/√head_dim)")
-    return GPTConfig(
-        n_layer=hf_config.n_layer, n_head=hf_config.n_head, n_embd=hf_config.n_embd,
-        block_size=hf_config.n_positions, vocab_size=hf_config.vocab_size, bias=True,
-        mlp_hidden=hf_config.n_inner or 4 * hf_config.n_embd, mlp=activation[hf_config.activation_function],
-        norm_eps=hf_config.layer_norm_epsilon, norm_type="layernorm", norm_gain="vector", norm_placement="pre",
-        pos="learned", head="tied" if getattr(hf_config, "tie_word_embeddings", True) else "linear")
-
-
-def rope_pair_order(head_dim: int) -> torch.Tensor:
-    """Row order that turns Hugging Face's RoPE layout (dimension i rotates with i + head_dim/2, rotate_half) into
-    ours (2i rotates with 2i + 1): [0, hd/2, 1, hd/2 + 1, …]. Applied to Q's and K's rows in every head, it changes
-    no score q·k (the same permutation on both) and pairs the same frequencies, so the model is the same function."""
-    return torch.arange(head_dim).view(2, head_dim // 2).t().flatten()
-
-
-def permute_head_rows(W: torch.Tensor, head_dim: int, order: torch.Tensor) -> torch.Tensor:
-    """The rows of each head of a projection (heads·head_dim rows, weight or bias) reordered by ``order``."""
-    return W.reshape(-1, head_dim, *W.shape[1:])[:, order].reshape(W.shape)
-
-
-def llama_state_from_hf(hf_state: dict, cfg: GPTConfig) -> dict:
-    """Our state dict from a LlamaForCausalLM / Qwen2ForCausalLM one: Q/K/V stacked into c_attn (Q and K rows in
-    our RoPE layout), gate/up stacked into c_fc, the rest renamed."""
-    order, hd = rope_pair_order(cfg.head_dim), cfg.head_dim
-    state = {"transformer.wte.weight": hf_state["model.embed_tokens.weight"],
-             "transformer.ln_f.weight": hf_state["model.norm.weight"]}
-    if cfg.head != "tied":
-        state["lm_head.weight"] = hf_state["lm_head.weight"]
-    for i in range(cfg.n_layer):
-        hf, ours = f"model.layers.{i}", f"transformer.h.{i}"
-        attn = f"{hf}.self_attn"
-        for leaf in ("weight", "bias"):
-            if f"{attn}.q_proj.{leaf}" in hf_state:
-                q, k, v = (hf_state[f"{attn}.{p}_proj.{leaf}"] for p in "qkv")
-                state[f"{ours}.attn.c_attn.{leaf}"] = torch.cat(
-                    [permute_head_rows(q, hd, order), permute_head_rows(k, hd, order), v])
-        state[f"{ours}.attn.c_proj.weight"] = hf_state[f"{attn}.o_proj.weight"]
-        state[f"{ours}.mlp.c_fc.weight"] = torch.cat([hf_state[f"{hf}.mlp.gate_proj.weight"],
-                                                      hf_state[f"{hf}.mlp.up_proj.weight"]])
-        state[f"{ours}.mlp.c_proj.weight"] = hf_state[f"{hf}.mlp.down_proj.weight"]
-        state[f"{ours}.ln_1.weight"] = hf_state[f"{hf}.input_layernorm.weight"]
-        state[f"{ours}.ln_2.weight"] = hf_state[f"{hf}.post_attention_layernorm.weight"]
-    return {k: v.detach().float().clone() for k, v in state.items()}
-
-
-def gpt2_state_from_hf(hf_state: dict) -> dict:
-    """Our state dict from a GPT2LMHeadModel one: the Conv1D weights transposed, the mask buffers dropped."""
-    return {name: (t.detach().float().t().contiguous() if name.endswith(CONV1D) else t.detach().float().clone())
-            for name, t in hf_state.items() if not name.endswith(IGNORED_HF_KEYS)}
+    field that has no exact equivalent (each family's own rules: convert_gpt2.py, convert_llama.py)."""
+    return gpt2_config_from_hf(hf_config) if arch == GPT2 else llama_config_from_hf(hf_config, arch)
 
 
 def model_from_hf_model(hf_model, **overrides) -> GPT:
@@ -344,95 +241,8 @@ def gguf_pretrained(path: str) -> tuple[GPT, str, dict]:
 # nanoGPT → ours
 
 
-def import_nanogpt(ckpt: dict) -> GPT:
-    """A nanoGPT training checkpoint ({'model', 'model_args', ...}): GPT-2 architecture, exact GELU, tied head."""
-    if "model" not in ckpt or "model_args" not in ckpt:
-        raise CheckpointError("not a nanoGPT checkpoint: it needs 'model' and 'model_args' keys")
-    known = {"n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout"}
-    args = {k: v for k, v in ckpt["model_args"].items() if k in known}
-    state = {k: v for k, v in clean_state_dict(ckpt["model"]).items()
-             if not (k.endswith(".attn.bias") and v.dim() == 4)}  # the mask buffer of non-flash nanoGPT
-    tied = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
-    return GPT.from_state_dict(GPTConfig(**args, head="tied" if tied else "linear"),
-                               {k: v.clone() for k, v in state.items()})
-
-
 # ----------------------------------------------------------------------------------------------
 # ours → Hugging Face
-
-
-def pad_attention_heads(model: GPT) -> GPT:
-    """An equal GPT whose attention width n_head·head_dim equals n_embd, by adding zero heads (zero Q, K,
-    V and zero output columns: they attend uniformly to zero values and write nothing). A model grown with
-    head porting keeps its attention width; GPT-2 requires it to equal the residual width."""
-    cfg = model.config
-    inner, d = cfg.n_head * cfg.head_dim, cfg.n_embd
-    if inner == d:
-        return model
-    if inner > d or (d - inner) % cfg.head_dim:
-        raise ConversionError(f"n_head*head_dim={inner} != n_embd={d}: GPT-2's attention width equals its residual "
-                              f"width, and zero heads of size {cfg.head_dim} can only pad it up to a multiple of it")
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    for i in range(cfg.n_layer):
-        prefix = f"transformer.h.{i}.attn"
-        for leaf in ("weight", "bias"):
-            name = f"{prefix}.c_attn.{leaf}"
-            if name in state:
-                parts = state[name].split(inner, dim=0)
-                state[name] = torch.cat([torch.cat([p, p.new_zeros((d - inner, *p.shape[1:]))]) for p in parts])
-        W = state[f"{prefix}.c_proj.weight"]
-        state[f"{prefix}.c_proj.weight"] = torch.cat([W, W.new_zeros(d, d - inner)], dim=1)
-    new_cfg = GPTConfig(**dict(cfg.to_dict(), n_head=d // cfg.head_dim))
-    return GPT.from_state_dict(new_cfg, state).eval()
-
-
-def gpt2_export_problems(config: GPTConfig) -> list[str]:
-    """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
-    problems = []
-    if config.norm_type != "layernorm":
-        problems.append(f"norm_type={config.norm_type!r}: GPT-2 uses LayerNorm (transform with --norms=scalar or "
-                        "--norms=drop keeps LayerNorm, approximately)")
-    if config.norm_placement != "pre":
-        problems.append(f"norm_placement={config.norm_placement!r}: GPT-2 is pre-LN")
-    if config.pos != "learned":
-        problems.append(f"pos={config.pos!r}: GPT-2 has learned positions")
-    if config.mlp == "swiglu":
-        problems.append("mlp='swiglu': GPT-2's MLP is GELU")
-    if config.head == "knn":
-        problems.append("head='knn': GPT-2's head is linear")
-    if config.head_bias:
-        problems.append("head_bias=True: GPT-2's head has no bias")
-    if config.kv_heads != config.n_head:
-        problems.append(f"n_kv_head={config.n_kv_head}: GPT-2 has no grouped-query attention")
-    if config.qkv_bias is not None and config.qkv_bias != config.bias:
-        problems.append(f"qkv_bias={config.qkv_bias} with bias={config.bias}: GPT-2 has biases everywhere or nowhere")
-    inner = config.n_head * config.head_dim
-    if inner > config.n_embd or (config.n_embd - inner) % config.head_dim:
-        problems.append(f"n_head*head_dim={inner} != n_embd={config.n_embd}: GPT-2's attention width equals its "
-                        f"residual width (zero heads pad it only up to multiples of head_dim={config.head_dim})")
-    return problems
-
-
-def llama_export_problems(config: GPTConfig, arch: str) -> list[str]:
-    """Why ``config`` has no exact LlamaForCausalLM / Qwen2ForCausalLM equivalent (empty when it has one)."""
-    problems = []
-    if config.norm_type != "rmsnorm":
-        problems.append(f"norm_type={config.norm_type!r}: {arch} uses RMSNorm")
-    if config.norm_placement != "pre":
-        problems.append(f"norm_placement={config.norm_placement!r}: {arch} is pre-norm")
-    if config.pos != "rope":
-        problems.append(f"pos={config.pos!r}: {arch} has rotary positions")
-    if config.mlp != "swiglu":
-        problems.append(f"mlp={config.mlp!r}: {arch}'s MLP is SwiGLU")
-    if config.bias:
-        problems.append(f"bias=True: {arch} has no biases on its output projections and MLP")
-    if config.head == "knn":
-        problems.append(f"head='knn': {arch}'s head is linear")
-    if config.head_bias:
-        problems.append(f"head_bias=True: {arch}'s head has no bias")
-    if config.attn_bias != (arch == QWEN2):
-        problems.append(f"qkv_bias={config.attn_bias}: {arch} has {'' if arch == QWEN2 else 'no '}Q/K/V biases")
-    return problems
 
 
 def export_target(config: GPTConfig) -> str:
@@ -445,93 +255,6 @@ def export_target(config: GPTConfig) -> str:
         raise ConversionError(f"this model cannot be exported exactly to any of {', '.join(ARCHITECTURES)}; the "
                               f"closest is {best}, which cannot hold {problems[best][0]}")
     return best
-
-
-def export_gpt2(model: GPT, transformers, special_ids: dict):
-    """A GPT2LMHeadModel with the same function as ``model`` (attention padded with zero heads if needed)."""
-    model = pad_attention_heads(model)
-    cfg = model.config
-    eos = special_ids.get("eos_token_id", min(50256, cfg.vocab_size - 1))
-    hf_config = transformers.GPT2Config(
-        n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, n_positions=cfg.block_size,
-        vocab_size=cfg.vocab_size, n_inner=cfg.mlp_hidden, layer_norm_epsilon=cfg.norm_eps,
-        activation_function="gelu_new" if cfg.mlp == "gelu_tanh" else "gelu", tie_word_embeddings=cfg.head == "tied",
-        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-        bos_token_id=special_ids.get("bos_token_id", eos), eos_token_id=eos)
-    hf_model = transformers.GPT2LMHeadModel(hf_config)
-    ours = model.state_dict()
-    state = {}
-    for name, target in hf_model.state_dict().items():
-        if name.endswith((".ln_1.weight", ".ln_2.weight", "ln_f.weight")):  # scalar or no gain → a vector
-            value = ours.get(name, torch.ones(1)).expand(cfg.n_embd)
-        elif name in ours:
-            value = ours[name]
-        elif name.endswith(".bias"):  # bias=False (or scalar gains): GPT-2 has zero biases there
-            value = torch.zeros_like(target)
-        else:
-            raise ConversionError(f"internal: no value for GPT-2 parameter {name}")
-        if name.endswith(CONV1D):
-            value = value.t()
-        state[name] = value.detach().clone().contiguous()
-    hf_model.load_state_dict(state, strict=True)
-    return hf_model
-
-
-def llama_state_to_hf(ours: dict, cfg: GPTConfig) -> dict:
-    """A LlamaForCausalLM / Qwen2ForCausalLM state dict from ours: the inverse of ``llama_state_from_hf``; scalar
-    or absent norm gains become vectors."""
-    inverse, hd = torch.argsort(rope_pair_order(cfg.head_dim)), cfg.head_dim
-    sizes = (cfg.n_head * hd, cfg.kv_heads * hd, cfg.kv_heads * hd)
-
-    def gain(name: str) -> torch.Tensor:
-        return ours.get(name, torch.ones(1)).expand(cfg.n_embd)
-
-    state = {"model.embed_tokens.weight": ours["transformer.wte.weight"],
-             "model.norm.weight": gain("transformer.ln_f.weight")}
-    if cfg.head != "tied":
-        state["lm_head.weight"] = ours["lm_head.weight"]
-    for i in range(cfg.n_layer):
-        hf, mine = f"model.layers.{i}", f"transformer.h.{i}"
-        for leaf in ("weight", "bias"):
-            if f"{mine}.attn.c_attn.{leaf}" in ours:
-                q, k, v = ours[f"{mine}.attn.c_attn.{leaf}"].split(sizes)
-                state.update({f"{hf}.self_attn.q_proj.{leaf}": permute_head_rows(q, hd, inverse),
-                              f"{hf}.self_attn.k_proj.{leaf}": permute_head_rows(k, hd, inverse),
-                              f"{hf}.self_attn.v_proj.{leaf}": v})
-        state[f"{hf}.self_attn.o_proj.weight"] = ours[f"{mine}.attn.c_proj.weight"]
-        gate, up = ours[f"{mine}.mlp.c_fc.weight"].chunk(2)
-        state.update({f"{hf}.mlp.gate_proj.weight": gate, f"{hf}.mlp.up_proj.weight": up,
-                      f"{hf}.mlp.down_proj.weight": ours[f"{mine}.mlp.c_proj.weight"],
-                      f"{hf}.input_layernorm.weight": gain(f"{mine}.ln_1.weight"),
-                      f"{hf}.post_attention_layernorm.weight": gain(f"{mine}.ln_2.weight")})
-    return {k: v.detach().clone().contiguous() for k, v in state.items()}
-
-
-def llama_hf_config(cfg: GPTConfig, transformers, arch: str, special_ids: dict):
-    """The transformers LlamaConfig / Qwen2Config equal to ``cfg`` (which export_target has accepted for arch)."""
-    rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
-    if cfg.rope_scaling is not None:
-        rope.update({k: cfg.rope_scaling[k] for k in LLAMA3_SCALING_KEYS}, rope_type="llama3")
-    common = dict(
-        hidden_size=cfg.n_embd, intermediate_size=cfg.mlp_hidden, num_hidden_layers=cfg.n_layer,
-        num_attention_heads=cfg.n_head, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-        vocab_size=cfg.vocab_size, max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
-        rope_parameters=rope, tie_word_embeddings=cfg.head == "tied", hidden_act="silu",
-        attention_dropout=cfg.dropout, **special_ids)
-    if arch == LLAMA:
-        return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common)
-    return transformers.Qwen2Config(use_sliding_window=False, **common)
-
-
-def export_llama(model: GPT, transformers, arch: str, special_ids: dict):
-    """A LlamaForCausalLM or Qwen2ForCausalLM with the same function as ``model``."""
-    cfg = model.config
-    hf_model = getattr(transformers, arch)(llama_hf_config(cfg, transformers, arch, special_ids))
-    missing, unexpected = hf_model.load_state_dict(llama_state_to_hf(model.state_dict(), cfg), strict=False)
-    missing = [k for k in missing if not (cfg.head == "tied" and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise ConversionError(f"internal: {arch} export left {missing[:3]} unset and {unexpected[:3]} unused")
-    return hf_model
 
 
 def export_hf(model: GPT, out_dir: str, special_ids: dict | None = None) -> str:
@@ -839,19 +562,6 @@ def convert(cfg: ConvertConfig) -> str:
     save_checkpoint({"model": model.state_dict(), "model_args": model.config.to_dict(), "config": source,
                      "iter_num": 0, "best_val_loss": float("inf"), "optimizer": None, "meta": meta}, cfg.out_dir)
     return cfg.out_dir
-
-
-def nanogpt_meta(ckpt: dict, data_dir: str = "") -> dict:
-    """nanoGPT keeps the tokenizer in data/<dataset>/meta.pkl; fall back to GPT-2 BPE as its sample.py does."""
-    dataset = (ckpt.get("config") or {}).get("dataset")
-    meta = load_meta(dataset_dir(dataset or "", data_dir)) if (dataset or data_dir) else None
-    if meta is not None and meta["vocab_size"] <= ckpt["model_args"]["vocab_size"]:
-        return meta
-    if GPT2_META["vocab_size"] > ckpt["model_args"]["vocab_size"]:
-        raise CheckpointError(f"the nanoGPT checkpoint has a {ckpt['model_args']['vocab_size']}-token vocabulary and "
-                              "no dataset meta.pkl was found for it; pass --data_dir=DIR, the dataset it was "
-                              "trained on (its meta.pkl is the tokenizer)")
-    return GPT2_META
 
 
 def main(argv: list[str]) -> None:

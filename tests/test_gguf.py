@@ -64,7 +64,7 @@ def transformers_gguf(path: str):
 def test_rope_interleaving_is_llama_cpps_permutation_and_its_inverse():
     """llama.cpp's convert: reshape(n_head, 2, hd/2, …).swapaxes(1, 2); ours must equal it and invert exactly,
     and equal our own RoPE pair order (row 2i + a ← row a·hd/2 + i)."""
-    from convert import permute_head_rows, rope_pair_order
+    from convert_llama import permute_head_rows, rope_pair_order
     W = torch.randn(3 * 8, 5)
     reference = torch.from_numpy(W.numpy().reshape(3, 2, 4, 5).swapaxes(1, 2).reshape(W.shape))
     assert torch.equal(interleave_rope_rows(W, 3), reference)

@@ -72,7 +72,7 @@ def test_import_and_export_match_transformers(name, idx, tmp_path):
 
 
 def test_rope_pair_order_is_a_bijection_that_keeps_scores():
-    from convert import permute_head_rows, rope_pair_order
+    from convert_llama import permute_head_rows, rope_pair_order
     order = rope_pair_order(8)
     assert sorted(order.tolist()) == list(range(8)) and order.tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
     W = torch.randn(16, 5)
