@@ -1,5 +1,6 @@
 """report.py keeps the documents equal to results/: tables, quoted numbers in prose, and the one significance rule."""
 import os
+import re
 import subprocess
 import sys
 
@@ -142,3 +143,22 @@ def test_a_damaged_results_file_is_one_line_not_a_traceback(content, tmp_path, m
         report.load("heads")
     assert str(stop.value).startswith("error: ") and "heads/results.json" in str(stop.value)
     assert "\n" not in str(stop.value) and "re-run scripts/heads.sh" in str(stop.value)
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces → hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_to_a_section_of_the_documents_lands_on_a_heading():
+    """RESULTS' contents list (and every other #anchor link between the four documents) names headings that exist,
+    so the navigation cannot drift when a section is renamed."""
+    docs = ("README.md", "RESULTS.md", "GUIDE.md", "REFERENCE.md")
+    texts = {d: open(os.path.join(ROOT, d)).read() for d in docs}
+    anchors = {d: {github_anchor(h) for h in re.findall(r"^#+ (.*)$", t, re.M)} for d, t in texts.items()}
+    broken = [f"{d}: ({target}#{anchor})" for d, t in texts.items()
+              for target, anchor in re.findall(r"\]\(((?:[A-Z]+\.md)?)#([^)\s]+)\)", t)
+              if anchor not in anchors.get(target or d, set())]
+    assert not broken, "links to missing headings: " + ", ".join(broken)
+    assert "## Contents" in texts["RESULTS.md"]
+    assert github_anchor("Val loss vs width (the paper's \"PPL vs m/d\")") == "val-loss-vs-width-the-papers-ppl-vs-md"
