@@ -1257,6 +1257,30 @@ def _depth_goal() -> str:
            "models)"
 
 
+def _head_start() -> str:
+    """The staged runs' gap to the scratch curve at equal compute just after the switch, read only where the scratch
+    curve has evaluations on both sides of that compute (an equal-compute point before the scratch run's first eval
+    after iteration 0 would be interpolated from the uniform guess at iteration 0, which overstates the lead)."""
+    r = load("grow_recipes")
+    if r is None:
+        raise KeyError("results/grow_recipes does not exist")
+    gaps, skipped = [], []
+    for setting in r["settings"]:
+        curve = setting["scratch"][0]["curve"]
+        first = next(it for it, _ in curve if it > 0) / setting["staging"]["total"]  # compute share of its first eval
+        for arm in setting["arms"][:1]:
+            for seed in arm["seeds"]:
+                point = next((g for f, g in seed["gap_to_scratch_at_equal_flops"] if f >= first), None)
+                if point is not None:
+                    gaps.append(point)
+            if seed["gap_to_scratch_at_equal_flops"][0][0] < first:
+                skipped.append(setting["name"])
+    low, high = min(gaps), max(gaps)
+    return (f"{100 * low:+.1f}% to {100 * high:+.1f}% at the first evaluation the scratch curve brackets"
+            + (f"; for {', '.join(skipped)} that is the evaluation after its switch, which falls before the scratch "
+               "run's first evaluation: its lead at the switch itself is not measured" if skipped else ""))
+
+
 def _gpt2_port(options: str) -> str:
     """A calibrated GPT-2-small port's time and extra peak memory, from bench/results/transform_speed.json."""
     t = _bench("transform_speed") or {"cases": []}
@@ -1314,6 +1338,7 @@ QUOTES = {
     "recovery.sandwich.KD_vs_CE": lambda: _recovery_verdict("sandwich", "KD", "CE"),
     "heads.linear_reg": lambda: _heads_verdict(),
     "growth.depth_goal": _depth_goal,
+    "growth.head_start": _head_start,
     "gpt2.refit": lambda: _gpt2_port("refit=all"),
     "gpt2.refit_learned": lambda: _gpt2_port("refit=all,learn_steps=20"),
 }
