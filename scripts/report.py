@@ -1071,6 +1071,9 @@ SIGNIFICANCE_RULE = (f"two-sided t-test at p < {SIGNIFICANCE_LEVEL}: paired over
                      "difference\", and n = 1 against n = 1 is never a difference")
 
 
+TESTS_RUN: dict[tuple, float] = {}  # (a, b, paired) → p of every distinct test verdict() ran (multiple_comparisons)
+
+
 def verdict(a: list[float], b: list[float], paired: bool) -> dict:
     """Is mean(a) lower or higher than mean(b)? {'words': 'lower' | 'higher' | 'no difference', 'p', 'test'}."""
     from scipy import stats
@@ -1087,6 +1090,7 @@ def verdict(a: list[float], b: list[float], paired: bool) -> dict:
     else:
         p, test = stats.ttest_ind(a, b, equal_var=False).pvalue, "Welch t"
     p = 1.0 if p != p else float(p)  # identical samples: NaN
+    TESTS_RUN[(tuple(a), tuple(b), paired)] = p  # one test however many places quote it
     words = "no difference" if p >= SIGNIFICANCE_LEVEL else "lower" if statistics.fmean(a) < statistics.fmean(b) \
         else "higher"
     return {"words": words, "p": p, "test": test}
@@ -1281,6 +1285,34 @@ def _head_start() -> str:
                "run's first evaluation: its lead at the switch itself is not measured" if skipped else ""))
 
 
+def multiple_comparisons() -> str:
+    """How many tests the documents' tables and Readings run under the one rule, how many came out p < 0.05, and
+    how many of those chance alone would give if no difference were real: what one p < 0.05 is worth here."""
+    if getattr(multiple_comparisons, "busy", False):  # a section rendered below quotes this: no recursion
+        return ""
+    multiple_comparisons.busy = True
+    TESTS_RUN.clear()
+    try:
+        for name in SECTIONS:
+            render(name)
+        for name in QUOTES:  # the named quotes of hand-written Readings run tests of their own
+            try:
+                QUOTES[name]()
+            except (KeyError, FileNotFoundError):  # a quote whose results are missing tests nothing
+                pass
+    finally:
+        multiple_comparisons.busy = False
+    ps = list(TESTS_RUN.values())
+    hits = sum(p < SIGNIFICANCE_LEVEL for p in ps)
+    strict = SIGNIFICANCE_LEVEL / max(len(ps), 1)
+    return (f"the tables and Readings run {len(ps)} such tests, {hits} of them at p < {SIGNIFICANCE_LEVEL}; were "
+            f"no difference real anywhere, chance alone would give about {SIGNIFICANCE_LEVEL * len(ps):.0f} — so a "
+            f"single p just under {SIGNIFICANCE_LEVEL} is weak evidence here. A Bonferroni level over all of them, "
+            f"{strict:.1e}, is passed by {sum(p < strict for p in ps)}: with n = 3 seeds a paired t-test has 2 degrees "
+            "of freedom and cannot reach it unless the differences hardly vary. A claim is strong when its p is far "
+            "below the level, or when it repeats across widths, seeds and experiments")
+
+
 def _gpt2_port(options: str) -> str:
     """A calibrated GPT-2-small port's time and extra peak memory, from bench/results/transform_speed.json."""
     t = _bench("transform_speed") or {"cases": []}
@@ -1339,6 +1371,7 @@ QUOTES = {
     "heads.linear_reg": lambda: _heads_verdict(),
     "growth.depth_goal": _depth_goal,
     "growth.head_start": _head_start,
+    "significance.multiple_comparisons": multiple_comparisons,
     "gpt2.refit": lambda: _gpt2_port("refit=all"),
     "gpt2.refit_learned": lambda: _gpt2_port("refit=all,learn_steps=20"),
 }

@@ -162,3 +162,12 @@ def test_every_link_to_a_section_of_the_documents_lands_on_a_heading():
     assert not broken, "links to missing headings: " + ", ".join(broken)
     assert "## Contents" in texts["RESULTS.md"]
     assert github_anchor("Val loss vs width (the paper's \"PPL vs m/d\")") == "val-loss-vs-width-the-papers-ppl-vs-md"
+
+
+def test_verdict_records_each_distinct_test_once_for_the_multiple_comparisons_note(monkeypatch):
+    monkeypatch.setattr(report, "TESTS_RUN", {})
+    report.verdict([1.0, 2.0, 3.1], [1.5, 2.4, 3.3], paired=True)
+    report.verdict([1.0, 2.0, 3.1], [1.5, 2.4, 3.3], paired=True)  # quoted twice: one test
+    report.verdict([1.0, 2.0, 3.0], [4.0, 5.0, 6.5], paired=False)
+    report.verdict([1.0], [2.0], paired=False)  # n = 1: no test at all
+    assert len(report.TESTS_RUN) == 2 and all(0 <= p <= 1 for p in report.TESTS_RUN.values())
