@@ -263,6 +263,9 @@ def grow_depth(r: dict) -> str:
                     f"{_depth_goal()}; the arms are not independent replicates (the curve is read every "
                     f"{eval_setting(r['eval'], 'eval_interval')} iterations, so a run's compute to the target is "
                     "known to that step).")
+    readings.append("\"Lower than the decayed run\" is read against a weak baseline: the decayed run ends "
+                    f"{_decayed_vs_curve('grow_depth')}, where a decayed run would be expected to end below a longer "
+                    "run's mid-schedule point; the comparison with the full scratch run is the one to rely on.")
     lines += ["", "**Reading** (generated from the table): " + " ".join(readings), "", provenance(r)]
     return "\n".join(lines)
 
@@ -1285,6 +1288,22 @@ def _head_start() -> str:
                "run's first evaluation: its lead at the switch itself is not measured" if skipped else ""))
 
 
+def _decayed_vs_curve(experiment: str) -> str:
+    """How far the fully decayed equal-compute scratch run ends above the long scratch run's own curve at the same
+    iteration (mean over seeds), and how much of that the two bases can explain: at the long run's end its curve
+    (fixed eval batches) and its full-split loss differ by the second number."""
+    r = load(experiment)
+    if r is None:
+        raise KeyError(f"results/{experiment} does not exist")
+    import numpy as np
+    at = r["equal_compute_iters"]
+    above = [decayed - float(np.interp(at, *zip(*run["curve"])))
+             for decayed, run in zip(r["scratch_equal_compute_full_val_loss"]["values"], r["scratch"])]
+    basis = [abs(full - run["curve"][-1][1]) for full, run in zip(r["scratch_full_val_loss"]["values"], r["scratch"])]
+    return (f"{statistics.fmean(above):+.3f} nats above the long run's curve at iteration {at} (n = {len(above)}; "
+            f"the two bases differ by {statistics.fmean(basis):.4f} at the long run's end)")
+
+
 def multiple_comparisons() -> str:
     """How many tests the documents' tables and Readings run under the one rule, how many came out p < 0.05, and
     how many of those chance alone would give if no difference were real: what one p < 0.05 is worth here."""
@@ -1371,6 +1390,8 @@ QUOTES = {
     "heads.linear_reg": lambda: _heads_verdict(),
     "growth.depth_goal": _depth_goal,
     "growth.head_start": _head_start,
+    "growth.decayed_vs_curve": lambda: _decayed_vs_curve("grow_staging"),
+    "depth.decayed_vs_curve": lambda: _decayed_vs_curve("grow_depth"),
     "significance.multiple_comparisons": multiple_comparisons,
     "gpt2.refit": lambda: _gpt2_port("refit=all"),
     "gpt2.refit_learned": lambda: _gpt2_port("refit=all,learn_steps=20"),
