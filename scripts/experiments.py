@@ -48,6 +48,7 @@ from recovery import plot_recovery, recovery_curves  # noqa: E402
 from sandwich_ablation import sandwich_ablation  # noqa: E402
 from scale import plot_scale, scale  # noqa: E402
 from shrink_quality import SHRINK_RATIOS, plot_shrink_quality, shrink_quality  # noqa: E402
+from shrink_vs_scratch import shrink_vs_scratch  # noqa: E402
 
 
 def models(s: Setting) -> None:
@@ -71,7 +72,7 @@ def replot(experiment: str, payload: dict) -> None:
 
 EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,
                                        grow_staging, quantization, shrink_quality, scale, sandwich_ablation,
-                                       grow_depth, grow_recipes)} | {
+                                       grow_depth, grow_recipes, shrink_vs_scratch)} | {
     "recovery": recovery_curves}
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce results/heatmaps/: train → transform → finetune → eval. QUICK=1 (or --quick): CPU sizes.
-# See scripts/experiments.py (heatmaps) for what it runs.
+# See scripts/heatmaps.py for what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)

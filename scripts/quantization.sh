@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce results/quantization/: train → transform → finetune → eval. QUICK=1 (or --quick): CPU sizes.
-# See scripts/experiments.py (quantization) for what it runs.
+# See scripts/quantization.py for what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)

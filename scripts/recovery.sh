@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce results/recovery/: finetune the best shrink and the paper's sandwich by CE, KD and KD+CE against the control. QUICK=1 (or --quick): CPU sizes.
-# See scripts/experiments.py (recovery) for what it runs.
+# See scripts/recovery.py for what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)

@@ -574,6 +574,38 @@ def shrink_quality(r: dict) -> str:
     return "\n".join(lines)
 
 
+def shrink_vs_scratch(r: dict) -> str:
+    """The recommended shrink against the small model from scratch at equal total compute, LR swept, n = 3."""
+    o = r["original_val_loss"]
+    lines = [f"Full val split. The shrink (PCA + {r['recipe']}) of each of n = {len(r['seeds'])} trainings of the "
+             f"original (d = {r['d']}, val {ms(o, 4)}); the small model (width m, the original's heads, head size and "
+             "MLP) trained from scratch with the **same total FLOPs** as the original's training (6·N per token, wpe "
+             "not counted; the transform's own compute is not counted, its seconds are given), its learning rate "
+             f"swept over {', '.join(f'{f:g}×' for f in r['lr_factors'])} the base {r['base_learning_rate']:g} on "
+             "seed 0 (min_lr a tenth of it) and the best one — chosen on this same val split, which favours the "
+             f"scratch side — trained on all {len(r['seeds'])} seeds.", "",
+             "| m/d | m | scratch iterations (original: "
+             f"{r['rows'][0]['base_iters']}) | scratch val by LR factor (seed 0) | best LR factor | scratch, best LR "
+             "(n = 3) | shrink (n = 3) | transform seconds | shrink vs scratch |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    readings = []
+    for row in r["rows"]:
+        sweep = ", ".join(f"{x['lr_factor']:g}×: {x['val_loss']:.3f}" for x in row["lr_sweep"])
+        a, b = row["shrunk_val_loss"], row["scratch_val_loss"]
+        v = verdict(a["values"], b["values"], paired=False)
+        edge = " (at the sweep's edge)" if row["at_edge"] else ""
+        lines.append(f"| {row['ratio']:g} | {row['m']} | {row['scratch_iters']} | {sweep} | "
+                     f"{row['best_lr_factor']:g}×{edge} | {ms(b, 4)} | {ms(a, 4)} | "
+                     f"{ms(row['transform_seconds'], 0)} | {v['words']} ({_p(v)}) |")
+        words = {"lower": "lower than", "higher": "higher than"}.get(v["words"], "no different from")
+        readings.append(f"at m/d = {row['ratio']:g} the shrink is {words} the scratch model "
+                        f"({a['mean']:.3f} vs {b['mean']:.3f}, {_p(v)})"
+                        + (", whose best LR lies at the sweep's edge" if row["at_edge"] else ""))
+    lines += ["", "**Reading** (generated from the table): at equal total compute, with the scratch model's learning "
+              "rate tuned, " + "; ".join(readings) + ".", "", provenance(r)]
+    return "\n".join(lines)
+
+
 def first_within(gaps: list, tol: float) -> int | None:
     return next((step for step, gap in gaps if gap <= tol), None)
 
@@ -1535,7 +1567,7 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
-                                    grow_recipes, real_model, real_model_recovery)}
+                                    grow_recipes, real_model, real_model_recovery, shrink_vs_scratch)}
 
 
 def render(name: str) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce results/sandwich_ablation/: train → transform (sandwich, each of our additions taken away) → eval.
-# QUICK=1 (or --quick): CPU sizes. See scripts/experiments.py (sandwich_ablation) for what it runs.
+# QUICK=1 (or --quick): CPU sizes. See scripts/sandwich_ablation.py for what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)

@@ -94,13 +94,13 @@ def test_widths_are_multiples_of_the_head_count():
 
 EXPERIMENT_FILES = ("base_models", "growth", "ppl_vs_width", "sandwich_ablation", "shrink_quality", "recovery",
                     "arch_ablation", "geometry_vs_width", "heatmaps", "heads", "grow_staging", "grow_depth",
-                    "grow_recipes", "quantization", "scale")
+                    "grow_recipes", "quantization", "scale", "shrink_vs_scratch")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["ppl_vs_width", "arch_ablation", "geometry_vs_width", "heatmaps", "heads",
                                         "quantization", "shrink_quality", "recovery", "grow_staging", "scale",
-                                        "sandwich_ablation", "grow_depth", "grow_recipes"])
+                                        "sandwich_ablation", "grow_depth", "grow_recipes", "shrink_vs_scratch"])
 def test_every_experiment_runs_end_to_end_at_a_tiny_size(experiment, char_data_dir, tmp_path, monkeypatch):
     """Each experiment unit on a 1-layer model, 2 seeds and 4-step finetunes: the whole path (train, transform,
     controls, finetune, geometry, results.json, figure, README table) runs and is reported."""
