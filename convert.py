@@ -100,7 +100,13 @@ def hf_architecture(hf_config, source: str) -> str:
 def config_from_hf(hf_config, arch: str = GPT2) -> GPTConfig:
     """The GPTConfig equal to a Hugging Face GPT-2, Llama or Qwen2 config, or ConversionError naming the first
     field that has no exact equivalent (each family's own rules: convert_gpt2.py, convert_llama.py)."""
-    return gpt2_config_from_hf(hf_config) if arch == GPT2 else llama_config_from_hf(hf_config, arch)
+    try:
+        return gpt2_config_from_hf(hf_config) if arch == GPT2 else llama_config_from_hf(hf_config, arch)
+    except ConversionError:
+        raise
+    except (ValueError, TypeError) as e:  # model.py's own checks of a field: a value no model can have
+        raise ConversionError(f"the {arch} config describes no valid model: {_first_line(e)}; fix config.json (or "
+                              "the GGUF file's metadata) or obtain the model again") from e
 
 
 def model_from_hf_model(hf_model, **overrides) -> GPT:

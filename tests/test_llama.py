@@ -6,6 +6,7 @@ tokenizer is trained here on tinyshakespeare: nothing is downloaded.
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import torch
 
 from checkpoint import load_model
 from hf_models import (
+    VOCAB,
     assert_logprobs_close,
     hf_logprobs,
     llama,
@@ -549,3 +551,59 @@ def test_a_dangling_symlink_as_out_dir_is_refused_before_any_work(script, traine
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "is a symbolic link" in err[0] and "does not exist" in err[0], err
     assert not (tmp_path / "nowhere").exists() and link.is_symlink()
+
+
+def _mutations(value):
+    """Each way a config.json value can be wrong: gone, of the wrong type, or out of range."""
+    yield "deleted", KeyError
+    if isinstance(value, bool):
+        yield "a string", "yes"
+    elif isinstance(value, int):
+        yield "negative", -3
+        yield "a string", "x"
+    elif isinstance(value, float):
+        yield "negative", -1.0
+        yield "NaN", float("nan")
+    elif isinstance(value, str):
+        yield "unknown", "zzz"
+        yield "a number", 7
+    else:
+        yield "a string", "x"
+
+
+@pytest.mark.slow
+def test_every_config_key_mutated_gives_a_clear_line_or_the_model_transformers_loads(tokenizer, tmp_path, capsys):
+    """The fuzz pass over config.json: each key deleted, given the wrong type, or put out of range, in turn. convert.py
+    either imports exactly what transformers loads from the same directory (log-probs equal) or refuses with one
+    'error:' line and writes nothing — never a traceback."""
+    import importlib
+
+    from cli import run_cli
+    src = save(llama(n_head=4, n_kv_head=2), tmp_path / "hf", tokenizer)
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    idx = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    convert_main = importlib.import_module("convert").main
+    outcomes = {"imported": 0, "refused": 0}
+    for key, value in sorted(config.items()):
+        for what, new in _mutations(value):
+            case = tmp_path / f"{key}-{what.replace(' ', '_')}"
+            shutil.copytree(src, case)
+            changed = {k: v for k, v in config.items() if k != key or new is not KeyError}
+            if new is not KeyError:
+                changed[key] = new
+            with open(case / "config.json", "w") as f:
+                json.dump(changed, f)
+            capsys.readouterr()
+            rc = run_cli(convert_main, [f"--from_hf={case}", f"--out_dir={case}-out"])
+            err = capsys.readouterr().err.strip().splitlines()
+            if rc == 0:
+                outcomes["imported"] += 1
+                theirs = transformers.AutoModelForCausalLM.from_pretrained(case, dtype=torch.float32).eval()
+                ours = load_model(str(case) + "-out")[0]
+                assert_logprobs_close(our_logprobs(ours, idx), hf_logprobs(theirs, idx))
+            else:
+                outcomes["refused"] += 1
+                assert rc == 1 and len(err) == 1 and err[0].startswith("error:"), (key, what, err)
+                assert not os.path.exists(f"{case}-out"), (key, what)
+    assert outcomes["imported"] and outcomes["refused"] > 20  # both paths were exercised
