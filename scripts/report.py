@@ -512,6 +512,17 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    + ("ours see the same T (rows marked *sandwich*, *paper_code* and *9 kv heads*)." if paper else
                       "ours are to see the same T; those rows are not built yet (the run was stopped after the rows "
                       "above; `scripts/real_model.sh` resumes from its cache)."))
+        for m in sorted({x["m"] for x in r["rows"] if x.get("source") == "kv9"}, reverse=True):
+            same = [x for x in r["rows"] if x.get("source") == "kv9" and x["m"] == m]
+            best = min(same, key=lambda x: x["losses"]["val"])
+            usable = [x for x in same if x["losses"]["val"] < uniform]
+            out.append(f"- **The paper's rules and ours, same T (Gaussian and orthogonal, seed 0), m = {m}:** the "
+                       f"lowest val loss of the {len(same)} rule × map cells is {best['porting']} with the "
+                       f"{best['kind']} map's, {best['losses']['val']:.4f}; "
+                       + (f"{len(same) - len(usable)} of {len(same)} cells end above log V = {uniform:.2f}"
+                          if len(usable) < len(same) else "every cell stays below log V")
+                       + (": with a random map no rule leaves a usable model at this width on a real model — the map, "
+                          "not the porting rule, is what fails." if not usable else "."))
     return out
 
 
