@@ -75,6 +75,9 @@ def pad_attention_heads(model: GPT) -> GPT:
 def gpt2_export_problems(config: GPTConfig) -> list[str]:
     """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
     problems = []
+    if config.shortcuts:
+        problems.append("shortcuts=True: GPT-2 has no matrix on its residual paths (a per-block transform's output "
+                        "stays in our format)")
     if config.norm_type != "layernorm":
         problems.append(f"norm_type={config.norm_type!r}: GPT-2 uses LayerNorm (transform with --norms=scalar or "
                         "--norms=drop keeps LayerNorm, approximately)")

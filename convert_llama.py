@@ -119,6 +119,9 @@ def llama_state_from_hf(hf_state: dict, cfg: GPTConfig) -> dict:
 def llama_export_problems(config: GPTConfig, arch: str) -> list[str]:
     """Why ``config`` has no exact LlamaForCausalLM / Qwen2ForCausalLM equivalent (empty when it has one)."""
     problems = []
+    if config.shortcuts:
+        problems.append(f"shortcuts=True: {arch} has no matrix on its residual paths (a per-block transform's output "
+                        "stays in our format)")
     if config.norm_type != "rmsnorm":
         problems.append(f"norm_type={config.norm_type!r}: {arch} uses RMSNorm")
     if config.norm_placement != "pre":

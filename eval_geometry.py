@@ -362,6 +362,10 @@ def check_related(cfg: GeometryConfig, ref_ckpt: dict, new_ckpt: dict | None) ->
                                   "output (or a finetune of one), or pass --allow_unrelated=True to compare two "
                                   "unrelated models")
         return
+    if record.get("porting") == "per_block":
+        raise CheckpointError(f"in_dir '{cfg.in_dir}' is a per-block transform (one map per residual site): the "
+                              "comparison's map-based metrics (JL ε, feature and reader alignment) assume one T; "
+                              "evaluate each model on its own (eval_geometry.py --ref_dir=DIR without --in_dir)")
     source = record.get("source")
     if source and os.path.realpath(source) != os.path.realpath(cfg.ref_dir):
         raise CheckpointError(f"in_dir was transformed from '{source}', not from ref_dir '{cfg.ref_dir}'; pass that "

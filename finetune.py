@@ -209,7 +209,8 @@ class RecoveryTracker:
         """Track the energy outside range(T) of a grown model, on its first fixed val batch (every run of one
         recipe and eval seed reads the same tokens)."""
         T = (transform or {}).get("T")
-        if T is None or T.shape[0] <= T.shape[1] or run.model.config.n_embd != T.shape[0]:
+        if T is None or T.shape[0] <= T.shape[1] or run.model.config.n_embd != T.shape[0] or \
+                transform.get("porting") == "per_block":  # one map per site: no single range(T) to watch
             return
         x, _ = run.loader.get_batch("val", run.cfg.eval_batch_seed())
 

@@ -52,6 +52,8 @@ class GPTConfig:
     rope_scaling: dict | None = None  # Llama 3.1's {'rope_type': 'llama3', 'factor', 'low_freq_factor', ...}
     mlp: str = "gelu"  # 'gelu' | 'gelu_tanh' (GPT-2's gelu_new) | 'swiglu'
     norm_reg: float = 0.0  # λ of the hidden-state norm regularizer (0 disables it)
+    shortcuts: bool = False  # an m×m matrix on each sublayer's residual path, h ← S·h + f(norm(h)) (SliceGPT's
+    #                          per-block maps: transform.py --porting=per_block writes them; identity at init)
 
     def __post_init__(self) -> None:
         """Check every field and fill the derived widths; raises ValueError naming the field and the fix."""
@@ -103,6 +105,8 @@ class GPTConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm_reg < 0:
             raise ValueError(f"norm_reg must be >= 0, got {self.norm_reg}")
+        if not isinstance(self.shortcuts, bool):
+            raise ValueError(f"shortcuts must be True or False, got {self.shortcuts!r}")
 
     @property
     def kv_heads(self) -> int:
@@ -290,7 +294,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """pre-LN:  h ← h + f(norm(h)).   peri-LN:  h ← h + norm_out(f(norm_in(h)))  (Gemma 2/3, Peri-LN)."""
+    """pre-LN:  h ← h + f(norm(h)).   peri-LN:  h ← h + norm_out(f(norm_in(h)))  (Gemma 2/3, Peri-LN).
+    With ``shortcuts`` each residual path carries a matrix: h ← S·h + … (SliceGPT's per-block maps)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -302,13 +307,20 @@ class Block(nn.Module):
         if self.peri:
             self.ln_1_out = make_norm(config)
             self.ln_2_out = make_norm(config)
+        if config.shortcuts:
+            self.shortcut_1 = nn.Linear(config.n_embd, config.n_embd, bias=False)
+            self.shortcut_2 = nn.Linear(config.n_embd, config.n_embd, bias=False)
+
+    def skip(self, x: torch.Tensor, which: int) -> torch.Tensor:
+        """The residual path of sublayer ``which`` (1: attention, 2: MLP): x, or S·x with shortcuts."""
+        return getattr(self, f"shortcut_{which}")(x) if hasattr(self, "shortcut_1") else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.peri:
-            x = x + self.ln_1_out(self.attn(self.ln_1(x)))
-            return x + self.ln_2_out(self.mlp(self.ln_2(x)))
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+            x = self.skip(x, 1) + self.ln_1_out(self.attn(self.ln_1(x)))
+            return self.skip(x, 2) + self.ln_2_out(self.mlp(self.ln_2(x)))
+        x = self.skip(x, 1) + self.attn(self.ln_1(x))
+        return self.skip(x, 2) + self.mlp(self.ln_2(x))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -376,6 +388,8 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual writers
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+            elif ".shortcut_" in name:  # a plain residual path until training moves it
+                torch.nn.init.eye_(p)
 
     @classmethod
     def from_state_dict(cls, config: GPTConfig, state_dict: dict) -> GPT:

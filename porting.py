@@ -38,7 +38,7 @@ from model import GPT, GPTConfig
 from paper_rules import check_porting, sandwich_attention, sandwich_output
 from roles import ResidualRoles, residual_roles
 
-PORTINGS = ("residual", "sandwich", "paper_code")
+PORTINGS = ("residual", "sandwich", "paper_code", "per_block")  # per_block: per_block.py (SliceGPT's maps)
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
 
@@ -117,7 +117,7 @@ def center_embeddings(sd: dict, cfg: GPTConfig, roles: ResidualRoles) -> None:
 
 def center_writers(sd: dict, roles: ResidualRoles) -> None:
     """W → C·W, b → C·b for every residual writer: whatever they add to the residual stream is mean-free."""
-    for writer in roles.writers:
+    for writer in roles.writers + roles.shortcuts:  # a shortcut also writes the residual stream (S·h)
         sd[f"{writer}.weight"] = sd[f"{writer}.weight"] - sd[f"{writer}.weight"].mean(0, keepdim=True)
         if f"{writer}.bias" in sd:
             sd[f"{writer}.bias"] = sd[f"{writer}.bias"] - sd[f"{writer}.bias"].mean()
@@ -189,6 +189,11 @@ def scale_gain(g: torch.Tensor, maps: PortMaps) -> torch.Tensor:
     return g * math.sqrt(maps.d / maps.m)
 
 
+def port_shortcut(S: torch.Tensor, maps: PortMaps) -> torch.Tensor:
+    """S → T·S·T⁺: a residual-path matrix (a per-block transform's shortcut) acts on T·h as S did on h."""
+    return maps.T @ S @ maps.T_pinv
+
+
 def keep(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
     """Outside the residual space (reader biases, head bias): unchanged (cloned, so nothing aliases)."""
     return W.clone()
@@ -206,6 +211,7 @@ def porting_plan(names: list[str], cfg: GPTConfig, porting: str, rescale_gains: 
     for writer in roles.writers:
         plan.update({f"{writer}.weight": port_writer, f"{writer}.bias": port_writer})
     plan.update({f"{norm}.weight": scale_gain if rescale_gains else keep for norm in roles.norms})
+    plan.update({f"{shortcut}.weight": port_shortcut for shortcut in roles.shortcuts})
     if porting == "sandwich":
         for attn in roles.attention:
             plan.update({f"{attn}.c_attn.weight": sandwich_attention, f"{attn}.c_attn.bias": sandwich_attention,

@@ -19,6 +19,7 @@ class ResidualRoles:
     output_norms: tuple[str, ...]  # peri-LN's norms on each sublayer's output, added to the residual
     writers: tuple[str, ...]  # modules whose output is added to the residual: W → T·W, b → T·b
     attention: tuple[str, ...]  # attention modules (the sandwich rule's T·W·T⁺)
+    shortcuts: tuple[str, ...] = ()  # residual-path matrices S of a per-block transform's output: S → T·S·T⁺
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -42,4 +43,5 @@ def residual_roles(cfg: GPTConfig) -> ResidualRoles:
         output_norms=tuple(f"{b}.{n}" for b in blocks for n in ("ln_1_out", "ln_2_out")) if peri else (),
         writers=tuple(f"{b}.{s}.c_proj" for b in blocks for s in ("attn", "mlp")),
         attention=tuple(f"{b}.attn" for b in blocks),
+        shortcuts=tuple(f"{b}.shortcut_{j}" for b in blocks for j in (1, 2)) if cfg.shortcuts else (),
     )

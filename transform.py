@@ -79,6 +79,7 @@ from paper_rules import (
     paper_code_weights,
     restore_attention_scale,
 )
+from per_block import collect_site_calibration, port_per_block, site_maps, site_norms
 from porting import (
     NORM_MODES,
     PORTING_ALIASES,
@@ -101,6 +102,7 @@ class TransformConfig:
     width: int = 0  # the new residual width m (required)
     kind: str = "orthogonal"  # the map T: gaussian | rademacher | sparse | srht | orthogonal | pca | truncate
     porting: str = "residual"  # 'residual' (ours; alias 'head') | 'sandwich' (paper's eqs) | 'paper_code' (its code)
+    #                            | 'per_block' (SliceGPT's: one map per site, shortcut matrices; per_block.py)
     restore_attn_scale: bool = False  # sandwich / paper_code: Q × √(m/d) keeps the attention scale 1/√(d/n_head)
     norms: str = "fold"  # 'fold' (exact) | 'scalar' (gain → its mean) | 'drop' (gain → 1)
     rescale_gains: bool = True  # norm gains × √(d/m), ε × d/m (an RMSNorm over m coordinates needs it); False
@@ -168,6 +170,9 @@ class TransformConfig:
         if self.eval_iters is not None and self.eval_iters < 0:
             raise ConfigError(f"eval_iters must be >= 0 (0 skips evaluation) or None (full val split), "
                               f"got {self.eval_iters}")
+        if self.carry_optimizer and self.porting == "per_block":
+            raise ConfigError("carry_optimizer maps AdamW's moments with one T; porting='per_block' has one per site: "
+                              "drop --carry_optimizer")
         if not self.rescale_gains and (self.porting == "paper_code" or self.carry_optimizer):
             raise ConfigError("rescale_gains=False applies to porting='residual' or 'sandwich' without "
                               "carry_optimizer (paper_code never rescales; carried moments need the exact port); "
@@ -201,6 +206,8 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
         if keep_layernorm or grow_noise > 0:
             raise TransformError("porting='paper_code' takes no keep_layernorm or grow_noise (the paper's code has "
                                  "neither); drop them")
+    check_shortcut_models(cfg, porting, refit, learn_steps, keep_layernorm, grow_noise,
+                          bool(n_head or n_kv_head or mlp_hidden or n_layer))
     check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm)
     check_growth(cfg, n_head, mlp_hidden, grow_mode, n_kv_head)
     check_depth(cfg, n_layer, depth_mode)
@@ -225,6 +232,25 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
         warnings.warn(f"width m={m} is more than 64× d={d}: the transformed model is {m // d}× as wide "
                       "(was that meant?)", stacklevel=2)
     return porting
+
+
+def check_shortcut_models(cfg: GPTConfig, porting: str, refit: str, learn_steps: int, keep_layernorm: bool,
+                          grow_noise: float, grows: bool) -> None:
+    """Raise TransformError for what porting='per_block' cannot do, or what a model with shortcut matrices (its
+    output) cannot undergo."""
+    if porting == "per_block":
+        asked = [name for name, on in (("refit", refit != "none"), ("learn_steps", learn_steps > 0),
+                                       ("keep_layernorm", keep_layernorm), ("grow_noise", grow_noise > 0),
+                                       ("n_head / n_kv_head / mlp_hidden / n_layer growth",
+                                        grows)) if on]
+        if asked:
+            raise TransformError(f"porting='per_block' (one map per site, SliceGPT's construction) takes no "
+                                 f"{', '.join(asked)}; drop them or use porting='residual'")
+        if cfg.head == "knn":
+            raise TransformError("porting='per_block' cannot carry a KNN head; use porting='residual'")
+    if cfg.shortcuts and (grows or keep_layernorm or porting == "paper_code"):
+        raise TransformError("this model has shortcut matrices (a per-block transform's output): only residual or "
+                             "per_block porting applies to it, without growth or keep_layernorm")
 
 
 def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int, keep_layernorm: bool) -> None:
@@ -292,14 +318,14 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     d, m = model.config.n_embd, width
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
-    if not rescale_gains and porting == "paper_code":
-        raise TransformError("rescale_gains=False applies to porting='residual' or 'sandwich' (paper_code maps "
-                             "gains by shape and never rescales them); drop --rescale_gains")
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0)):
         if needed and calibration_loader is None:
             raise TransformError(f"{what} needs calibration data: pass calibration_loader (the CLI uses the "
                                  "checkpoint's training data, or --data_dir)")
+    if porting == "per_block":
+        return port_per_block_model(model, width, kind, norms, seed, calibration_loader, calib_batches, pca_damping,
+                                    given_map, started=started, jl=(jl_eps, jl_delta))
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
                                                                                  "shape, architecture kept"]
@@ -376,11 +402,46 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     return new_model, record
 
 
+def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
+                         calib_batches: int, damping: float, given_map: torch.Tensor | None, started: float,
+                         jl: tuple[float, float]) -> tuple[GPT, dict]:
+    """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site (PCA calibrated
+    per site), port; the record's T is site 0's map and ``site_maps`` counts them."""
+    if given_map is not None:
+        raise TransformError("porting='per_block' draws one map per site; a map file gives one: drop --map_file")
+    d = model.config.n_embd
+    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
+    calibrations = (collect_site_calibration(model_from_state(dict(sd), cfg), loader, calib_batches, seed)
+                    if kind == "pca" else None)
+    maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping)
+    device = model.transformer.wte.weight.device
+    maps = [(T.to(device), Tp.to(device)) for T, Tp in maps]
+    new_sd, new_cfg = port_per_block(sd, cfg, maps)
+    notes.append(f"per-block maps (SliceGPT): {len(maps)} sites, {2 * cfg.n_layer} shortcut matrices of {m}×{m}; "
+                 "the head is untied")
+    eye = torch.eye(d, dtype=torch.float64, device=device)
+    orthonormal = m >= d and all(torch.allclose(T.T @ T, eye, atol=1e-9) for T, _ in maps)
+    n_points = calibrations[0].count if calibrations else calibration_points(model.config, loader, calib_batches)
+    T, T_pinv = maps[0]
+    record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": "per_block", "norms": norms,
+              "restore_attn_scale": False, "rescale_gains": True, "grow_noise": 0.0, "grow_reader_std": 0.0,
+              "rms_preserve": False, "jl_eps": jl[0], "jl_delta": jl[1], "jl_points": n_points,
+              "jl_min_width": jl_min_width(n_points, *jl),
+              "exact": orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes),
+              "notes": notes, "refit": "none", "learn_steps": 0, "corrections": {}, "site_maps": len(maps),
+              "seconds": time.perf_counter() - started, "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu(),
+              "growth_ramp": None}
+    return model_from_state(new_sd, new_cfg), record
+
+
 def check_new_directions(cfg: GPTConfig, d: int, m: int, porting: str, norms: str, rescale_gains: bool,
                          keep_layernorm: bool, refit: str, learn_steps: int, reader_std: float, mask_iters: int,
                          rms_preserve: bool) -> None:
     """Raise TransformError unless ``grow_reader_std``, ``grow_mask_iters`` and ``rms_preserve`` can apply: each
     needs the exact port (residual, fold, gains rescaled) of a pre-LN model with a linear head, growing."""
+    if not rescale_gains and porting in ("paper_code", "per_block"):
+        raise TransformError(f"rescale_gains=False applies to porting='residual' or 'sandwich' ({porting} always "
+                             "handles the gains its own way); drop --rescale_gains")
     asked = [name for name, on in (("grow_reader_std", reader_std > 0), ("grow_mask_iters", mask_iters > 0),
                                    ("rms_preserve", rms_preserve)) if on]
     if not asked:

@@ -1,0 +1,125 @@
+"""
+Per-block maps with shortcut matrices: SliceGPT's construction (Ashkboos et al., 2024, "SliceGPT: Compress Large
+Language Models by Deleting Rows and Columns"), on our canonical form, as ``transform.py --porting=per_block``.
+
+One global map (porting.py) gives the whole residual stream one basis. Here every *site* of the stream — the input
+of each sublayer's norm and of the final norm — gets its own map T_s (m×d): site 2l is the input of block l's
+attention, 2l + 1 that of its MLP, 2L that of the final norm. Between two sites the stream changes basis, so each
+residual path carries a shortcut matrix (``GPTConfig.shortcuts``):
+
+    h_{s+1}' = S_s·h_s' + T_{s+1}·W_out·f(W_in·T_s⁺·norm(h_s')),    S_s = T_{s+1}·S·T_s⁺
+
+(S the model's own shortcut, I for a plain residual). The embedding rows are ported with T_0, each sublayer's
+readers with its site's T_s⁺, its writers with the next site's T_{s+1}, the head with T_{2L}⁺ (so a tied head is
+untied). With orthonormal columns (m ≥ d) every T_s⁺·T_s = I and the model is the same function; for m < d each
+site keeps its own top-m principal directions (``kind='pca'``: one calibration per site), which a global map cannot.
+The price is parameters: 2·L shortcut matrices of m² each, and an untied head — the table in RESULTS says how much.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from dataset import BatchLoader
+from errors import TransformError
+from logger import progress
+from maps import Calibration, PortMaps, make_projection, unit_second_moment
+from model import GPT, GPTConfig
+from porting import port_embedding, port_reader, port_writer, scale_gain
+
+
+def site_norms(cfg: GPTConfig) -> list[str]:
+    """The norm that reads each site, in order: ln_1, ln_2 of every block, then ln_f (2·n_layer + 1 sites)."""
+    return [f"transformer.h.{i}.{n}" for i in range(cfg.n_layer) for n in ("ln_1", "ln_2")] + ["transformer.ln_f"]
+
+
+@torch.no_grad()
+def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0) -> list[Calibration]:
+    """One second moment per site: the residual states entering each site's norm, each scaled to unit length as in
+    ``maps.collect_calibration``; site 0 also counts every token embedding (as the global map does)."""
+    model.eval()
+    names = site_norms(model.config)
+    modules = dict(model.named_modules())
+    totals: list[torch.Tensor | None] = [None] * len(names)
+    counts = [0] * len(names)
+
+    def hook(site: int):
+        def record(_module, inputs):
+            moment, n = unit_second_moment(inputs[0])
+            totals[site] = moment if totals[site] is None else totals[site] + moment
+            counts[site] += n
+        return record
+
+    handles = [modules[name].register_forward_pre_hook(hook(s)) for s, name in enumerate(names)]
+    try:
+        for k in progress(range(batches), "calibrate per site", unit="batch"):
+            x, _ = loader.get_batch("train", seed=seed + k)
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    embedding, n = unit_second_moment(model.transformer.wte.weight)
+    totals[0], counts[0] = totals[0] + embedding, counts[0] + n
+    return [Calibration(t / c, c) for t, c in zip(totals, counts)]
+
+
+def site_maps(kind: str, d: int, m: int, n_sites: int, seed: int, calibrations: list[Calibration] | None,
+              damping: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(T_s, T_s⁺) for every site: PCA of that site's calibration, or the kind's map drawn with seed + s."""
+    if kind == "pca":
+        if calibrations is None:
+            raise TransformError("kind='pca' with porting='per_block' needs calibration data (one moment per site)")
+        return [make_projection("pca", d, m, seed, c, damping) for c in calibrations]
+    return [make_projection(kind, d, m, seed + s) for s in range(n_sites)]
+
+
+def port_shortcut(S: torch.Tensor, into: PortMaps, out_of: PortMaps) -> torch.Tensor:
+    """S → T_{s+1}·S·T_s⁺: the residual path from site s's basis to site s+1's (exact where T_s⁺·T_s = I)."""
+    return into.T @ S @ out_of.T_pinv
+
+
+def port_per_block(sd: dict, cfg: GPTConfig, maps: list[tuple[torch.Tensor, torch.Tensor]]
+                   ) -> tuple[dict, GPTConfig]:
+    """Port a canonical (state_dict, config) with one map per site (``site_norms`` order); ``sd`` is consumed. Norm
+    gains × √(d/m) and ε × d/m as in ``porting.port_weights``; the head is untied; shortcuts are added."""
+    if cfg.norm_gain == "vector":
+        raise TransformError("port_per_block needs scalar norm gains; run canonicalize first")
+    if cfg.head == "knn":
+        raise TransformError("porting='per_block' cannot carry a KNN head (it compares the final state with the "
+                             "embeddings, which live in another site's basis); use porting='residual'")
+    like = sd["transformer.wte.weight"]
+    at = [PortMaps(T.to(like), Tp.to(like), Tp.to(like)) for T, Tp in maps]
+    m, d = at[0].m, at[0].d
+    if len(at) != 2 * cfg.n_layer + 1:
+        raise TransformError(f"porting='per_block' needs {2 * cfg.n_layer + 1} maps (one per site), got {len(at)}")
+    out = {}
+    if cfg.head == "tied":
+        sd["lm_head.weight"] = sd["transformer.wte.weight"]  # untied: the head reads the last site's basis
+    for name in ("transformer.wte.weight", "transformer.wpe.weight"):
+        if name in sd:
+            out[name] = port_embedding(sd.pop(name), at[0])
+    eye = torch.eye(d, dtype=like.dtype, device=like.device)
+    for i in range(cfg.n_layer):
+        b = f"transformer.h.{i}"
+        for j, (norm, reader, writer) in enumerate((("ln_1", "attn.c_attn", "attn.c_proj"),
+                                                    ("ln_2", "mlp.c_fc", "mlp.c_proj"))):
+            here, there = at[2 * i + j], at[2 * i + j + 1]
+            out[f"{b}.{norm}.weight"] = scale_gain(sd.pop(f"{b}.{norm}.weight"), here)
+            out[f"{b}.{reader}.weight"] = port_reader(sd.pop(f"{b}.{reader}.weight"), here)
+            for leaf in ("weight", "bias"):
+                if f"{b}.{writer}.{leaf}" in sd:
+                    out[f"{b}.{writer}.{leaf}"] = port_writer(sd.pop(f"{b}.{writer}.{leaf}"), there)
+            if f"{b}.{norm}_out.weight" in sd:  # peri-LN: the output norm writes into the next site
+                out[f"{b}.{norm}_out.weight"] = scale_gain(sd.pop(f"{b}.{norm}_out.weight"), there)
+            S = sd.pop(f"{b}.shortcut_{j + 1}.weight", eye)
+            out[f"{b}.shortcut_{j + 1}.weight"] = port_shortcut(S, there, here)
+    out["transformer.ln_f.weight"] = scale_gain(sd.pop("transformer.ln_f.weight"), at[-1])
+    out["lm_head.weight"] = port_reader(sd.pop("lm_head.weight"), at[-1])
+    out.update({name: t.clone() for name, t in sd.items()})  # outside the residual: reader biases, head bias
+    sd.clear()
+    cfg = copy.deepcopy(cfg)
+    cfg.n_embd, cfg.head, cfg.shortcuts = m, "linear", True
+    cfg.norm_eps = cfg.norm_eps * d / m
+    return out, cfg
+

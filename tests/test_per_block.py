@@ -1,0 +1,104 @@
+"""Per-block maps with shortcut matrices (per_block.py, SliceGPT's construction): exact at m ≥ d for orthonormal
+per-site maps, the shortcut rule against its formula, per-site calibration against a naive collection, and what it
+refuses."""
+import pytest
+import torch
+
+from dataset import BatchLoader
+from errors import ConfigError, TransformError
+from maps import PortMaps, make_projection, unit_second_moment
+from model import GPT, GPTConfig
+from per_block import collect_site_calibration, port_shortcut, site_norms
+from test_transform import outputs, random_model
+from transform import TransformConfig, transform_model
+
+IDX = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(0))
+ARCHITECTURES = {
+    "gpt2-like: LayerNorm, vector gains, biases, tied": dict(head="tied"),
+    "llama-like: RMSNorm, SwiGLU, rope, GQA, linear head": dict(norm_type="rmsnorm", mlp="swiglu", pos="rope",
+                                                                n_head=4, n_kv_head=2, bias=False),
+    "peri-LN, scalar gains": dict(norm_placement="peri", norm_gain="scalar", norm_type="rmsnorm"),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("width", [16, 24])
+def test_orthonormal_per_site_maps_keep_the_function(arch, width):
+    model = random_model(0, **ARCHITECTURES[arch])
+    new, record = transform_model(model, width, kind="orthogonal", porting="per_block", seed=3)
+    assert record["exact"] and record["site_maps"] == 2 * model.config.n_layer + 1
+    assert new.config.shortcuts and new.config.n_embd == width and new.config.head == "linear"
+    torch.testing.assert_close(outputs(new, IDX), outputs(model, IDX), atol=2e-5, rtol=0)
+    # the shortcuts really change the basis: distinct maps per site, so S is not the identity
+    assert not torch.allclose(new.transformer.h[0].shortcut_1.weight, torch.eye(width), atol=1e-3)
+
+
+def test_a_per_block_model_ports_exactly_again_with_one_global_map():
+    """S → T·S·T⁺ (porting.port_shortcut): a model with shortcuts grows exactly under residual porting."""
+    once, _ = transform_model(random_model(1, norm_type="rmsnorm"), 16, kind="orthogonal", porting="per_block")
+    twice, record = transform_model(once, 24, kind="orthogonal", porting="residual", seed=5)
+    assert record["exact"]
+    torch.testing.assert_close(outputs(twice, IDX), outputs(once, IDX), atol=2e-5, rtol=0)
+
+
+def test_the_shortcut_rule_is_its_formula():
+    g = torch.Generator().manual_seed(0)
+    S = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    a, b = (PortMaps(*make_projection("gaussian", 6, 4, seed), make_projection("gaussian", 6, 4, seed)[1])
+            for seed in (1, 2))
+    expected = b.T @ S @ torch.linalg.pinv(a.T)
+    torch.testing.assert_close(port_shortcut(S, b, a), expected)
+
+
+def test_per_site_calibration_is_each_sites_unit_second_moment(char_data_dir):
+    """Sites 2l (each block's input) and 2L (the final norm's) equal the hidden states return_hidden gives; site 0
+    also counts every token embedding."""
+    model = random_model(2, n_layer=2, vocab_size=65, block_size=16)
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    sites = collect_site_calibration(model, loader, batches=2, seed=7)
+    assert len(sites) == len(site_norms(model.config)) == 5
+    hidden = [[], [], []]
+    with torch.no_grad():
+        for k in range(2):
+            x, _ = loader.get_batch("train", seed=7 + k)
+            for i, h in enumerate(model(x, return_hidden=True)[2]):
+                hidden[i].append(h)
+    for site, states in ((0, hidden[0]), (2, hidden[1]), (4, hidden[2])):
+        moment, n = unit_second_moment(torch.cat(states))
+        if site == 0:
+            e, ne = unit_second_moment(model.transformer.wte.weight)
+            moment, n = moment + e, n + ne
+        assert sites[site].count == n
+        torch.testing.assert_close(sites[site].second_moment, moment / n)
+
+
+def test_pca_per_block_shrinks_with_one_calibration_per_site(char_data_dir):
+    model = random_model(3, vocab_size=65, block_size=16, norm_type="rmsnorm")
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    new, record = transform_model(model, 12, kind="pca", porting="per_block", calibration_loader=loader,
+                                  calib_batches=2)
+    assert not record["exact"] and new.config.n_embd == 12
+    shortcut_params = 2 * model.config.n_layer * 12 * 12
+    assert sum(p.numel() for n, p in new.named_parameters() if ".shortcut_" in n) == shortcut_params
+    assert torch.isfinite(outputs(new, torch.randint(0, 65, (2, 16)))).all()
+
+
+def test_shortcuts_start_as_the_identity_when_trained_from_scratch():
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=True))
+    for block in model.transformer.h:
+        assert torch.equal(block.shortcut_1.weight, torch.eye(8)) and torch.equal(block.shortcut_2.weight, torch.eye(8))
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(refit="all"), "takes no refit"),
+    (dict(n_head=4), "takes no n_head"),
+])
+def test_what_per_block_refuses(options, words, char_data_dir):
+    loader = BatchLoader(char_data_dir, 8, 2, "cpu")
+    with pytest.raises(TransformError, match=words):
+        transform_model(random_model(4, vocab_size=65), 24 if "n_head" in options else 12, kind="orthogonal",
+                        porting="per_block", calibration_loader=loader, **options)
+    with pytest.raises(TransformError, match="KNN head"):
+        transform_model(random_model(4, head="knn", norm_gain="scalar"), 16, kind="orthogonal", porting="per_block")
+    with pytest.raises(ConfigError, match="carry_optimizer"):
+        TransformConfig(in_dir="x", out_dir="y", width=8, porting="per_block", carry_optimizer=True).validate()
