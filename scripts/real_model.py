@@ -39,6 +39,7 @@ from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
 BLOCK = 256  # tokens per calibration and evaluation window (the and SliceGPT comparison's setting)
 CALIB = ["--calib_batches=8", "--calib_batch_size=16"]  # 128 × 256 calibration tokens
 RATIOS = {0.75: 432, 0.5: 288}  # m/d → m (multiples of the 9 heads: the sandwich rules re-split them)
+EQUAL_PARAMETERS_M = 357  # untied head: 282,624·m parameters; m = 357 has the tied original's 75% (100.9 M)
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
 TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt"}
 EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
@@ -183,6 +184,9 @@ def grid(which: str) -> list[tuple]:
                   ("truncate", "residual", m, "shakespeare", ())]
     cells += [(k, p, RATIOS[0.75], "shakespeare", ("mha",)) for p in ("residual", "sandwich", "paper_code")
               for k in ("gaussian", "orthogonal")]
+    # one global map against SliceGPT's per-block maps (same calibration), and the global map cut to −25% parameters
+    cells += [("pca", "per_block", m, "shakespeare", ()) for m in RATIOS.values()]
+    cells += [("pca", "residual", EQUAL_PARAMETERS_M, "shakespeare", ())]
     if which == "all":
         cells += [(k, "residual", m, "shakespeare", ()) for m in RATIOS.values() for k in ("srht", "rademacher",
                                                                                             "sparse")]

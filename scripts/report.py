@@ -427,6 +427,10 @@ def quantization(r: dict) -> str:
     return "\n".join(lines)
 
 
+def gap_words(loss: float, reference: float) -> str:
+    return f"{100 * (loss / reference - 1):+.1f}%"
+
+
 def real_model_label(row: dict) -> str:
     """A real-model row's name: the map, the rule when it is not ours, the calibration text when PCA reads one."""
     name = row["kind"] + ("" if row["porting"] == "residual" else f", {row['porting']}")
@@ -479,7 +483,8 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
     base, out = r["base"], []
     bv, bg = base["losses"]["val"], base["losses"]["general"]
     uniform = math.log(49152)
-    plain = [x for x in r["rows"] if x.get("source") in ("imported", "as imported") and not x.get("options")]
+    plain = [x for x in r["rows"] if x.get("source") in ("imported", "as imported") and not x.get("options")
+             and x["porting"] == "residual"]
     for m in sorted({x["m"] for x in plain}, reverse=True):
         at = sorted((x for x in plain if x["m"] == m), key=lambda x: x["losses"]["val"])
         best = at[0]
@@ -504,6 +509,26 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    f"matrix): at m = 432 the model has {shrunk['parameters'] / 1e6:.1f} M parameters, "
                    f"{100 * (1 - shrunk['parameters'] / base['parameters']):.0f}% fewer than the original's "
                    f"{base['parameters'] / 1e6:.1f} M, not 25%.")
+    per_block = [x for x in r["rows"] if x["porting"] == "per_block"]
+    for pb in per_block:
+        same_m = next((x for x in plain if x["kind"] == "pca" and x["m"] == pb["m"]
+                       and x["calibration"] == pb["calibration"]), None)
+        fewest = min((x for x in plain if x["kind"] == "pca" and x["calibration"] == pb["calibration"]),
+                     key=lambda x: abs(x["parameters"] - 0.75 * base["parameters"]), default=None)  # −25%
+        if same_m is None:
+            continue
+        words = (f"- **One global map against per-block maps (SliceGPT's construction), PCA, m = {pb['m']}:** "
+                 f"per-block val {pb['losses']['val']:.4f} ({gap_words(pb['losses']['val'], bv)}), general "
+                 f"{pb['losses']['general']:.4f} ({gap_words(pb['losses']['general'], bg)}) with "
+                 f"{pb['parameters'] / 1e6:.1f} M parameters; one global map {same_m['losses']['val']:.4f} "
+                 f"({gap_words(same_m['losses']['val'], bv)}), general {same_m['losses']['general']:.4f} "
+                 f"({gap_words(same_m['losses']['general'], bg)}) with {same_m['parameters'] / 1e6:.1f} M")
+        if pb["m"] == 432 and fewest is not None and fewest["m"] < 432:
+            words += (f"; at −{100 * (1 - fewest['parameters'] / base['parameters']):.0f}% parameters "
+                      f"({fewest['parameters'] / 1e6:.1f} M, m = {fewest['m']}, head untied) the global map gives "
+                      f"{fewest['losses']['val']:.4f} ({gap_words(fewest['losses']['val'], bv)}), general "
+                      f"{fewest['losses']['general']:.4f} ({gap_words(fewest['losses']['general'], bg)})")
+        out.append(words + ".")
     reg = r.get("regrouped")
     if reg:
         paper = any(x.get("source") == "kv9" for x in r["rows"])

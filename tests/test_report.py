@@ -171,3 +171,23 @@ def test_verdict_records_each_distinct_test_once_for_the_multiple_comparisons_no
     report.verdict([1.0, 2.0, 3.0], [4.0, 5.0, 6.5], paired=False)
     report.verdict([1.0], [2.0], paired=False)  # n = 1: no test at all
     assert len(report.TESTS_RUN) == 2 and all(0 <= p <= 1 for p in report.TESTS_RUN.values())
+
+
+def test_the_real_model_reading_sets_per_block_maps_beside_one_global_map():
+    """With per-block rows (SliceGPT's construction) the Reading compares them with the global map at the same m and
+    with the global map at −25% parameters, each loss and parameter count from its row."""
+    import copy
+    r = report.load("real_model")
+    if r is None:
+        pytest.skip("results/real_model is not committed")
+    r = copy.deepcopy(r)
+    glob = next(x for x in r["rows"] if x["kind"] == "pca" and x["m"] == 432 and x["calibration"] == "shakespeare"
+                and x["porting"] == "residual")
+    r["rows"].append(dict(copy.deepcopy(glob), porting="per_block", parameters=133_300_000,
+                          losses=dict(glob["losses"], val=4.01, general=4.5)))
+    r["rows"].append(dict(copy.deepcopy(glob), m=357, parameters=100_896_829,
+                          losses=dict(glob["losses"], val=4.9, general=5.6)))
+    text = report.real_model(r)
+    line = next(x for x in text.splitlines() if x.startswith("- **One global map against per-block maps"))
+    assert "per-block val 4.0100" in line and "133.3 M" in line and f"{glob['losses']['val']:.4f}" in line
+    assert "−25% parameters (100.9 M, m = 357, head untied) the global map gives 4.9000" in line
