@@ -37,7 +37,8 @@ from fetch import SMOLLM2_GGUF, SOURCES, cache_path  # noqa: E402
 from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
 
 BLOCK = 256  # tokens per calibration and evaluation window (the issue's and SliceGPT comparison's setting)
-CALIB = ["--calib_batches=8", "--calib_batch_size=16"]  # 128 × 256 calibration tokens
+CALIB_BATCHES_N, CALIB_BATCH = 8, 16  # 128 × 256 calibration tokens (SliceGPT's reference run uses the same)
+CALIB = [f"--calib_batches={CALIB_BATCHES_N}", f"--calib_batch_size={CALIB_BATCH}"]
 RATIOS = {0.75: 432, 0.5: 288}  # m/d → m (multiples of the 9 heads: the sandwich rules re-split them)
 EQUAL_PARAMETERS_M = 357  # untied head: 282,624·m parameters; m = 357 has the tied original's 75% (100.9 M)
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
@@ -203,6 +204,39 @@ def run_recovery() -> None:
     save(recovery(src, data), started, "real_model_recovery")
 
 
+def slicegpt_row(src: str, data: dict[str, str], width: int) -> dict:
+    """SliceGPT's own code (scripts/slicegpt_reference.py, from ../shared/reference/slicegpt) slicing SmolLM2 to
+    ``width`` with our calibration tokens, evaluated on our windows; width = d: its fused model, unsliced."""
+    from fetch import cache_path as cached_file
+    spec = {"width": width, "block": BLOCK, "calibration": [CALIB_BATCHES_N, CALIB_BATCH], "v": 1}
+
+    def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)
+        result = os.path.join(out, "slicegpt.json")
+        step = run_step(["scripts/slicegpt_reference.py", f"--gguf={cached_file(SMOLLM2_GGUF)}",
+                         f"--calib_dir={data['shakespeare']}", f"--width={width}", f"--out={result}",
+                         "--eval_dirs=" + ",".join(f"{name}={data[text]}" for name, text in EVALS.items())])
+        with open(result) as f:
+            return dict(json.load(f), step=step)
+
+    return cached("slicegpt", f"smollm2-m{width}", spec, build)[1]
+
+
+def run_slicegpt() -> None:
+    started = time.time()
+    src, _ = imported()
+    data = {text: prepared(src, text) for text in TEXTS}
+    try:
+        import ml_collections  # noqa: F401 - SliceGPT's config module needs it
+    except ImportError:
+        raise SystemExit("SliceGPT's code needs ml-collections: pip install ml-collections") from None
+    rows = []
+    for width in (576, *RATIOS.values()):
+        rows.append(slicegpt_row(src, data, width))
+        save({"code": "microsoft/TransformerCompression src/slicegpt @ 6b12cde (../shared/reference/slicegpt)",
+              "rows": rows}, started, "real_model_slicegpt")
+
+
 def run(which: str) -> dict:
     started = time.time()
     src, imported_result = imported()
@@ -227,9 +261,9 @@ def run(which: str) -> dict:
 def save(payload: dict, started: float, experiment: str = "real_model") -> None:
     out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
+    part = {"real_model": "", "real_model_recovery": " --part=recovery", "real_model_slicegpt": " --part=slicegpt"}
     payload = dict(payload, meta={"seconds": round(time.time() - started), "hardware": hardware(),
-                                  "command": "scripts/real_model.sh" + (" --part=recovery" if experiment !=
-                                                                         "real_model" else "")})
+                                  "command": "scripts/real_model.sh" + part[experiment]})
     tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=2, default=str)
@@ -239,14 +273,17 @@ def save(payload: dict, started: float, experiment: str = "real_model") -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", choices=("core", "all"), default="all")
-    parser.add_argument("--part", choices=("zero_shot", "recovery", "both"), default="both",
+    parser.add_argument("--part", choices=("zero_shot", "recovery", "slicegpt", "both"), default="both",
                         help="the zero-shot grid (results/real_model), the recovery runs "
-                        "(results/real_model_recovery), or both")
+                        "(results/real_model_recovery), SliceGPT's own code on the same model "
+                        "(results/real_model_slicegpt; needs ml-collections), or zero_shot and recovery")
     args = parser.parse_args()
     if args.part in ("zero_shot", "both"):
         run(args.cells)
     if args.part in ("recovery", "both"):
         run_recovery()
+    if args.part == "slicegpt":
+        run_slicegpt()
 
 
 if __name__ == "__main__":

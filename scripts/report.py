@@ -468,6 +468,14 @@ def real_model(r: dict) -> str:
                      f"{row['losses']['val']:.4f} | {gap(row['losses']['val'], bv)} | {row['losses']['general']:.4f} "
                      f"| {gap(row['losses']['general'], bg)} | {row['step']['seconds']:.0f} | "
                      f"{row['step']['peak_mb'] / 1024:.1f} |")
+    sg = load("real_model_slicegpt")
+    for row in (sg or {}).get("rows", []):
+        what = "its fused model, unsliced" if row["width"] == d else "its per-block PCA, head rotated, not sliced"
+        lines.append(f"| SliceGPT's own code ({what}) | {row['width']} ({row['width'] / d:.2f}) | "
+                     f"{row['parameters'] / 1e6:.1f} M | {row['losses']['val']:.4f} | "
+                     f"{gap(row['losses']['val'], bv)} | "
+                     f"{row['losses']['general']:.4f} | {gap(row['losses']['general'], bg)} | "
+                     f"{row['slice_seconds']:.0f} | {row['step']['peak_mb'] / 1024:.1f} |")
     seconds = sum(row["step"]["seconds"] + row["losses"]["val_eval_seconds"] + row["losses"]["general_eval_seconds"]
                   for row in rows)
     grid = r.get("grid_cells")
@@ -476,7 +484,38 @@ def real_model(r: dict) -> str:
               "steps and evaluations (the import and the original's evaluation not counted).*", "",
               "**Reading** (generated from the table; n = 1 per row, so no row is a tested difference from another: "
               "the numbers are what one map and one calibration draw give).", ""]
-    return "\n".join(lines + real_model_reading(r, rows))
+    return "\n".join(lines + real_model_reading(r, rows) + slicegpt_reading(r, sg))
+
+
+def slicegpt_reading(r: dict, sg: dict | None) -> list[str]:
+    """SliceGPT's own code against our per-block maps and our global map, at each width both were run at."""
+    if not sg:
+        return ["- **SliceGPT's own code** on the same model is not run yet (`scripts/real_model.sh --part=slicegpt`, "
+                "which needs `pip install ml-collections`)."]
+    bv = r["base"]["losses"]["val"]
+    out = []
+    fused = next((x for x in sg["rows"] if x["width"] == 576), None)
+    if fused is not None:
+        out.append(f"- **SliceGPT's starting point is not the original:** its `fuse_modules` centres the embeddings "
+                   "and its RMSNorm uses ε = 1e-5 whatever the model's, so the fused model, before any slicing, has "
+                   f"val {fused['losses']['val']:.4f} against the original's {bv:.4f} "
+                   f"({gap_words(fused['losses']['val'], bv)}).")
+    for row in sg["rows"]:
+        if row["width"] == 576:
+            continue
+        ours = {p: x for x in r["rows"] if x["m"] == row["width"] and x["kind"] == "pca"
+                and x["calibration"] == "shakespeare" and not x.get("options")
+                and x.get("source") in ("imported", "as imported") for p in [x["porting"]]}
+        parts = [f"SliceGPT's code val {row['losses']['val']:.4f} ({gap_words(row['losses']['val'], bv)}), general "
+                 f"{row['losses']['general']:.4f}, {row['parameters'] / 1e6:.1f} M parameters"]
+        for porting, name in (("per_block", "our per-block maps"), ("residual", "our one global map")):
+            if porting in ours:
+                x = ours[porting]
+                parts.append(f"{name} {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), general "
+                             f"{x['losses']['general']:.4f}, {x['parameters'] / 1e6:.1f} M")
+        out.append(f"- **SliceGPT's own code, m = {row['width']}, same calibration tokens and windows:** "
+                   + "; ".join(parts) + ".")
+    return out
 
 
 def real_model_reading(r: dict, rows: list[dict]) -> list[str]:

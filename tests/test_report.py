@@ -191,3 +191,22 @@ def test_the_real_model_reading_sets_per_block_maps_beside_one_global_map():
     line = next(x for x in text.splitlines() if x.startswith("- **One global map against per-block maps"))
     assert "per-block val 4.0100" in line and "133.3 M" in line and f"{glob['losses']['val']:.4f}" in line
     assert "−25% parameters (100.9 M, m = 357, head untied) the global map gives 4.9000" in line
+
+
+def test_the_slicegpt_rows_and_reading_come_from_its_results(monkeypatch):
+    import copy
+    r = report.load("real_model")
+    if r is None:
+        pytest.skip("results/real_model is not committed")
+    sg = {"rows": [{"width": 576, "parameters": 134_515_008, "slice_seconds": 90.0, "step": {"peak_mb": 3000},
+                    "losses": {"val": 3.80, "general": 3.82}},
+                   {"width": 432, "parameters": 140_700_000, "slice_seconds": 200.0, "step": {"peak_mb": 3500},
+                    "losses": {"val": 4.044, "general": 6.1}}]}
+    real_load = report.load
+    monkeypatch.setattr(report, "load", lambda name: sg if name == "real_model_slicegpt" else real_load(name))
+    text = report.real_model(copy.deepcopy(r))
+    row = "| SliceGPT's own code (its per-block PCA, head rotated, not sliced) | 432 (0.75) | 140.7 M | 4.0440 |"
+    assert row in text
+    assert "the fused model, before any slicing, has val 3.8000" in text
+    line = next(x for x in text.splitlines() if x.startswith("- **SliceGPT's own code, m = 432"))
+    assert "SliceGPT's code val 4.0440" in line and "our one global map 4.2862" in line
