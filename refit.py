@@ -13,6 +13,9 @@ one global map nearly lossless before any finetuning. ``transform.py`` calls the
   W′ = argmin ‖X′W′ᵀ − (Y − b)‖² + λ‖W′‖², i.e. W′ᵀ = (X′ᵀX′ + λI)⁻¹X′ᵀ(Y − b), one k×k solve per matrix.
   Errors of earlier layers are corrected rather than compounded, because X′ comes from the already refit
   model. With ``all`` the writers (attention out, MLP out) are refit too, towards T·(original output).
+- ``retie_head`` (``--tie_head=True``): a shrink unties a tied head (the final norm's per-dimension gain is
+  folded into it); this ties it back to the embeddings with a fitted per-dimension final-norm gain, so the shrunk
+  model keeps m/d of the original's parameters.
 - ``learn_map`` (``--learn_steps=N``): T itself is optimised over matrices with orthonormal rows (torch's
   orthogonal parametrization, a retraction onto the Stiefel manifold), weights frozen and the port applied
   differentiably, to minimise KL(original ‖ transformed) on calibration batches (SpinQuant's idea, for a width
@@ -23,6 +26,7 @@ no original counterpart to be fitted to.
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -205,6 +209,49 @@ def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.T
         pairs = ((original.transformer.ln_f(h), new.transformer.ln_f(h_new)) for h, h_new in streams)
         errors["lm_head"] = fit_linear(new.lm_head, original.lm_head, pairs, None, ridge)
     return errors
+
+
+@torch.no_grad()
+def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tuple[GPT, dict]:
+    """Tie the head of a shrunk model back to its embeddings E′ (V×m) by giving the final norm a per-dimension
+    gain γ: the untied head A (V×m, applied to the final norm's output y) is replaced by E′·diag(γ), with γ the
+    least-squares fit of the logits on calibration text,
+        γ = argmin Σ_t ‖A·y_t − E′·diag(γ)·y_t‖²  ⇒  (M ⊙ E′ᵀE′)·γ = diag(E′ᵀ·A·M),   M = (1/N)·Σ_t y_t y_tᵀ,
+    an m×m solve (⊙: elementwise). Every other norm keeps its gain (expanded to a vector: the model's norms then
+    carry per-dimension gains). The shrunk model loses the head's V·m parameters; the record gives the relative
+    logit residual tr(D·M·Dᵀ)/tr(A·M·Aᵀ), D = A − E′·diag(γ), before (γ = 1) and after the fit."""
+    cfg = new.config
+    m = cfg.n_embd
+    M = torch.zeros(m, m, dtype=torch.float64)
+    count = 0
+    for b in batches:
+        _, y = module_io(new, "transformer.ln_f", b)
+        for (chunk,) in _row_chunks(y):
+            M += chunk.T @ chunk
+            count += len(chunk)
+    M /= count
+    E, A = new.transformer.wte.weight.double(), new.lm_head.weight.double()
+    G, EA = E.T @ E, E.T @ A
+    lhs = M * G
+    gamma = torch.linalg.solve(lhs + ridge * torch.trace(lhs) / m * torch.eye(m, dtype=lhs.dtype),
+                               torch.diagonal(EA @ M))
+
+    def residual(g: torch.Tensor) -> float:  # tr(D M Dᵀ) / tr(A M Aᵀ) with DᵀD expanded: no V×m difference matrix
+        AA = A.T @ A
+        DD = AA - EA.T * g - g[:, None] * EA + g[:, None] * G * g
+        return (torch.trace(DD @ M) / torch.trace(AA @ M)).item()
+
+    before, after = residual(torch.ones(m, dtype=torch.float64)), residual(gamma)
+    sd = {k: v.detach().clone() for k, v in new.state_dict().items() if k != "lm_head.weight"}
+    for name, t in list(sd.items()):
+        if name.endswith(".weight") and t.numel() == 1 and (".ln_" in name or name.startswith("transformer.ln_f")):
+            sd[name] = t.expand(m).clone()  # scalar gains become per-dimension (all equal) ...
+    sd["transformer.ln_f.weight"] = (sd["transformer.ln_f.weight"].double() * gamma).to(E.dtype)  # ... but ln_f's
+    new_cfg = copy.deepcopy(cfg)
+    new_cfg.head, new_cfg.norm_gain = "tied", "vector"
+    tied = GPT.from_state_dict(new_cfg, sd).eval()
+    return tied, {"relative_logit_residual_untied_gain": before, "relative_logit_residual": after,
+                  "gain_range": [gamma.min().item(), gamma.max().item()], "head_parameters_saved": A.numel()}
 
 
 def kl_to_original(original_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

@@ -90,7 +90,7 @@ from porting import (
     resolve_porting,
     restore_layernorm,
 )
-from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers
+from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers, retie_head
 from roles import residual_roles
 
 
@@ -131,6 +131,8 @@ class TransformConfig:
     refit: str = "none"  # 'none' | 'gains' (LS norm gains) | 'readers' (sequential LS readers) | 'all' (+ writers)
     refit_ridge: float = 1e-4  # ridge of the least-squares refit, relative to the input's mean energy
     learn_steps: int = 0  # > 0: learn T (orthonormal rows, m < d) for this many steps of KL(original ‖ new)
+    tie_head: bool = False  # a tied model's head stays tied: the final norm gets a per-dimension gain fitted to the
+    #                         untied head's logits on calibration text (refit.retie_head); parameters × m/d
     learn_lr: float = 1e-3  # Adam learning rate of the learned map
     # calibration: token embeddings + hidden states of every layer on training text (pca, JL bound)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
@@ -306,7 +308,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     clone_noise: float = 0.0, n_kv_head: int = 0,
                     given_map: torch.Tensor | None = None, rescale_gains: bool = True, n_layer: int = 0,
                     depth_mode: str = "interleave", grow_reader_std: float = 0.0, grow_mask_iters: int = 0,
-                    rms_preserve: bool = False) -> tuple[GPT, dict]:
+                    rms_preserve: bool = False, tie_head: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
@@ -318,8 +320,9 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     d, m = model.config.n_embd, width
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
+    check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer))
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
-                         ("learn_steps", learn_steps > 0)):
+                         ("learn_steps", learn_steps > 0), ("tie_head", tie_head)):
         if needed and calibration_loader is None:
             raise TransformError(f"{what} needs calibration data: pass calibration_loader (the CLI uses the "
                                  "checkpoint's training data, or --data_dir)")
@@ -341,7 +344,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     device = model.transformer.wte.weight.device
     T, T_pinv = T.to(device), T_pinv.to(device)  # the one move: every rule below meets the weights on their device
     corrections: dict = {}
-    if refit != "none" or learn_steps > 0:
+    if refit != "none" or learn_steps > 0 or tie_head:
         batches = calibration_batches(calibration_loader, calib_batches, seed)
         original = model_from_state(dict(sd), cfg)
     if learn_steps > 0:
@@ -376,10 +379,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     new_model = model_from_state(new_sd, new_cfg)
     if ramp is not None:
         attach_ramp(new_model, ramp)
-    if refit != "none":
-        corrections.update(apply_refit(original, new_model, T, batches, refit, refit_ridge))
-        notes.append(f"refit={refit}: calibration KL {corrections['calibration_kl_before']:.4f} → "
-                     f"{corrections['calibration_kl_after']:.4f}")
+    if refit != "none" or tie_head:
+        new_model = apply_refit(original, new_model, T, batches, refit, refit_ridge, tie_head, corrections, notes)
     n_points = (calibration.count if calibration is not None
                 else calibration_points(model.config, calibration_loader, calib_batches))
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
@@ -544,16 +545,37 @@ def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor], chunk: 
 
 
 def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], refit: str,
-                ridge: float) -> dict:
-    """``fit_gains`` or ``refit_layers`` on ``new`` (in place); the record of what was fitted and the calibration
-    KL(original ‖ new) before and after."""
-    out = {"calibration_kl_before": calibration_kl(original, new, batches)}
-    if refit == "gains":
-        out["gain_factors"] = fit_gains(original, new, batches)
-    else:
-        out["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge)
-    out["calibration_kl_after"] = calibration_kl(original, new, batches)
-    return out
+                ridge: float, tie_head: bool, corrections: dict, notes: list[str]) -> GPT:
+    """``fit_gains`` or ``refit_layers`` on ``new`` (in place), then ``retie_head``; ``corrections`` gets what was
+    fitted and the calibration KL(original ‖ new) before and after, ``notes`` a line each. Returns the model."""
+    if refit != "none":
+        before = calibration_kl(original, new, batches)
+        if refit == "gains":
+            corrections["gain_factors"] = fit_gains(original, new, batches)
+        else:
+            corrections["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge)
+        corrections.update(calibration_kl_before=before, calibration_kl_after=calibration_kl(original, new, batches))
+        notes.append(f"refit={refit}: calibration KL {before:.4f} → {corrections['calibration_kl_after']:.4f}")
+    if tie_head:  # its record is the logit residual (a calibration KL would cost two more passes of both models)
+        new, corrections["tied_head"] = retie_head(new, batches)
+        fit = corrections["tied_head"]
+        notes.append("head tied back with a fitted final-norm gain: relative logit residual "
+                     f"{fit['relative_logit_residual_untied_gain']:.3f} (gain 1) → "
+                     f"{fit['relative_logit_residual']:.3f}")
+    return new
+
+
+def check_tie_head(cfg: GPTConfig, tie_head: bool, porting: str, keep_layernorm: bool, grows: bool) -> None:
+    """Raise TransformError unless --tie_head can apply: a tied model, residual porting, no growth."""
+    if not tie_head:
+        return
+    if cfg.head != "tied" or cfg.norm_gain != "vector":
+        raise TransformError(f"tie_head keeps a tied head tied through the shrink; this model's head is {cfg.head!r}"
+                             + (" and already stays tied (its norms have no per-dimension gain)"
+                                if cfg.head == "tied" else "") + ": drop --tie_head")
+    if resolve_porting(porting) != "residual" or keep_layernorm or grows:
+        raise TransformError("tie_head needs porting='residual' without keep_layernorm or growth; drop --tie_head "
+                             "or those settings")
 
 
 def transform_checkpoint(cfg: TransformConfig) -> dict:
@@ -584,6 +606,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
+        tie_head=cfg.tie_head,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

@@ -188,6 +188,7 @@ def grid(which: str) -> list[tuple]:
     # one global map against SliceGPT's per-block maps (same calibration), and the global map cut to −25% parameters
     cells += [("pca", "per_block", m, "shakespeare", ()) for m in RATIOS.values()]
     cells += [("pca", "residual", EQUAL_PARAMETERS_M, "shakespeare", ())]
+    cells += [("pca", "residual", RATIOS[0.75], "shakespeare", ("--tie_head=True",))]  # −25% with the head tied
     if which == "all":
         cells += [(k, "residual", m, "shakespeare", ()) for m in RATIOS.values() for k in ("srht", "rademacher",
                                                                                             "sparse")]

@@ -568,6 +568,20 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                       f"{fewest['losses']['val']:.4f} ({gap_words(fewest['losses']['val'], bv)}), general "
                       f"{fewest['losses']['general']:.4f} ({gap_words(fewest['losses']['general'], bg)})")
         out.append(words + ".")
+    for tied in (x for x in r["rows"] if "--tie_head=True" in x.get("options", [])):
+        untied = next((x for x in plain if x["kind"] == tied["kind"] and x["m"] == tied["m"]
+                       and x["calibration"] == tied["calibration"]), None)
+        fit = tied.get("corrections", {}).get("tied_head", {})
+        out.append(f"- **Keeping the head tied, {tied['kind']} at m = {tied['m']}:** {tied['parameters'] / 1e6:.1f} M "
+                   f"parameters ({100 * (tied['parameters'] / base['parameters'] - 1):+.0f}%), val "
+                   f"{tied['losses']['val']:.4f} ({gap_words(tied['losses']['val'], bv)}), general "
+                   f"{tied['losses']['general']:.4f} ({gap_words(tied['losses']['general'], bg)})"
+                   + (f"; the same map with its head untied: {untied['losses']['val']:.4f} "
+                      f"({gap_words(untied['losses']['val'], bv)}), {untied['parameters'] / 1e6:.1f} M"
+                      if untied else "")
+                   + (f". The fitted final-norm gain leaves a relative logit residual of "
+                      f"{fit['relative_logit_residual']:.3f} on the calibration text (gain 1: "
+                      f"{fit['relative_logit_residual_untied_gain']:.3f})" if fit else "") + ".")
     reg = r.get("regrouped")
     if reg:
         paper = any(x.get("source") == "kv9" for x in r["rows"])

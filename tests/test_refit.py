@@ -190,3 +190,49 @@ def test_the_learned_map_is_the_same_when_batches_are_split_into_passes(setup, m
     # the learned maps agree to that scale, and so do their losses
     torch.testing.assert_close(split["T"], whole["T"], atol=3e-3, rtol=0)
     assert a["learned"] == pytest.approx(b["learned"], rel=2e-3) and a["learned"] < a["initial"]
+
+
+def _tied_model(char_data_dir):
+    from test_transform import random_model
+    model = random_model(5, head="tied", norm_type="rmsnorm", vocab_size=65, block_size=16, n_embd=24, n_head=4)
+    return model, BatchLoader(char_data_dir, 16, 4, "cpu")
+
+
+def test_tie_head_keeps_the_head_tied_and_fits_the_gain_by_least_squares(char_data_dir):
+    """retie_head's m×m solve (M ⊙ E′ᵀE′)·γ = diag(E′ᵀ·A·M) equals the least-squares fit of the stacked logits
+    A·y_t ≈ E′·diag(γ)·y_t; the head shares the embedding; the parameters drop by V·m."""
+    model, loader = _tied_model(char_data_dir)
+    untied, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2)
+    tied, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True)
+    assert tied.config.head == "tied" and tied.lm_head.weight is tied.transformer.wte.weight
+    count = sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters())
+    assert count == 65 * 16 - 5 * 15  # the head's V·m, less the 5 norms' gains now per dimension
+    ys = torch.cat([refit.module_io(untied, "transformer.ln_f", b)[1] for b in
+                    refit.calibration_batches(loader, 2, 0)]).double()
+    E, A = untied.transformer.wte.weight.double(), untied.lm_head.weight.double()
+    design = torch.cat([E * y for y in ys])  # row block t: E·diag(y_t), so that design·γ stacks E·diag(γ)·y_t
+    gamma = torch.linalg.lstsq(design, torch.cat([A @ y for y in ys]).unsqueeze(1)).solution.squeeze(1)
+    g_f = untied.transformer.ln_f.weight.double()
+    torch.testing.assert_close(tied.transformer.ln_f.weight.double(), g_f * gamma, rtol=1e-4, atol=1e-6)
+    fit = record["corrections"]["tied_head"]
+    assert fit["relative_logit_residual"] <= fit["relative_logit_residual_untied_gain"]
+
+
+def test_tie_head_is_exact_when_the_map_keeps_every_coordinate(char_data_dir):
+    """With T = I (truncate at m = d) the fitted gain is the original final gain: the tied model is the original."""
+    from test_transform import outputs
+    model, loader = _tied_model(char_data_dir)
+    tied, _ = transform_model(model, 24, kind="truncate", calibration_loader=loader, calib_batches=2, tie_head=True)
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(outputs(tied, idx), outputs(model, idx), atol=1e-4, rtol=0)
+
+
+def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
+    from test_transform import random_model
+    model, loader = _tied_model(char_data_dir)
+    with pytest.raises(TransformError, match="this model's head is 'linear'"):
+        transform_model(random_model(5, vocab_size=65), 12, kind="pca", calibration_loader=loader, tie_head=True)
+    with pytest.raises(TransformError, match="tie_head needs porting='residual'"):
+        transform_model(model, 16, kind="gaussian", porting="sandwich", tie_head=True, calibration_loader=loader)
+    with pytest.raises(TransformError, match="tie_head needs calibration data"):
+        transform_model(model, 16, kind="orthogonal", tie_head=True)

@@ -210,3 +210,19 @@ def test_the_slicegpt_rows_and_reading_come_from_its_results(monkeypatch):
     assert "the fused model, before any slicing, has val 3.8000" in text
     line = next(x for x in text.splitlines() if x.startswith("- **SliceGPT's own code, m = 432"))
     assert "SliceGPT's code val 4.0440" in line and "our one global map 4.2862" in line
+
+
+def test_the_real_model_reading_reports_the_tied_head_row():
+    import copy
+    r = report.load("real_model")
+    if r is None:
+        pytest.skip("results/real_model is not committed")
+    r = copy.deepcopy(r)
+    glob = next(x for x in r["rows"] if x["kind"] == "pca" and x["m"] == 432 and x["calibration"] == "shakespeare"
+                and x["porting"] == "residual" and not x.get("options"))
+    fit = {"relative_logit_residual": 0.12, "relative_logit_residual_untied_gain": 0.4}
+    r["rows"].append(dict(copy.deepcopy(glob), options=["--tie_head=True"], parameters=100_922_000,
+                          corrections={"tied_head": fit}, losses=dict(glob["losses"], val=4.5, general=5.0)))
+    line = next(x for x in report.real_model(r).splitlines() if x.startswith("- **Keeping the head tied"))
+    assert "100.9 M parameters (-25%), val 4.5000" in line and f"untied: {glob['losses']['val']:.4f}" in line
+    assert "residual of 0.120" in line and "gain 1: 0.400" in line
