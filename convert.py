@@ -1,5 +1,6 @@
 """
-Pretrained models in and out: Hugging Face GPT-2, Llama and Qwen2, and nanoGPT checkpoints ↔ nanoLGPT checkpoints.
+Pretrained models in and out: Hugging Face GPT-2, Llama, Qwen2 and Gemma 3, and nanoGPT checkpoints ↔ nanoLGPT
+checkpoints.
 
     python convert.py --from_hf=gpt2 --out_dir=out-gpt2                # HF hub name (cache) or local directory
     python convert.py --from_hf=HuggingFaceTB/SmolLM-135M --out_dir=out-smollm   # Llama family, its tokenizer kept
@@ -10,9 +11,9 @@ Pretrained models in and out: Hugging Face GPT-2, Llama and Qwen2, and nanoGPT c
 
 This file is the shared path — which family a source is, loading it, checking it, writing exports and tokenizers,
 the CLI. Each family's mapping of tensors and config fields has a room of its own: convert_gpt2.py (GPT-2 and
-nanoGPT), convert_llama.py (Llama, Qwen2), gguf_format.py (llama.cpp's GGUF files). The architecture is read from
-the config before any weight: any other class is refused, and a checkpoint that leaves a tensor unloaded (random)
-is refused.
+nanoGPT), convert_llama.py (Llama, Qwen2), convert_gemma3.py (Gemma 3 text), gguf_format.py (llama.cpp's GGUF
+files). The architecture is read from the config before any weight: any other class is refused, and a checkpoint
+that leaves a tensor unloaded (random) is refused.
 ``transformers`` is needed only here (and for init_from='gpt2'); it is an optional dependency.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from checkpoint import (
 )
 from cli import run_cli
 from configurator import load_config
+from convert_gemma3 import GEMMA3, export_gemma3, gemma3_config_from_hf, gemma3_export_problems, gemma3_state_from_hf
 from convert_gpt2 import (
     GPT2,
     IGNORED_HF_KEYS,
@@ -81,8 +83,8 @@ def _transformers():
 # ----------------------------------------------------------------------------------------------
 # Hugging Face → ours
 
-ARCHITECTURES = (GPT2, LLAMA, QWEN2)  # the Hugging Face classes we import and export, exactly
-MODEL_TYPES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": QWEN2}  # for a config.json that names no architecture
+ARCHITECTURES = (GPT2, LLAMA, QWEN2, GEMMA3)  # the Hugging Face classes we import and export, exactly
+MODEL_TYPES = {"gpt2": GPT2, "llama": LLAMA, "qwen2": QWEN2, "gemma3_text": GEMMA3}  # a config naming no class
 
 
 def hf_architecture(hf_config, source: str) -> str:
@@ -101,6 +103,8 @@ def config_from_hf(hf_config, arch: str = GPT2) -> GPTConfig:
     """The GPTConfig equal to a Hugging Face GPT-2, Llama or Qwen2 config, or ConversionError naming the first
     field that has no exact equivalent (each family's own rules: convert_gpt2.py, convert_llama.py)."""
     try:
+        if arch == GEMMA3:
+            return gemma3_config_from_hf(hf_config)
         return gpt2_config_from_hf(hf_config) if arch == GPT2 else llama_config_from_hf(hf_config, arch)
     except ConversionError:
         raise
@@ -126,7 +130,8 @@ def model_from_hf_model(hf_model, **overrides) -> GPT:
         config.head = "linear"
         print(f"note: the config says tie_word_embeddings, but the weights hold their own lm_head (≠ {embedding}); "
               "imported with that head, untied, as transformers runs it")
-    state = gpt2_state_from_hf(hf_state) if arch == GPT2 else llama_state_from_hf(hf_state, config)
+    state = (gpt2_state_from_hf(hf_state) if arch == GPT2 else gemma3_state_from_hf(hf_state, config)
+             if arch == GEMMA3 else llama_state_from_hf(hf_state, config))
     return GPT.from_state_dict(config, state)
 
 
@@ -255,7 +260,7 @@ def export_target(config: GPTConfig) -> str:
     """The Hugging Face class that holds ``config`` exactly; otherwise one ConversionError naming the first field
     that the closest supported class cannot hold."""
     problems = {GPT2: gpt2_export_problems(config), LLAMA: llama_export_problems(config, LLAMA),
-                QWEN2: llama_export_problems(config, QWEN2)}
+                QWEN2: llama_export_problems(config, QWEN2), GEMMA3: gemma3_export_problems(config)}
     best = min(ARCHITECTURES, key=lambda arch: len(problems[arch]))
     if problems[best]:
         raise ConversionError(f"this model cannot be exported exactly to any of {', '.join(ARCHITECTURES)}; the "
@@ -270,6 +275,7 @@ def export_hf(model: GPT, out_dir: str, special_ids: dict | None = None) -> str:
     arch = export_target(model.config)
     special_ids = dict(special_ids or {})
     hf_model = (export_gpt2(model, transformers, special_ids) if arch == GPT2
+                else export_gemma3(model, transformers, special_ids) if arch == GEMMA3
                 else export_llama(model, transformers, arch, special_ids))
     hf_model.save_pretrained(out_dir)
     return arch

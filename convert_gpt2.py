@@ -75,6 +75,11 @@ def pad_attention_heads(model: GPT) -> GPT:
 def gpt2_export_problems(config: GPTConfig) -> list[str]:
     """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
     problems = []
+    for field, value, plain in (("qk_norm", config.qk_norm, False), ("attn_window", config.attn_window, 0),
+                                ("attn_scale", config.attn_scale, None), ("embed_scale", config.embed_scale, 1.0),
+                                ("rope_local_base", config.rope_local_base, None)):
+        if value != plain:
+            problems.append(f"{field}={value!r}: GPT-2 has no such part")
     if config.shortcuts:
         problems.append("shortcuts=True: GPT-2 has no matrix on its residual paths (a per-block transform's output "
                         "stays in our format)")
@@ -85,8 +90,8 @@ def gpt2_export_problems(config: GPTConfig) -> list[str]:
         problems.append(f"norm_placement={config.norm_placement!r}: GPT-2 is pre-LN")
     if config.pos != "learned":
         problems.append(f"pos={config.pos!r}: GPT-2 has learned positions")
-    if config.mlp == "swiglu":
-        problems.append("mlp='swiglu': GPT-2's MLP is GELU")
+    if config.mlp in ("swiglu", "geglu"):
+        problems.append(f"mlp={config.mlp!r}: GPT-2's MLP is GELU")
     if config.head == "knn":
         problems.append("head='knn': GPT-2's head is linear")
     if config.head_bias:

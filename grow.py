@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from errors import TransformError
-from model import GPTConfig, plain_name
+from model import GATED_MLPS, GPTConfig, plain_name
 
 GROW_MODES = ("zero", "clone")
 DEPTH_MODES = ("interleave", "stack", "gstack")
@@ -148,7 +148,7 @@ def grow_mlp(sd: dict, cfg: GPTConfig, mlp_hidden: int, growth: UnitGrowth) -> N
     old = cfg.mlp_hidden
     if mlp_hidden <= old:
         return
-    halves = 2 if cfg.mlp == "swiglu" else 1  # SwiGLU's c_fc is [gate; up]
+    halves = 2 if cfg.mlp in GATED_MLPS else 1  # SwiGLU's and GeGLU's c_fc is [gate; up]
     for i in range(cfg.n_layer):
         m = f"transformer.h.{i}.mlp"
         for name in (f"{m}.c_fc.weight", f"{m}.c_fc.bias"):

@@ -14,6 +14,7 @@ import inspect
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -24,7 +25,8 @@ NORM_GAINS = ("vector", "scalar", "none")
 NORM_PLACEMENTS = ("pre", "peri")
 HEADS = ("linear", "tied", "knn")
 POSITIONS = ("learned", "rope")
-MLPS = ("gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GPT-2's "gelu_new" approximation
+MLPS = ("gelu", "gelu_tanh", "swiglu", "geglu")  # gelu_tanh: GPT-2's "gelu_new"; geglu: Gemma's (tanh GELU gate)
+GATED_MLPS = ("swiglu", "geglu")  # c_fc holds [gate; up]
 
 
 @dataclass
@@ -52,6 +54,12 @@ class GPTConfig:
     rope_scaling: dict | None = None  # Llama 3.1's {'rope_type': 'llama3', 'factor', 'low_freq_factor', ...}
     mlp: str = "gelu"  # 'gelu' | 'gelu_tanh' (GPT-2's gelu_new) | 'swiglu'
     norm_reg: float = 0.0  # λ of the hidden-state norm regularizer (0 disables it)
+    qk_norm: bool = False  # a per-head RMSNorm (per-dimension gain) on queries and keys before RoPE (Gemma 3, Qwen3)
+    attn_scale: float | None = None  # attention logits × this; None: 1/√head_dim (Gemma 3: query_pre_attn_scalar^−½)
+    attn_window: int = 0  # > 0: sliding-window attention over the last attn_window positions (Gemma 3's local layers)
+    global_every: int = 0  # with attn_window: every global_every-th block (i + 1 ≡ 0) attends to all positions
+    rope_local_base: float | None = None  # RoPE base of the windowed blocks (Gemma 3: 10,000); None: rope_base
+    embed_scale: float = 1.0  # token embeddings × this on the way in (Gemma: √d); the tied head reads E unscaled
     shortcuts: bool = False  # an m×m matrix on each sublayer's residual path, h ← S·h + f(norm(h)) (SliceGPT's
     #                          per-block maps: transform.py --porting=per_block writes them; identity at init)
 
@@ -105,8 +113,25 @@ class GPTConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm_reg < 0:
             raise ValueError(f"norm_reg must be >= 0, got {self.norm_reg}")
-        if not isinstance(self.shortcuts, bool):
-            raise ValueError(f"shortcuts must be True or False, got {self.shortcuts!r}")
+        self._check_attention()
+        if not self.embed_scale > 0:
+            raise ValueError(f"embed_scale must be > 0, got {self.embed_scale}")
+        if not isinstance(self.shortcuts, bool) or not isinstance(self.qk_norm, bool):
+            raise ValueError(f"shortcuts and qk_norm must be True or False, got {self.shortcuts!r}, {self.qk_norm!r}")
+
+    def _check_attention(self) -> None:
+        if self.attn_window < 0 or self.global_every < 0:
+            raise ValueError(f"attn_window and global_every must be >= 0, got {self.attn_window}, {self.global_every}")
+        if self.global_every and not self.attn_window:
+            raise ValueError("global_every marks the full-attention blocks among windowed ones: set attn_window > 0")
+        if self.attn_scale is not None and not self.attn_scale > 0:
+            raise ValueError(f"attn_scale must be > 0 (or None: 1/√head_dim), got {self.attn_scale}")
+        if self.rope_local_base is not None and not (self.pos == "rope" and self.rope_local_base > 0):
+            raise ValueError(f"rope_local_base needs pos='rope' and a value > 0, got {self.rope_local_base}")
+
+    def windowed(self, layer: int) -> bool:
+        """Whether block ``layer`` attends over a sliding window (attn_window) rather than all positions."""
+        return self.attn_window > 0 and not (self.global_every and (layer + 1) % self.global_every == 0)
 
     @property
     def kv_heads(self) -> int:
@@ -189,6 +214,21 @@ def llama3_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
+def shared_rope_tables(head_dim: int, length: int, base: float, scaling: dict | None = None,
+                       device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rope_tables``, one copy per distinct table: every block with the same RoPE shares it (a long context would
+    otherwise hold n_layer copies)."""
+    key = (head_dim, length, base, tuple(sorted((scaling or {}).items())), str(device))
+    if key not in _ROPE_CACHE:
+        if len(_ROPE_CACHE) > 8:
+            _ROPE_CACHE.clear()
+        _ROPE_CACHE[key] = rope_tables(head_dim, length, base, scaling, device)
+    return _ROPE_CACHE[key]
+
+
+_ROPE_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def rope_tables(head_dim: int, length: int, base: float, scaling: dict | None = None,
                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables (length, head_dim/2) of the rotary embedding θ_i = base^(−2i/head_dim), Llama-3-scaled
@@ -212,7 +252,7 @@ class CausalSelfAttention(nn.Module):
     j·g … j·g + g − 1 (g = n_head / n_kv_head), as Llama's repeat_kv. c_attn holds [Q; K; V] stacked by rows:
     n_head·head_dim, then n_kv_head·head_dim twice."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
         inner, kv = config.n_head * config.head_dim, config.kv_heads * config.head_dim
@@ -221,43 +261,60 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(inner, config.n_embd, bias=config.bias)  # writes the residual
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
+        self.scale = config.attn_scale  # None: SDPA's 1/√head_dim
+        self.window = config.attn_window if config.windowed(layer) else 0
+        if config.qk_norm:  # per head, over head_dim: not on the residual axis, so no width map touches them
+            self.q_norm = Norm(config.head_dim, "rmsnorm", "vector", False, config.norm_eps)
+            self.k_norm = Norm(config.head_dim, "rmsnorm", "vector", False, config.norm_eps)
         self.use_rope = config.pos == "rope"
         if self.use_rope:
-            self.rope_args = (config.head_dim, config.block_size, config.rope_base, config.rope_scaling)
-            cos, sin = rope_tables(*self.rope_args)
+            base = config.rope_local_base if self.window and config.rope_local_base else config.rope_base
+            self.rope_args = (config.head_dim, config.block_size, base, config.rope_scaling)
+            cos, sin = shared_rope_tables(*self.rope_args)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
 
     def reset_rope(self, device=None) -> None:
         """Recompute the RoPE tables (e.g. after building the model on the meta device)."""
         if self.use_rope:
-            self.rope_cos, self.rope_sin = rope_tables(*self.rope_args, device=device)
+            self.rope_cos, self.rope_sin = shared_rope_tables(*self.rope_args, device=device)
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, n_head, T, head_dim) and k, v (B, n_kv_head, T, head_dim), RoPE applied."""
+        """q (B, n_head, T, head_dim) and k, v (B, n_kv_head, T, head_dim), QK-norm and RoPE applied."""
         B, T, _ = x.size()
         q, k, v = self.c_attn(x).split(self.split_sizes, dim=2)
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.use_rope:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v
+
+    def mask(self, T: int, device) -> torch.Tensor | None:
+        """The causal mask (T, T), banded to the last ``window`` positions in a windowed block; None: plain causal."""
+        if not self.window or T <= self.window:
+            return None
+        i = torch.arange(T, device=device)
+        return (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.window)
 
     def pattern(self, x: torch.Tensor) -> torch.Tensor:
         """The attention probabilities (B, n_head, T, T) that forward uses (for analysis, not for speed)."""
         q, k, _ = self.heads(x)
         k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
         T = x.size(1)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        scores = (q @ k.transpose(-2, -1)) * (self.scale or 1 / math.sqrt(self.head_dim))
+        mask = self.mask(T, x.device)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
         return scores.masked_fill(~mask, float("-inf")).softmax(-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.size()
         q, k, v = self.heads(x)
+        mask = self.mask(T, x.device)
         y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True,
-            **({"enable_gqa": True} if self.n_kv_head != self.n_head else {}))
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=mask is None,
+            scale=self.scale, **({"enable_gqa": True} if self.n_kv_head != self.n_head else {}))
         y = y.transpose(1, 2).contiguous().view(B, T, self.n_head * self.head_dim)
         return self.resid_dropout(self.c_proj(y))
 
@@ -268,22 +325,23 @@ class CausalSelfAttention(nn.Module):
 
 class MLP(nn.Module):
     """GELU: W_out · gelu(W_in x) (exact erf, or GPT-2's tanh approximation).
-    SwiGLU: W_out · (silu(W_gate x) ⊙ W_up x), gate and up fused in c_fc."""
+    SwiGLU: W_out · (silu(W_gate x) ⊙ W_up x), gate and up fused in c_fc; GeGLU (Gemma): the tanh GELU as gate."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.swiglu = config.mlp == "swiglu"
+        self.gated = config.mlp in GATED_MLPS
+        self.gate = F.silu if config.mlp == "swiglu" else partial(F.gelu, approximate="tanh")
         self.approximate = "tanh" if config.mlp == "gelu_tanh" else "none"
-        width = 2 * config.mlp_hidden if self.swiglu else config.mlp_hidden
+        width = 2 * config.mlp_hidden if self.gated else config.mlp_hidden
         self.c_fc = nn.Linear(config.n_embd, width, bias=config.bias)  # reads the residual
         self.c_proj = nn.Linear(config.mlp_hidden, config.n_embd, bias=config.bias)  # writes it
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)
-        if self.swiglu:
+        if self.gated:
             gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
+            h = self.gate(gate) * up
         else:
             h = F.gelu(h, approximate=self.approximate)
         return self.dropout(self.c_proj(h))
@@ -297,10 +355,10 @@ class Block(nn.Module):
     """pre-LN:  h ← h + f(norm(h)).   peri-LN:  h ← h + norm_out(f(norm_in(h)))  (Gemma 2/3, Peri-LN).
     With ``shortcuts`` each residual path carries a matrix: h ← S·h + … (SliceGPT's per-block maps)."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = make_norm(config)
-        self.attn = CausalSelfAttention(config)
+        self.attn = CausalSelfAttention(config, layer)
         self.ln_2 = make_norm(config)
         self.mlp = MLP(config)
         self.peri = config.norm_placement == "peri"
@@ -369,7 +427,7 @@ class GPT(nn.Module):
         modules = dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
             ln_f=make_norm(config),
         )
         if config.pos == "learned":
@@ -479,6 +537,8 @@ class GPT(nn.Module):
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """The residual stream before the first block: token (+ learned position) embeddings, dropout."""
         x = self.transformer.wte(idx)
+        if self.config.embed_scale != 1.0:  # Gemma's √d, on the input only (a tied head reads E itself)
+            x = x * self.config.embed_scale
         if "wpe" in self.transformer:
             x = x + self.transformer.wpe(torch.arange(idx.size(1), device=idx.device))
         return self.transformer.drop(x)
@@ -488,7 +548,7 @@ class GPT(nn.Module):
         """(logits, cache) with TransformerLens's names, so analysis code runs on either: ``hook_embed`` (+
         ``hook_pos_embed``), ``blocks.{l}.hook_resid_pre`` / ``hook_resid_mid`` (after attention) /
         ``hook_resid_post``, ``blocks.{l}.attn.hook_pattern`` (B, n_head, T, T), ``ln_final.hook_normalized``."""
-        cache: dict[str, torch.Tensor] = {"hook_embed": self.transformer.wte(idx)}
+        cache: dict[str, torch.Tensor] = {"hook_embed": self.transformer.wte(idx) * self.config.embed_scale}
         x = cache["hook_embed"]
         if "wpe" in self.transformer:
             cache["hook_pos_embed"] = self.transformer.wpe(torch.arange(idx.size(1), device=idx.device))[None]
@@ -498,10 +558,10 @@ class GPT(nn.Module):
             normed = block.ln_1(x)
             cache[f"blocks.{l}.attn.hook_pattern"] = block.attn.pattern(normed)
             attn = block.attn(normed)
-            x = x + (block.ln_1_out(attn) if block.peri else attn)
+            x = block.skip(x, 1) + (block.ln_1_out(attn) if block.peri else attn)
             cache[f"blocks.{l}.hook_resid_mid"] = x
             mlp = block.mlp(block.ln_2(x))
-            x = x + (block.ln_2_out(mlp) if block.peri else mlp)
+            x = block.skip(x, 2) + (block.ln_2_out(mlp) if block.peri else mlp)
             cache[f"blocks.{l}.hook_resid_post"] = x
         cache["ln_final.hook_normalized"] = self.transformer.ln_f(x)
         return self.lm_head(cache["ln_final.hook_normalized"]), cache

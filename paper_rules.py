@@ -38,6 +38,10 @@ def check_porting(cfg: GPTConfig, m: int, porting: str) -> None:
                              f"({d}×{d}) on both axes but K and V ({cfg.kv_heads * cfg.head_dim}×{d}) on their input "
                              f"axis only, so query heads of m/n_head dimensions would meet key heads of "
                              f"{cfg.head_dim}: no attention can pair them. Use porting='residual'")
+    if porting in ("sandwich", "paper_code") and (cfg.qk_norm or cfg.attn_scale is not None):
+        raise TransformError(f"porting={porting!r} re-splits the heads to m/n_head dimensions, but this model's "
+                             + ("per-head QK-norm gains" if cfg.qk_norm else "explicit attention scale")
+                             + " belong to its head size; use porting='residual' (heads kept)")
     if porting in ("sandwich", "paper_code"):
         inner = cfg.n_head * cfg.head_dim
         if inner != d:

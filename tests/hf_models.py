@@ -90,3 +90,22 @@ def assert_logprobs_close(ours: torch.Tensor, theirs: torch.Tensor, rel: float =
     assert theirs.std() > 1.0, "the reference's log-probs are nearly uniform: the comparison would prove nothing"
     assert (ours - theirs).norm() <= rel * theirs.norm(), (ours - theirs).abs().max()
     assert torch.allclose(ours, theirs, rtol=rel, atol=rel), (ours - theirs).abs().max()
+
+
+def gemma3(layers: int = 4, hidden: int = 64, n_head: int = 4, n_kv_head: int = 1, head_dim: int = 32,
+           window: int = 6, tied: bool = True, vocab: int = VOCAB, seed: int = 0, **extra):
+    """A Gemma3ForCausalLM (text) with far-from-uniform weights: a head size independent of d, local blocks with a
+    short sliding window (so 16-token inputs exercise it) and a full-attention block every second block, two RoPE
+    bases, a query_pre_attn_scalar other than head_dim."""
+    import transformers
+    types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    config = transformers.Gemma3TextConfig(
+        hidden_size=hidden, intermediate_size=2 * hidden + 32, num_hidden_layers=layers, num_attention_heads=n_head,
+        num_key_value_heads=n_kv_head, head_dim=head_dim, vocab_size=vocab, max_position_embeddings=128,
+        rms_norm_eps=1e-6, tie_word_embeddings=tied, sliding_window=window, layer_types=types,
+        query_pre_attn_scalar=24, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **extra)
+    torch.manual_seed(seed)
+    model = transformers.Gemma3ForCausalLM(config)
+    return far_from_uniform(model, seed, std=0.15)

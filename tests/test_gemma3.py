@@ -1,0 +1,91 @@
+"""Gemma 3 text models in and out (convert_gemma3.py): small random-weight Gemma3ForCausalLM models built here
+(weights far from uniform, a sliding window shorter than the inputs), imported and exported exactly against
+transformers, and through the transforms."""
+import os
+
+import pytest
+import torch
+
+from hf_models import VOCAB, assert_logprobs_close, gemma3, hf_logprobs, our_logprobs, save, train_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+from checkpoint import load_model  # noqa: E402
+from convert import ConversionError, ConvertConfig, convert, export_hf, hf_pretrained, model_from_hf_model  # noqa: E402
+
+IDX = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_gemma3_model_imports_with_transformers_log_probs(tied):
+    theirs = gemma3(tied=tied).eval()
+    ours = model_from_hf_model(theirs)
+    c = ours.config
+    assert (c.norm_placement, c.mlp, c.qk_norm, c.attn_window, c.global_every, c.head_dim) == \
+        ("peri", "geglu", True, 6, 2, 32)
+    assert c.rope_local_base == 1e4 and c.rope_base == 1e6 and c.attn_scale == pytest.approx(24 ** -0.5)
+    assert c.embed_scale == pytest.approx(64 ** 0.5) and c.head == ("tied" if tied else "linear")
+    assert_logprobs_close(our_logprobs(ours, IDX), hf_logprobs(theirs, IDX))
+
+
+def test_the_sliding_window_matters_here():
+    """The check above would pass without windows if the inputs were short: these are not."""
+    theirs = gemma3().eval()
+    ours = model_from_hf_model(theirs)
+    for block in ours.transformer.h:
+        block.attn.window = 0
+    assert (our_logprobs(ours, IDX) - hf_logprobs(theirs, IDX)).abs().max() > 1e-2
+
+
+def test_export_round_trip_is_exact_and_keeps_the_tokenizer(tokenizer, tmp_path):
+    src = save(gemma3(seed=1), tmp_path / "hf", tokenizer)
+    convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
+    ours, _ = load_model(str(tmp_path / "ours"))
+    convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_hf=str(tmp_path / "back")))
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    original = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    assert type(back).__name__ == "Gemma3ForCausalLM"
+    for name, tensor in original.state_dict().items():
+        torch.testing.assert_close(back.state_dict()[name], tensor, rtol=0, atol=1e-6)
+    assert_logprobs_close(hf_logprobs(back, IDX), hf_logprobs(original, IDX))
+    assert os.path.exists(tmp_path / "back" / "tokenizer.json")
+
+
+def test_a_transformed_gemma3_model_exports_again(tmp_path):
+    """A same-architecture transform (here growth by zero padding, kind truncate) keeps every Gemma 3 part, so the
+    result exports to Gemma3ForCausalLM, and that export is the transformed model."""
+    from transform import transform_model
+    ours = model_from_hf_model(gemma3(seed=2).eval())
+    grown, record = transform_model(ours, 96, kind="truncate")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "g" if export_hf(grown, str(tmp_path / "g")) else None).eval()
+    assert_logprobs_close(hf_logprobs(hf, IDX), our_logprobs(grown, IDX))
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("final_logit_softcapping", 30.0, "soft-capping"),
+    ("use_bidirectional_attention", True, "use_bidirectional_attention"),
+])
+def test_what_gemma3_import_refuses(field, value, words):
+    with pytest.raises(ConversionError, match=words):
+        model_from_hf_model(gemma3(**{field: value}))
+
+
+def test_a_layer_pattern_of_another_shape_is_refused():
+    model = gemma3()
+    model.config.layer_types = ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    with pytest.raises(ConversionError, match="not every k-th block"):
+        model_from_hf_model(model)
+
+
+def test_gemma3_directories_import_through_the_cli(tokenizer, tmp_path):
+    src = save(gemma3(seed=3), tmp_path / "hf", tokenizer)
+    ours, arch = hf_pretrained(src)
+    assert arch == "Gemma3ForCausalLM"
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    assert_logprobs_close(our_logprobs(ours, IDX), hf_logprobs(theirs, IDX))
