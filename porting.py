@@ -96,6 +96,19 @@ def average_gain(sd: dict, norm: str) -> None:
     sd[f"{norm}.weight"] = gamma.mean().reshape(1)
 
 
+def average_output_gains(sd: dict, roles: ResidualRoles, vector: bool) -> list[str]:
+    """Peri-LN's output norms write to the residual directly, so their per-dimension gains cannot fold: γ ⊙ n(y),
+    ported by T, is T·diag(γ)·T⁺ applied to T·n(y) — a per-dimension gain at width m only when T maps coordinates
+    to coordinates (kind='truncate', ``is_coordinate_map``). Otherwise γ → mean(γ) (the note says APPROXIMATE)."""
+    for norm in roles.output_norms:
+        (average_gain if vector else drop_gain)(sd, norm)
+    if vector and roles.output_norms:
+        return ["APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to the residual "
+                "directly, and T·diag(γ)·T⁺ is a per-dimension gain only for a coordinate map T, kind='truncate'); "
+                "their gains were replaced by their means and biases dropped"]
+    return []
+
+
 def drop_gain(sd: dict, norm: str) -> None:
     """γ → 1 (one scalar), bias dropped; a scalar gain is kept as it is."""
     gain = sd.pop(f"{norm}.weight", None)
@@ -127,10 +140,13 @@ def _one(like: torch.Tensor) -> torch.Tensor:
     return torch.ones(1, dtype=like.dtype, device=like.device)
 
 
-def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig, list[str]]:
+def canonicalize(sd: dict, cfg: GPTConfig, norms: str, keep_output_gains: bool = False
+                 ) -> tuple[dict, GPTConfig, list[str]]:
     """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain; returns the notes
     of what changed. ``fold`` preserves the function except for peri-LN output norms with per-dimension gains
-    (averaged: recorded as APPROXIMATE); ``scalar`` and ``drop`` average or drop every per-dimension gain."""
+    (averaged: recorded as APPROXIMATE); ``scalar`` and ``drop`` average or drop every per-dimension gain.
+    ``keep_output_gains`` (for a coordinate map T, ``is_coordinate_map``): peri-LN output norms keep their
+    per-dimension gains, every other norm gets a vector of ones, and the model stays exact."""
     if norms not in NORM_MODES:
         raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
     sd = {k: v.detach() for k, v in sd.items()}  # every rule makes new tensors: no copies needed
@@ -155,16 +171,19 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str) -> tuple[dict, GPTConfig,
             fold_gain_into_readers(sd, cfg, norm, readers)
         elif cfg.norm_gain == "none":
             drop_gain(sd, norm)
-    for norm in roles.output_norms:
-        (average_gain if vector else drop_gain)(sd, norm)
-    if vector and roles.output_norms:
-        notes.append("APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to "
-                     "the residual directly); their gains were replaced by their means and biases dropped")
+    keep = keep_output_gains and vector and bool(roles.output_norms) and cfg.norm_type == "rmsnorm"
+    if not keep:
+        notes += average_output_gains(sd, roles, vector)
     if cfg.norm_type == "layernorm":
         center_embeddings(sd, cfg, roles)
         center_writers(sd, roles)
         cfg.norm_type = "rmsnorm"
         notes.append("LayerNorm → RMSNorm: residual writers and embeddings centred")
+    if keep:  # output norms keep their vectors, so every norm carries one (the folded ones: all ones)
+        for norm in roles.norms:
+            sd[f"{norm}.weight"] = sd[f"{norm}.weight"].expand(cfg.n_embd).clone()
+        notes.append("peri-LN output norms keep their per-dimension gains: T maps coordinates to coordinates")
+        return sd, cfg, notes
     cfg.norm_gain = "scalar"
     return sd, cfg, notes
 
@@ -185,8 +204,20 @@ def port_writer(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
 
 
 def scale_gain(g: torch.Tensor, maps: PortMaps) -> torch.Tensor:
-    """g → g·√(d/m): RMSNorm over m coordinates of T·h is √(m/d)·T·norm_d(h) for orthonormal-column T."""
+    """g → g·√(d/m): RMSNorm over m coordinates of T·h is √(m/d)·T·norm_d(h) for orthonormal-column T. A
+    per-dimension gain (a coordinate map T only) moves with its coordinates, T·g, and a new coordinate (which the
+    ported model never writes) gets the mean gain."""
+    if g.numel() > 1:
+        ones = torch.ones_like(g)
+        g = maps.T @ g + (1 - maps.T @ ones) * g.mean()
     return g * math.sqrt(maps.d / maps.m)
+
+
+def is_coordinate_map(T: torch.Tensor) -> bool:
+    """T (m×d) maps coordinates to coordinates: 0/1 entries, at most one 1 per row and per column (kind='truncate';
+    a permutation). Only such a T commutes with a per-dimension gain: T·diag(γ) = diag(T·γ + …)·T."""
+    binary = bool(((T == 0) | (T == 1)).all())
+    return binary and bool((T.sum(0) <= 1).all()) and bool((T.sum(1) <= 1).all())
 
 
 def port_shortcut(S: torch.Tensor, maps: PortMaps) -> torch.Tensor:
@@ -225,8 +256,8 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
     KNN heads follow the embeddings; norm ε × d/m (unless ``rescale_gains=False``, which keeps gains and ε);
     ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv`` replaces T⁺ in the readers (grow symmetry breaking)."""
-    if cfg.norm_gain == "vector":
-        raise TransformError("port_weights needs scalar norm gains; run canonicalize first")
+    if cfg.norm_gain == "vector" and not is_coordinate_map(T):
+        raise TransformError("port_weights needs scalar norm gains (or a coordinate map T); run canonicalize first")
     m, d = T.shape
     porting = resolve_porting(porting)
     check_porting(cfg, m, porting)

@@ -332,8 +332,9 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
                                                                                  "shape, architecture kept"]
-    else:
-        sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
+    else:  # a coordinate map keeps peri-LN output gains exactly (porting.average_output_gains says why)
+        sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms, keep_output_gains=kind == "truncate"
+                                      and given_map is None and refit == "none" and not learn_steps and not tie_head)
     calibration = None
     if calibration_loader is not None and (kind == "pca" and given_map is None or refit != "none"
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)

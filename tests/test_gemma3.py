@@ -89,3 +89,37 @@ def test_gemma3_directories_import_through_the_cli(tokenizer, tmp_path):
     assert arch == "Gemma3ForCausalLM"
     theirs = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     assert_logprobs_close(our_logprobs(ours, IDX), hf_logprobs(theirs, IDX))
+
+
+def test_growth_by_zero_padding_is_exact_and_a_rotation_is_not():
+    """Peri-LN output norms write γ ⊙ n(y) to the residual directly: ported by T that is T·diag(γ)·T⁺ on T·n(y),
+    a per-dimension gain at width m only for a coordinate map. kind='truncate' at m > d (zero padding) keeps every
+    Gemma 3 part exact — output gains, QK-norm (per head, untouched), the embedding scale; an orthogonal T must
+    average the output gains and says so."""
+    from transform import transform_model
+    ours = model_from_hf_model(gemma3(seed=4).eval())
+    padded, record = transform_model(ours, 96, kind="truncate")
+    assert record["exact"] and not any(n.startswith("APPROX") for n in record["notes"])
+    assert_logprobs_close(our_logprobs(padded, IDX), our_logprobs(ours, IDX), rel=1e-5)
+    rotated, record = transform_model(ours, 96, kind="orthogonal")
+    assert not record["exact"] and any("APPROXIMATE: peri-LN output norms" in n for n in record["notes"])
+
+
+def test_the_recipes_run_on_gemma3(char_data_dir):
+    """PCA shrink with the refit, per-block maps, head and MLP growth: each runs on a Gemma 3 model and keeps a
+    finite model (the sandwich rules are refused: QK-norm belongs to the head size they change)."""
+    from dataset import BatchLoader
+    from errors import TransformError
+    from transform import transform_model
+    ours = model_from_hf_model(gemma3(seed=5, vocab=65).eval())
+    ours.config.block_size = 16
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    x = torch.randint(0, 65, (2, 16))
+    for options in (dict(width=48, kind="pca", refit="all"), dict(width=48, kind="pca", porting="per_block"),
+                    dict(width=96, kind="orthogonal", n_head=8, mlp_hidden=256),
+                    dict(width=48, kind="pca", tie_head=True)):
+        new, _ = transform_model(ours, calibration_loader=loader, calib_batches=2, **options)
+        assert torch.isfinite(our_logprobs(new, x)).all(), options
+    mha = model_from_hf_model(gemma3(seed=5, n_kv_head=4, head_dim=16).eval())  # square attention: only QK-norm
+    with pytest.raises(TransformError, match="per-head QK-norm gains belong to its head size"):
+        transform_model(mha, 48, kind="gaussian", porting="sandwich")
