@@ -226,3 +226,14 @@ def test_the_real_model_reading_reports_the_tied_head_row():
     line = next(x for x in report.real_model(r).splitlines() if x.startswith("- **Keeping the head tied"))
     assert "100.9 M parameters (-25%), val 4.5000" in line and f"untied: {glob['losses']['val']:.4f}" in line
     assert "residual of 0.120" in line and "gain 1: 0.400" in line
+
+
+def test_the_real_model_quotes_read_the_cell_their_prose_names():
+    """README and GUIDE quote results/real_model rows/0 as 'PCA at m = 432, calibrated on Shakespeare, one global
+    map': the grid builds that cell first, and this keeps it so."""
+    r = report.load("real_model")
+    if r is None:
+        pytest.skip("results/real_model is not committed")
+    row = r["rows"][0]
+    assert (row["kind"], row["porting"], row["m"], row["calibration"], row.get("options"), row.get("source")) == \
+        ("pca", "residual", 432, "shakespeare", [], "imported")
