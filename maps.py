@@ -205,25 +205,33 @@ def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed
     return T, T_pinv
 
 
-def unit_second_moment(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(Σ u uᵀ, N) over the rows u of ``x`` scaled to unit length, in float64."""
+CALIB_WEIGHTINGS = ("unit", "raw")
+
+
+def unit_second_moment(x: torch.Tensor, weighting: str = "unit") -> tuple[torch.Tensor, int]:
+    """(Σ u uᵀ, N) over the rows u of ``x`` in float64: scaled to unit length (``unit``: every state counts
+    alike, as the norms after it see it) or as they are (``raw``: SliceGPT's PCA of the residual stream, where
+    large states — massive activations — dominate)."""
     u = x.reshape(-1, x.shape[-1]).double()
-    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    if weighting == "unit":
+        u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-12)
     return u.T @ u, len(u)
 
 
 @torch.no_grad()
-def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0) -> Calibration:
+def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0,
+                        weighting: str = "unit") -> Calibration:
     """Second moment of the calibration set: every token embedding plus the residual-stream hidden
     states of every layer (after the embedding and after each block) on ``batches`` training batches.
     Each vector is scaled to unit length first: norms are scale-invariant, so what the readers need
-    is the direction of h, and unscaled late layers would otherwise dominate."""
+    is the direction of h, and unscaled late layers would otherwise dominate (``weighting='raw'`` keeps them as
+    they are, for comparison with SliceGPT's PCA)."""
     model.eval()
-    total, count = unit_second_moment(model.transformer.wte.weight)
+    total, count = unit_second_moment(model.transformer.wte.weight, weighting)
     for k in progress(range(batches), "calibrate", unit="batch"):
         x, _ = loader.get_batch("train", seed=seed + k)
         for h in model(x, return_hidden=True)[2]:
-            moment, n = unit_second_moment(h)
+            moment, n = unit_second_moment(h, weighting)
             total += moment
             count += n
     return Calibration(total / count, count)

@@ -35,9 +35,11 @@ def site_norms(cfg: GPTConfig) -> list[str]:
 
 
 @torch.no_grad()
-def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0) -> list[Calibration]:
+def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0,
+                             weighting: str = "unit") -> list[Calibration]:
     """One second moment per site: the residual states entering each site's norm, each scaled to unit length as in
-    ``maps.collect_calibration``; site 0 also counts every token embedding (as the global map does)."""
+    ``maps.collect_calibration`` (or as they are: ``weighting='raw'``, SliceGPT's); site 0 also counts every token
+    embedding (as the global map does)."""
     model.eval()
     names = site_norms(model.config)
     modules = dict(model.named_modules())
@@ -46,7 +48,7 @@ def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed
 
     def hook(site: int):
         def record(_module, inputs):
-            moment, n = unit_second_moment(inputs[0])
+            moment, n = unit_second_moment(inputs[0], weighting)
             totals[site] = moment if totals[site] is None else totals[site] + moment
             counts[site] += n
         return record
@@ -59,7 +61,7 @@ def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed
     finally:
         for h in handles:
             h.remove()
-    embedding, n = unit_second_moment(model.transformer.wte.weight)
+    embedding, n = unit_second_moment(model.transformer.wte.weight, weighting)
     totals[0], counts[0] = totals[0] + embedding, counts[0] + n
     return [Calibration(t / c, c) for t, c in zip(totals, counts)]
 

@@ -61,6 +61,7 @@ from grow import (
     weight_growth,
 )
 from maps import (
+    CALIB_WEIGHTINGS,
     JL_KINDS,
     KINDS,
     calibration_points,
@@ -138,6 +139,8 @@ class TransformConfig:
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
     calib_batches: int = 8  # training batches whose hidden states calibrate PCA and the JL bound
     calib_batch_size: int = 16  # sequences per calibration batch
+    calib_weighting: str = "unit"  # PCA's second moment: 'unit' (each state scaled to unit length, as the norms see
+    #                                it) | 'raw' (as they are: SliceGPT's, where massive activations dominate)
     block_size: int = 0  # tokens per calibration / evaluation window (0: the model's context, which for an imported
     #                      Llama or Qwen, 32k–128k, can exceed a small corpus)
     pca_damping: float = 1e-6  # relative ridge added to the second-moment matrix before eigh
@@ -155,6 +158,7 @@ class TransformConfig:
         if self.width <= 0:
             raise ConfigError(f"width must be a positive integer (the new residual width m), got {self.width}")
         for name, allowed in (("kind", KINDS), ("norms", NORM_MODES), ("refit", REFIT_MODES),
+                              ("calib_weighting", CALIB_WEIGHTINGS),
                               ("grow_mode", GROW_MODES), ("depth_mode", DEPTH_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
@@ -308,7 +312,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     clone_noise: float = 0.0, n_kv_head: int = 0,
                     given_map: torch.Tensor | None = None, rescale_gains: bool = True, n_layer: int = 0,
                     depth_mode: str = "interleave", grow_reader_std: float = 0.0, grow_mask_iters: int = 0,
-                    rms_preserve: bool = False, tie_head: bool = False) -> tuple[GPT, dict]:
+                    rms_preserve: bool = False, tie_head: bool = False,
+                    calib_weighting: str = "unit") -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
@@ -328,7 +333,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                                  "checkpoint's training data, or --data_dir)")
     if porting == "per_block":
         return port_per_block_model(model, width, kind, norms, seed, calibration_loader, calib_batches, pca_damping,
-                                    given_map, started=started, jl=(jl_eps, jl_delta))
+                                    given_map, started=started, jl=(jl_eps, jl_delta), weighting=calib_weighting)
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
                                                                                  "shape, architecture kept"]
@@ -338,7 +343,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     calibration = None
     if calibration_loader is not None and (kind == "pca" and given_map is None or refit != "none"
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)
-        calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed)
+        calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed,
+                                          calib_weighting)
     T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm)
     check_orthonormal_growth(T, kind if given_map is None else "file", grow_reader_std, grow_mask_iters)
     kind = "file" if given_map is not None else kind
@@ -406,14 +412,14 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
 
 def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
                          calib_batches: int, damping: float, given_map: torch.Tensor | None, started: float,
-                         jl: tuple[float, float]) -> tuple[GPT, dict]:
+                         jl: tuple[float, float], weighting: str = "unit") -> tuple[GPT, dict]:
     """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site (PCA calibrated
     per site), port; the record's T is site 0's map and ``site_maps`` counts them."""
     if given_map is not None:
         raise TransformError("porting='per_block' draws one map per site; a map file gives one: drop --map_file")
     d = model.config.n_embd
     sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
-    calibrations = (collect_site_calibration(model_from_state(dict(sd), cfg), loader, calib_batches, seed)
+    calibrations = (collect_site_calibration(model_from_state(dict(sd), cfg), loader, calib_batches, seed, weighting)
                     if kind == "pca" else None)
     maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping)
     device = model.transformer.wte.weight.device
@@ -607,7 +613,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
-        tie_head=cfg.tie_head,
+        tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

@@ -122,7 +122,7 @@ def relative(path: str) -> str:
     return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
 
 
-NEUTRAL = (None, False, 0, "", "none")
+NEUTRAL = (None, False, 0, "", "none", "unit")  # "unit": calib_weighting's default, from before it existed
 # options that matter only when another option is on: out of the key while that one is off
 ONLY_WITH = {"refit_ridge": ("refit",), "learn_lr": ("learn_steps",), "grow_mode": ("n_head", "mlp_hidden"),
              "clone_noise": ("n_head", "mlp_hidden"), "distill_alpha": ("distill",),

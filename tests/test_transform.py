@@ -382,3 +382,21 @@ def test_rescale_gains_off_keeps_gains_and_eps_and_breaks_exactness():
 def test_rescale_gains_off_is_refused_for_paper_code():
     with pytest.raises(TransformError, match="rescale_gains=False applies to porting='residual' or 'sandwich'"):
         transform_model(random_model(0), 12, kind="gaussian", porting="paper_code", rescale_gains=False)
+
+
+def test_raw_calibration_weighting_is_the_plain_second_moment(char_data_dir):
+    """calib_weighting='raw' (SliceGPT's PCA of the residual stream) sums x·xᵀ as it is; 'unit' scales each state
+    to unit length first."""
+    from dataset import BatchLoader
+    from maps import collect_calibration
+    model = random_model(6, vocab_size=65, block_size=16)
+    loader = BatchLoader(char_data_dir, 16, 2, "cpu")
+    raw = collect_calibration(model, loader, 1, weighting="raw")
+    x, _ = loader.get_batch("train", seed=0)
+    with torch.no_grad():
+        states = [model.transformer.wte.weight] + [h.reshape(-1, 16) for h in model(x, return_hidden=True)[2]]
+    points = torch.cat(states).double()
+    torch.testing.assert_close(raw.second_moment, points.T @ points / len(points))
+    unit = collect_calibration(model, loader, 1)
+    u = points / points.norm(dim=1, keepdim=True)
+    torch.testing.assert_close(unit.second_moment, u.T @ u / len(u))
