@@ -189,6 +189,8 @@ def grid(which: str) -> list[tuple]:
     cells += [("pca", "per_block", m, "shakespeare", ()) for m in RATIOS.values()]
     cells += [("pca", "residual", EQUAL_PARAMETERS_M, "shakespeare", ())]
     cells += [("pca", "residual", RATIOS[0.75], "shakespeare", ("--tie_head=True",))]  # −25% with the head tied
+    # SliceGPT weights its PCA by the states' size (massive activations dominate), we by their direction: one factor
+    cells += [("pca", p, RATIOS[0.75], "shakespeare", ("--calib_weighting=raw",)) for p in ("residual", "per_block")]
     if which == "all":
         cells += [(k, "residual", m, "shakespeare", ()) for m in RATIOS.values() for k in ("srht", "rademacher",
                                                                                             "sparse")]

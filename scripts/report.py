@@ -582,6 +582,16 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    + (f". The fitted final-norm gain leaves a relative logit residual of "
                       f"{fit['relative_logit_residual']:.3f} on the calibration text (gain 1: "
                       f"{fit['relative_logit_residual_untied_gain']:.3f})" if fit else "") + ".")
+    for raw in (x for x in r["rows"] if "--calib_weighting=raw" in x.get("options", [])):
+        unit = next((x for x in r["rows"] if not x.get("options") and x.get("source") == raw.get("source")
+                     and (x["kind"], x["porting"], x["m"], x["calibration"]) ==
+                     (raw["kind"], raw["porting"], raw["m"], raw["calibration"])), None)
+        if unit is None:
+            continue
+        out.append(f"- **PCA weighted by state size (SliceGPT's) rather than direction (ours), {raw['porting']} "
+                   f"porting, m = {raw['m']}:** val {raw['losses']['val']:.4f} ({gap_words(raw['losses']['val'], bv)}) "
+                   f"against {unit['losses']['val']:.4f} ({gap_words(unit['losses']['val'], bv)}); general "
+                   f"{raw['losses']['general']:.4f} against {unit['losses']['general']:.4f}.")
     reg = r.get("regrouped")
     if reg:
         paper = any(x.get("source") == "kv9" for x in r["rows"])

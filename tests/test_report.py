@@ -237,3 +237,16 @@ def test_the_real_model_quotes_read_the_cell_their_prose_names():
     row = r["rows"][0]
     assert (row["kind"], row["porting"], row["m"], row["calibration"], row.get("options"), row.get("source")) == \
         ("pca", "residual", 432, "shakespeare", [], "imported")
+
+
+def test_the_real_model_reading_sets_raw_weighting_beside_unit():
+    import copy
+    r = report.load("real_model")
+    if r is None:
+        pytest.skip("results/real_model is not committed")
+    r = copy.deepcopy(r)
+    unit = r["rows"][0]
+    r["rows"].append(dict(copy.deepcopy(unit), options=["--calib_weighting=raw"],
+                          losses=dict(unit["losses"], val=4.1, general=4.8)))
+    line = next(x for x in report.real_model(r).splitlines() if x.startswith("- **PCA weighted by state size"))
+    assert "val 4.1000" in line and f"against {unit['losses']['val']:.4f}" in line and "general 4.8000" in line
