@@ -675,6 +675,57 @@ def real_model_recovery_reading(r: dict, ref: dict | None) -> list[str]:
     return out
 
 
+def real_model_geometry(r: dict) -> str:
+    """SmolLM2's massive activations and attention sinks, and what each m = 432 map keeps of them."""
+    layers, sinks = r["layers"], r["sinks"]
+    peak = max(layers, key=lambda x: x["max_abs"])
+    top = r["massive"][:6]
+    lines = [f"{r['model']} on the first {r['windows']} val windows of tinyshakespeare ({r['block']} tokens each; "
+             "position 0 is the first token of a window, not a BOS). The residual stream entering each block (and "
+             "the final one): its largest |coordinate|, where it is, the median state norm; attention: the mean "
+             "weight the queries put on position 0 (over heads) and how many of the 9 heads put more than half "
+             "there.", "",
+             "| layer | max \\|h_k\\| | coordinate k | position (token) | median ‖h‖ | max / median ‖h‖ | "
+             "attention on position 0 | heads > ½ |", "|---|---|---|---|---|---|---|---|"]
+    for x in layers:
+        sink = sinks[x["layer"]] if x["layer"] < len(sinks) else None
+        lines.append(f"| {x['layer']} | {x['max_abs']:,.0f} | {x['coordinate']} | {x['position']} "
+                     f"({x['token']!r}) | "
+                     f"{x['median_norm']:.0f} | {x['max_over_median_norm']:.1f} | "
+                     + (f"{sink['mean_weight_on_position_0']:.2f} | {sink['heads_over_half']} |" if sink
+                        else "— | — |"))
+    lines += ["", f"Coordinates that reach {r['massive_threshold']:.0f}× the median |coordinate| somewhere (the "
+              "largest first): " + "; ".join(f"{e['coordinate']} (up to {e['max_abs']:,.0f}, in {len(e['layers'])} "
+                                            f"layers from {e['layers'][0]}, positions {e['positions'][:4]})"
+                                            for e in top) + ".", ""]
+    if r["maps"]:
+        coords = [str(e["coordinate"]) for e in top]
+        lines += ["What each m = 432 PCA map keeps of those coordinates, ‖T·e_k‖² (1: all of a stream along e_k "
+                  "survives; per-block: site 0's map, the embeddings', before any massive activation exists):", "",
+                  "| map | val loss | " + " | ".join(f"k = {k}" for k in coords) + " |",
+                  "|---|---|" + "---|" * len(coords)]
+        for m in r["maps"]:
+            name = (f"{m['porting']}, calibrated on {m['calibration']}"
+                    + "".join(f", {o.lstrip('-')}" for o in m["options"]))
+            lines.append(f"| {name} | {m['val']:.4f} | " + " | ".join(f"{m['kept'][k]:.3f}" for k in coords) + " |")
+    strongest = max(sinks, key=lambda x: x["heads_over_half"])
+    glob = next((m for m in r["maps"] if m["porting"] == "residual" and not m["options"]
+                 and m["calibration"] == "shakespeare"), None)
+    lines += ["", f"**Reading** (generated; one model, {r['windows']} windows). The stream's largest coordinate is "
+              f"k = {peak['coordinate']}: {peak['max_abs']:,.0f} at position {peak['position']} in layer "
+              f"{peak['layer']}, {peak['max_over_median_norm']:.0f}× the median state norm there — the massive "
+              "activation Sun et al. (2024) describe for Llama-family models, here at the first position of a "
+              "window (our windows start mid-text: no BOS). Attention sinks go with it: from "
+              f"layer 3 on the queries put {min(x['mean_weight_on_position_0'] for x in sinks[3:]):.2f}–"
+              f"{max(x['mean_weight_on_position_0'] for x in sinks[3:]):.2f} of their weight on position 0, up to "
+              f"{strongest['heads_over_half']} of 9 heads more than half (layer {strongest['layer']})."
+              + (f" The global PCA map keeps the massive coordinates in its range (k = {top[0]['coordinate']}: "
+                 f"{glob['kept'][str(top[0]['coordinate'])]:.3f} of its energy): the shrink does not cut the "
+                 "massive coordinate away, so its loss has another source." if glob else ""), "",
+              f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s.*"]
+    return "\n".join(lines)
+
+
 def shrink_quality(r: dict) -> str:
     ratios = sorted({row["ratio"] for row in r["rows"]})
     ref = r["reference_val_loss"]
@@ -1696,7 +1747,8 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
-                                    grow_recipes, real_model, real_model_recovery, shrink_vs_scratch)}
+                                    grow_recipes, real_model, real_model_recovery, shrink_vs_scratch,
+                                    real_model_geometry)}
 
 
 def render(name: str) -> str:
