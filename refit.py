@@ -246,7 +246,8 @@ def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tu
     for name, t in list(sd.items()):
         if name.endswith(".weight") and t.numel() == 1 and (".ln_" in name or name.startswith("transformer.ln_f")):
             sd[name] = t.expand(m).clone()  # scalar gains become per-dimension (all equal) ...
-    sd["transformer.ln_f.weight"] = (sd["transformer.ln_f.weight"].double() * gamma).to(E.dtype)  # ... but ln_f's
+    dtype = new.transformer.wte.weight.dtype
+    sd["transformer.ln_f.weight"] = (sd["transformer.ln_f.weight"].double() * gamma).to(dtype)  # ... but ln_f's
     new_cfg = copy.deepcopy(cfg)
     new_cfg.head, new_cfg.norm_gain = "tied", "vector"
     tied = GPT.from_state_dict(new_cfg, sd).eval()

@@ -205,6 +205,7 @@ def test_tie_head_keeps_the_head_tied_and_fits_the_gain_by_least_squares(char_da
     untied, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2)
     tied, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True)
     assert tied.config.head == "tied" and tied.lm_head.weight is tied.transformer.wte.weight
+    assert {p.dtype for p in tied.parameters()} == {torch.float32}  # the fit runs in float64, the model does not
     count = sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters())
     assert count == 65 * 16 - 5 * 15  # the head's V·m, less the 5 norms' gains now per dimension
     ys = torch.cat([refit.module_io(untied, "transformer.ln_f", b)[1] for b in
