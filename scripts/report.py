@@ -579,9 +579,12 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    + (f"; the same map with its head untied: {untied['losses']['val']:.4f} "
                       f"({gap_words(untied['losses']['val'], bv)}), {untied['parameters'] / 1e6:.1f} M"
                       if untied else "")
-                   + (f". The fitted final-norm gain leaves a relative logit residual of "
+                   + (f". The fitted final-norm gain (its entries from {fit['gain_range'][0]:.2f} to "
+                      f"{fit['gain_range'][1]:.2f}) leaves a relative logit residual of "
                       f"{fit['relative_logit_residual']:.3f} on the calibration text (gain 1: "
-                      f"{fit['relative_logit_residual_untied_gain']:.3f})" if fit else "") + ".")
+                      f"{fit['relative_logit_residual_untied_gain']:.3f}): a per-dimension gain at width m cannot "
+                      "stand in for diag(γ) at width d unless T commutes with it, which PCA's T does not"
+                      if fit else "") + ".")
     for raw in (x for x in r["rows"] if "--calib_weighting=raw" in x.get("options", [])):
         unit = next((x for x in r["rows"] if not x.get("options") and x.get("source") == raw.get("source")
                      and (x["kind"], x["porting"], x["m"], x["calibration"]) ==

@@ -220,7 +220,7 @@ def test_the_real_model_reading_reports_the_tied_head_row():
     r = copy.deepcopy(r)
     glob = next(x for x in r["rows"] if x["kind"] == "pca" and x["m"] == 432 and x["calibration"] == "shakespeare"
                 and x["porting"] == "residual" and not x.get("options"))
-    fit = {"relative_logit_residual": 0.12, "relative_logit_residual_untied_gain": 0.4}
+    fit = {"relative_logit_residual": 0.12, "relative_logit_residual_untied_gain": 0.4, "gain_range": [-1.0, 3.0]}
     r["rows"].append(dict(copy.deepcopy(glob), options=["--tie_head=True"], parameters=100_922_000,
                           corrections={"tied_head": fit}, losses=dict(glob["losses"], val=4.5, general=5.0)))
     line = next(x for x in report.real_model(r).splitlines() if x.startswith("- **Keeping the head tied"))
