@@ -1606,7 +1606,6 @@ QUOTES = {
     "growth.depth_goal": _depth_goal,
     "growth.head_start": _head_start,
     "growth.decayed_vs_curve": lambda: _decayed_vs_curve("grow_staging"),
-    "depth.decayed_vs_curve": lambda: _decayed_vs_curve("grow_depth"),
     "significance.multiple_comparisons": multiple_comparisons,
     "gpt2.refit": lambda: _gpt2_port("refit=all"),
     "gpt2.refit_learned": lambda: _gpt2_port("refit=all,learn_steps=20"),
