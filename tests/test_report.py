@@ -231,14 +231,18 @@ def test_the_real_model_reading_reports_the_tied_head_row():
 
 
 def test_the_real_model_quotes_read_the_cell_their_prose_names():
-    """README and GUIDE quote results/real_model rows/0 as 'PCA at m = 432, calibrated on Shakespeare, one global
-    map': the grid builds that cell first, and this keeps it so."""
+    """README and GUIDE quote results/real_model rows by index (rows/0: 'PCA at m = 432, calibrated on Shakespeare,
+    one global map', and the others named below): the grid builds them in this order, and this keeps it so."""
     r = report.load("real_model")
     if r is None:
         pytest.skip("results/real_model is not committed")
-    row = r["rows"][0]
-    assert (row["kind"], row["porting"], row["m"], row["calibration"], row.get("options"), row.get("source")) == \
-        ("pca", "residual", 432, "shakespeare", [], "imported")
+    named = {0: ("pca", "residual", 432, []), 5: ("pca", "residual", 288, []), 16: ("pca", "per_block", 432, []),
+             17: ("pca", "per_block", 288, []), 18: ("pca", "residual", 357, []),
+             19: ("pca", "residual", 432, ["--tie_head=True"])}
+    for i, (kind, porting, m, options) in named.items():
+        row = r["rows"][i]
+        assert (row["kind"], row["porting"], row["m"], row["calibration"], row.get("options"), row.get("source")) == \
+            (kind, porting, m, "shakespeare", options, "imported"), i
 
 
 def test_the_real_model_reading_sets_raw_weighting_beside_unit():
