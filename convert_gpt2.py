@@ -74,15 +74,8 @@ def pad_attention_heads(model: GPT) -> GPT:
 
 def gpt2_export_problems(config: GPTConfig) -> list[str]:
     """Why ``config`` has no exact GPT-2 equivalent (empty when it has one)."""
-    problems = []
-    for field, value, plain in (("qk_norm", config.qk_norm, False), ("attn_window", config.attn_window, 0),
-                                ("attn_scale", config.attn_scale, None), ("embed_scale", config.embed_scale, 1.0),
-                                ("rope_local_base", config.rope_local_base, None)):
-        if value != plain:
-            problems.append(f"{field}={value!r}: GPT-2 has no such part")
-    if config.shortcuts:
-        problems.append("shortcuts=True: GPT-2 has no matrix on its residual paths (a per-block transform's output "
-                        "stays in our format)")
+    problems = [f"{part}: GPT-2 has no such part (a per-block transform's shortcuts stay in our format)"
+                 for part in config.extra_parts()]
     if config.norm_type != "layernorm":
         problems.append(f"norm_type={config.norm_type!r}: GPT-2 uses LayerNorm (transform with --norms=scalar or "
                         "--norms=drop keeps LayerNorm, approximately)")

@@ -118,15 +118,8 @@ def llama_state_from_hf(hf_state: dict, cfg: GPTConfig) -> dict:
 
 def llama_export_problems(config: GPTConfig, arch: str) -> list[str]:
     """Why ``config`` has no exact LlamaForCausalLM / Qwen2ForCausalLM equivalent (empty when it has one)."""
-    problems = []
-    for field, value, plain in (("qk_norm", config.qk_norm, False), ("attn_window", config.attn_window, 0),
-                                ("attn_scale", config.attn_scale, None), ("embed_scale", config.embed_scale, 1.0),
-                                ("rope_local_base", config.rope_local_base, None)):
-        if value != plain:
-            problems.append(f"{field}={value!r}: {arch} has no such part")
-    if config.shortcuts:
-        problems.append(f"shortcuts=True: {arch} has no matrix on its residual paths (a per-block transform's output "
-                        "stays in our format)")
+    problems = [f"{part}: {arch} has no such part (a per-block transform's shortcuts stay in our format)"
+                 for part in config.extra_parts()]
     if config.norm_type != "rmsnorm":
         problems.append(f"norm_type={config.norm_type!r}: {arch} uses RMSNorm")
     if config.norm_placement != "pre":

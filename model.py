@@ -129,6 +129,12 @@ class GPTConfig:
         if self.rope_local_base is not None and not (self.pos == "rope" and self.rope_local_base > 0):
             raise ValueError(f"rope_local_base needs pos='rope' and a value > 0, got {self.rope_local_base}")
 
+    def extra_parts(self) -> list[str]:
+        """The parts beyond GPT-2 / Llama that are switched on ('field=value'): what those exports cannot hold."""
+        plain = {"qk_norm": False, "attn_window": 0, "attn_scale": None, "embed_scale": 1.0, "rope_local_base": None,
+                 "shortcuts": False}
+        return [f"{k}={getattr(self, k)!r}" for k, v in plain.items() if getattr(self, k) != v]
+
     def windowed(self, layer: int) -> bool:
         """Whether block ``layer`` attends over a sliding window (attn_window) rather than all positions."""
         return self.attn_window > 0 and not (self.global_every and (layer + 1) % self.global_every == 0)
