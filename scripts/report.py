@@ -548,7 +548,7 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    f"matrix): at m = 432 the model has {shrunk['parameters'] / 1e6:.1f} M parameters, "
                    f"{100 * (1 - shrunk['parameters'] / base['parameters']):.0f}% fewer than the original's "
                    f"{base['parameters'] / 1e6:.1f} M, not 25%.")
-    per_block = [x for x in r["rows"] if x["porting"] == "per_block"]
+    per_block = [x for x in r["rows"] if x["porting"] == "per_block" and not x.get("options")]
     for pb in per_block:
         same_m = next((x for x in plain if x["kind"] == "pca" and x["m"] == pb["m"]
                        and x["calibration"] == pb["calibration"]), None)
