@@ -16,7 +16,7 @@ lanes() {  # run the two command lines given as $1 and $2 side by side; fail if 
 # each lane walks the whole list (lane 1 from the end) and builds what the other is not building; the trained
 # models come first for lane 0; lane 1 runs the worked example (its own CLIs and runs) first, then
 # grow_staging's long continuations
-all="models ppl_vs_width shrink_quality shrink_vs_scratch recovery geometry_vs_width heatmaps quantization heads arch_ablation grow_staging sandwich_ablation"
+all="models ppl_vs_width shrink_quality recovery geometry_vs_width heatmaps quantization heads arch_ablation grow_staging sandwich_ablation"
 e="python scripts/experiments.py $all"
 lanes "$e --lane 0 --lanes 2 $*" "bash scripts/worked_example.sh && $e --lane 1 --lanes 2 $*"
 python scripts/report.py
