@@ -222,7 +222,8 @@ def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tu
     logit residual tr(D·M·Dᵀ)/tr(A·M·Aᵀ), D = A − E′·diag(γ), before (γ = 1) and after the fit."""
     cfg = new.config
     m = cfg.n_embd
-    M = torch.zeros(m, m, dtype=torch.float64)
+    device = new.transformer.wte.weight.device
+    M = torch.zeros(m, m, dtype=torch.float64, device=device)
     count = 0
     for b in batches:
         _, y = module_io(new, "transformer.ln_f", b)
@@ -233,7 +234,7 @@ def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tu
     E, A = new.transformer.wte.weight.double(), new.lm_head.weight.double()
     G, EA = E.T @ E, E.T @ A
     lhs = M * G
-    gamma = torch.linalg.solve(lhs + ridge * torch.trace(lhs) / m * torch.eye(m, dtype=lhs.dtype),
+    gamma = torch.linalg.solve(lhs + ridge * torch.trace(lhs) / m * torch.eye(m, dtype=lhs.dtype, device=device),
                                torch.diagonal(EA @ M))
 
     def residual(g: torch.Tensor) -> float:  # tr(D M Dᵀ) / tr(A M Aᵀ) with DᵀD expanded: no V×m difference matrix
@@ -241,7 +242,7 @@ def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tu
         DD = AA - EA.T * g - g[:, None] * EA + g[:, None] * G * g
         return (torch.trace(DD @ M) / torch.trace(AA @ M)).item()
 
-    before, after = residual(torch.ones(m, dtype=torch.float64)), residual(gamma)
+    before, after = residual(torch.ones(m, dtype=torch.float64, device=device)), residual(gamma)
     sd = {k: v.detach().clone() for k, v in new.state_dict().items() if k != "lm_head.weight"}
     for name, t in list(sd.items()):
         if name.endswith(".weight") and t.numel() == 1 and (".ln_" in name or name.startswith("transformer.ln_f")):
