@@ -66,6 +66,59 @@ def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed
     return [Calibration(t / c, c) for t, c in zip(totals, counts)]
 
 
+def sublayer_parts(block: torch.nn.Module, which: int) -> tuple[torch.nn.Module, torch.nn.Module,
+                                                                  torch.nn.Module | None]:
+    """(input norm, f, output norm or None) of sublayer ``which`` (1: attention, 2: MLP): its update is
+    out_norm(f(norm(x))), peri-LN's output norm included."""
+    norm, f = (block.ln_1, block.attn) if which == 1 else (block.ln_2, block.mlp)
+    return norm, f, getattr(block, f"ln_{which}_out") if block.peri else None
+
+
+@torch.no_grad()
+def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, seed: int = 0,
+                         weighting: str = "unit", damping: float = 1e-6) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """SliceGPT's sequential calibration: site s's PCA is taken on the states of the model whose earlier sites are
+    already cut. With P_s = T_s⁺·T_s, the ported model computes in d-space, exactly (the norms' √(d/m) gains and d/m
+    ε make norm_m(T_s·h) read as norm_d(P_s·h)),
+
+        h̃_0 = embed(x),    h̃_{s+1} = P_s·h̃_s + f_s(P_s·h̃_s)                      (pre-LN)
+                            h̃_{s+1} = P_s·h̃_s + norm_out(P_{s+1}·f_s(P_s·h̃_s))    (peri-LN)
+
+    and T_s is the PCA of h̃_s (site 0 also counts every token embedding, as ``collect_site_calibration``), so the
+    error of every earlier cut is in the data the next map is fitted to. Peri-LN's output norm reads the output
+    already in the next site's basis, which is not known before that site's PCA: the PCA sees norm_out(f) uncut,
+    the states carried on are the model's own. One sublayer at a time over the whole calibration set (its states
+    held in memory: batches × batch × block × d floats, twice for peri-LN)."""
+    model.eval()
+    cfg = model.config
+    like = model.transformer.wte.weight
+    states = [model.embed(loader.get_batch("train", seed=seed + k)[0]) for k in range(batches)]
+    pending: tuple[list[torch.Tensor], torch.nn.Module] | None = None  # peri-LN: outputs before their output norm
+    n_sites = 2 * cfg.n_layer + 1
+    maps = []
+    for s in progress(range(n_sites), "calibrate per site, in order", unit="site"):
+        fit_on = states if pending is None else [r + pending[1](y) for r, y in zip(states, pending[0])]
+        total, count = unit_second_moment(model.transformer.wte.weight, weighting) if s == 0 else (0, 0)
+        for h in fit_on:
+            moment, n = unit_second_moment(h, weighting)
+            total, count = total + moment, count + n
+        T, T_pinv = make_projection("pca", cfg.n_embd, m, seed, Calibration(total / count, count), damping)
+        maps.append((T, T_pinv))
+        if s == n_sites - 1:
+            break
+        P = (T_pinv @ T).to(like)  # symmetric: PCA's T has orthonormal rows and T⁺ = Tᵀ
+        if pending is not None:  # the cut model's output norm reads the output already cut to this site
+            states = [r + pending[1](y @ P) for r, y in zip(states, pending[0])]
+        states = [h @ P for h in states]
+        norm, f, out_norm = sublayer_parts(model.transformer.h[s // 2], s % 2 + 1)
+        outputs = [f(norm(h)) for h in states]
+        if out_norm is None:
+            states, pending = [h + y for h, y in zip(states, outputs)], None
+        else:
+            pending = (outputs, out_norm)
+    return maps
+
+
 def site_maps(kind: str, d: int, m: int, n_sites: int, seed: int, calibrations: list[Calibration] | None,
               damping: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(T_s, T_s⁺) for every site: PCA of that site's calibration, or the kind's map drawn with seed + s."""

@@ -80,7 +80,7 @@ from paper_rules import (
     paper_code_weights,
     restore_attention_scale,
 )
-from per_block import collect_site_calibration, port_per_block, site_maps, site_norms
+from per_block import collect_site_calibration, port_per_block, sequential_site_maps, site_maps, site_norms
 from porting import (
     NORM_MODES,
     PORTING_ALIASES,
@@ -141,6 +141,8 @@ class TransformConfig:
     calib_batch_size: int = 16  # sequences per calibration batch
     calib_weighting: str = "unit"  # PCA's second moment: 'unit' (each state scaled to unit length, as the norms see
     #                                it) | 'raw' (as they are: SliceGPT's, where massive activations dominate)
+    sequential_calibration: bool = False  # porting='per_block', kind='pca': each site's PCA on the states of the
+    #                                       model already cut before it (SliceGPT's order; per_block.py)
     block_size: int = 0  # tokens per calibration / evaluation window (0: the model's context, which for an imported
     #                      Llama or Qwen, 32k–128k, can exceed a small corpus)
     pca_damping: float = 1e-6  # relative ridge added to the second-moment matrix before eigh
@@ -179,6 +181,9 @@ class TransformConfig:
         if self.carry_optimizer and self.porting == "per_block":
             raise ConfigError("carry_optimizer maps AdamW's moments with one T; porting='per_block' has one per site: "
                               "drop --carry_optimizer")
+        if self.sequential_calibration and (self.porting != "per_block" or self.kind != "pca"):
+            raise ConfigError("sequential_calibration orders the per-site PCAs of porting='per_block' with kind='pca'; "
+                              "add --porting=per_block --kind=pca or drop --sequential_calibration")
         if not self.rescale_gains and (self.porting == "paper_code" or self.carry_optimizer):
             raise ConfigError("rescale_gains=False applies to porting='residual' or 'sandwich' without "
                               "carry_optimizer (paper_code never rescales; carried moments need the exact port); "
@@ -313,7 +318,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     given_map: torch.Tensor | None = None, rescale_gains: bool = True, n_layer: int = 0,
                     depth_mode: str = "interleave", grow_reader_std: float = 0.0, grow_mask_iters: int = 0,
                     rms_preserve: bool = False, tie_head: bool = False,
-                    calib_weighting: str = "unit") -> tuple[GPT, dict]:
+                    calib_weighting: str = "unit", sequential_calibration: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
@@ -333,7 +338,9 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                                  "checkpoint's training data, or --data_dir)")
     if porting == "per_block":
         return port_per_block_model(model, width, kind, norms, seed, calibration_loader, calib_batches, pca_damping,
-                                    given_map, started=started, jl=(jl_eps, jl_delta), weighting=calib_weighting)
+                                    given_map, started=started, jl=(jl_eps, jl_delta), weighting=calib_weighting,
+                                    sequential=sequential_calibration)
+    check_sequential_calibration(sequential_calibration, porting)
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
                                                                                  "shape, architecture kept"]
@@ -412,16 +419,28 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
 
 def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
                          calib_batches: int, damping: float, given_map: torch.Tensor | None, started: float,
-                         jl: tuple[float, float], weighting: str = "unit") -> tuple[GPT, dict]:
+                         jl: tuple[float, float], weighting: str = "unit", sequential: bool = False
+                         ) -> tuple[GPT, dict]:
     """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site (PCA calibrated
-    per site), port; the record's T is site 0's map and ``site_maps`` counts them."""
+    per site on the original's states, or ``sequential``ly on the already cut model's), port; the record's T is
+    site 0's map and ``site_maps`` counts them."""
     if given_map is not None:
         raise TransformError("porting='per_block' draws one map per site; a map file gives one: drop --map_file")
+    if sequential and (kind != "pca" or m > model.config.n_embd):
+        raise TransformError("sequential_calibration fits one PCA per site (kind='pca', m ≤ d); drop it")
     d = model.config.n_embd
     sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
-    calibrations = (collect_site_calibration(model_from_state(dict(sd), cfg), loader, calib_batches, seed, weighting)
-                    if kind == "pca" else None)
-    maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping)
+    canonical = model_from_state(dict(sd), cfg)
+    calibrations = None
+    if kind == "pca" and sequential:
+        if loader is None:
+            raise TransformError("kind='pca' with porting='per_block' needs calibration data (one moment per site)")
+        maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping)
+        notes.append("per-site PCA calibrated in order (SliceGPT's): each on the states of the model cut before it")
+    else:
+        calibrations = (collect_site_calibration(canonical, loader, calib_batches, seed, weighting)
+                        if kind == "pca" else None)
+        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping)
     device = model.transformer.wte.weight.device
     maps = [(T.to(device), Tp.to(device)) for T, Tp in maps]
     new_sd, new_cfg = port_per_block(sd, cfg, maps)
@@ -572,6 +591,12 @@ def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Te
     return new
 
 
+def check_sequential_calibration(sequential: bool, porting: str) -> None:
+    if sequential and porting != "per_block":
+        raise TransformError("sequential_calibration orders the per-site PCAs of porting='per_block'; "
+                             "add --porting=per_block or drop it")
+
+
 def check_tie_head(cfg: GPTConfig, tie_head: bool, porting: str, keep_layernorm: bool, grows: bool) -> None:
     """Raise TransformError unless --tie_head can apply: a tied model, residual porting, no growth."""
     if not tie_head:
@@ -613,7 +638,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         jl_delta=cfg.jl_delta, pca_damping=cfg.pca_damping, keep_layernorm=cfg.keep_layernorm,
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
-        tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting,
+        tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

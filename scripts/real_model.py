@@ -197,6 +197,10 @@ def grid(which: str) -> list[tuple]:
         cells += [(k, p, RATIOS[0.5], "shakespeare", ("mha",)) for p in ("residual", "sandwich", "paper_code")
                   for k in ("gaussian", "orthogonal")]
         cells += [("pca", "residual", RATIOS[0.75], "shakespeare", (f"--refit={r}",)) for r in ("readers", "all")]
+    # SliceGPT's order: each site's PCA on the model already cut before it, with its raw weighting and with ours
+    sequential = ("--sequential_calibration=True",)
+    cells += [("pca", "per_block", m, "shakespeare", (*sequential, "--calib_weighting=raw")) for m in RATIOS.values()]
+    cells += [("pca", "per_block", RATIOS[0.75], "shakespeare", sequential)]
     return cells
 
 

@@ -8,7 +8,8 @@ from dataset import BatchLoader
 from errors import ConfigError, TransformError
 from maps import PortMaps, make_projection, unit_second_moment
 from model import GPT, GPTConfig
-from per_block import collect_site_calibration, port_shortcut, site_norms
+from per_block import collect_site_calibration, port_shortcut, sequential_site_maps, site_norms
+from porting import canonicalize, model_from_state
 from test_transform import outputs, random_model
 from transform import TransformConfig, transform_model
 
@@ -81,6 +82,78 @@ def test_pca_per_block_shrinks_with_one_calibration_per_site(char_data_dir):
     shortcut_params = 2 * model.config.n_layer * 12 * 12
     assert sum(p.numel() for n, p in new.named_parameters() if ".shortcut_" in n) == shortcut_params
     assert torch.isfinite(outputs(new, torch.randint(0, 65, (2, 16)))).all()
+
+
+def projected_model_logits(model: GPT, calibration: list[torch.Tensor], idx: torch.Tensor, m: int,
+                           weighting: str) -> torch.Tensor:
+    """A naive sequential fit, written out: cut the residual stream of the d-wide canonical model to each site's
+    top-m principal subspace (P = TᵀT), in order, each PCA on the calibration states already cut before it; then
+    the cut model's logits on ``idx`` (what the ported m-wide model must compute). Peri-LN's output norm reads the
+    output cut to the next site (norm_out(P_{s+1}·y)); that site's PCA sees it uncut."""
+    sd, cfg, _ = canonicalize(model.state_dict(), model.config, "fold")
+    canon = model_from_state(sd, cfg).eval()
+    peri = cfg.norm_placement == "peri"
+    with torch.no_grad():
+        h_cal, h = torch.cat([canon.embed(x) for x in calibration]), canon.embed(idx)
+        y_cal = y = out_norm = None
+        for site in range(2 * cfg.n_layer + 1):
+            fit_on = h_cal if y_cal is None else h_cal + out_norm(y_cal)
+            moment, n = unit_second_moment(fit_on, weighting)
+            if site == 0:
+                e, ne = unit_second_moment(canon.transformer.wte.weight, weighting)
+                moment, n = moment + e, n + ne
+            T, _ = make_projection("pca", cfg.n_embd, m, 0, moment / n)
+            P = (T.T @ T).float()
+            if y_cal is not None:
+                h_cal, h = h_cal + out_norm(y_cal @ P), h + out_norm(y @ P)
+            h_cal, h = h_cal @ P, h @ P
+            if site == 2 * cfg.n_layer:
+                return canon.lm_head(canon.transformer.ln_f(h))
+            block, which = canon.transformer.h[site // 2], site % 2 + 1
+            norm, f = (block.ln_1, block.attn) if which == 1 else (block.ln_2, block.mlp)
+            y_cal, y = f(norm(h_cal)), f(norm(h))
+            if peri:
+                out_norm = getattr(block, f"ln_{which}_out")
+            else:
+                h_cal, h, y_cal, y = h_cal + y_cal, h + y, None, None
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("weighting", ["unit", "raw"])
+def test_sequential_calibration_fits_each_site_to_the_model_already_cut(arch, weighting, char_data_dir):
+    """SliceGPT's order: the ported m-wide model computes exactly the d-wide model cut site by site, each cut the
+    PCA of the states left by the cuts before it (against the naive loop above); independent per-site PCAs differ."""
+    model = random_model(5, vocab_size=65, block_size=16, **ARCHITECTURES[arch])
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    new, record = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
+                                  calib_batches=2, seed=0, calib_weighting=weighting, sequential_calibration=True)
+    assert any("in order" in note for note in record["notes"])
+    calibration = [loader.get_batch("train", seed=k)[0] for k in range(2)]
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    expected = projected_model_logits(model, calibration, idx, 10, weighting)
+    torch.testing.assert_close(outputs(new, idx), expected, atol=1e-4, rtol=1e-4)
+    independent, _ = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
+                                     calib_batches=2, seed=0, calib_weighting=weighting)
+    assert (outputs(independent, idx) - expected).abs().max() > 1e-3
+
+
+def test_sequential_calibration_at_full_width_keeps_the_function(char_data_dir):
+    model = random_model(6, vocab_size=65, block_size=16, norm_type="rmsnorm")
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    maps = sequential_site_maps(model, 16, loader, batches=1)
+    assert len(maps) == len(site_norms(model.config))
+    new, record = transform_model(model, 16, kind="pca", porting="per_block", calibration_loader=loader,
+                                  calib_batches=1, sequential_calibration=True)
+    assert record["exact"]
+    torch.testing.assert_close(outputs(new, IDX), outputs(model, IDX), atol=2e-5, rtol=0)
+
+
+def test_sequential_calibration_is_refused_outside_per_block_pca():
+    for options in (dict(porting="residual", kind="pca"), dict(porting="per_block", kind="orthogonal")):
+        with pytest.raises(ConfigError, match="sequential_calibration"):
+            TransformConfig(in_dir="x", out_dir="y", width=8, sequential_calibration=True, **options).validate()
+    with pytest.raises(TransformError, match="sequential_calibration"):
+        transform_model(random_model(7), 8, kind="orthogonal", sequential_calibration=True)
 
 
 def test_shortcuts_start_as_the_identity_when_trained_from_scratch():
