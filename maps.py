@@ -3,7 +3,8 @@ What T is: the width map T (m×d) and its pseudo-inverse T⁺ (d×m), for every 
 
 - Random (Johnson–Lindenstrauss) maps: ``gaussian`` (the paper's Algorithm 1), ``rademacher``, ``sparse``
   (Achlioptas), ``srht`` (subsampled randomized Hadamard); ``jl_min_width`` is the bound they come with.
-- ``orthogonal`` (Haar) and ``truncate`` (the first m coordinates).
+- ``orthogonal`` (Haar), ``hadamard`` (a randomized Hadamard rotation at m = d, QuaRot's) and ``truncate`` (the
+  first m coordinates).
 - ``pca``: the top-m directions of the residual stream's second moment, from ``collect_calibration``.
 - Adjustments of a drawn map: ``mean_preserving`` (LayerNorm kept at m ≥ d), ``symmetry_breaking_pinv``
   (growth), ``read_map_file`` (a user's own T); ``starting_map`` picks among them. ``refit.learn_map`` learns one.
@@ -23,7 +24,7 @@ from errors import TransformError
 from logger import progress
 from model import GPT, GPTConfig
 
-KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "pca", "truncate")
+KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "hadamard", "pca", "truncate")
 JL_KINDS = ("gaussian", "rademacher", "sparse", "srht")  # random maps: the JL bound is what they guarantee
 
 
@@ -75,6 +76,51 @@ def hadamard_transform(x: torch.Tensor) -> torch.Tensor:
     return y / math.sqrt(n)
 
 
+def _is_prime(q: int) -> bool:
+    return q > 1 and all(q % p for p in range(2, math.isqrt(q) + 1))
+
+
+def _paley_conference(q: int) -> torch.Tensor:
+    """The (q+1)×(q+1) Paley conference matrix C = [[0, 1ᵀ], [±1, Q]] with Q_ij = χ(j − i), χ the quadratic
+    character mod the prime q: skew (C = −Cᵀ) for q ≡ 3 mod 4, symmetric for q ≡ 1 mod 4; C·Cᵀ = q·I."""
+    squares = {(i * i) % q for i in range(1, q)}
+    chi = torch.tensor([0.0] + [1.0 if r in squares else -1.0 for r in range(1, q)], dtype=torch.float64)
+    index = torch.arange(q)
+    C = torch.zeros(q + 1, q + 1, dtype=torch.float64)
+    C[0, 1:] = 1.0
+    C[1:, 0] = -1.0 if q % 4 == 3 else 1.0
+    C[1:, 1:] = chi[(index[None, :] - index[:, None]) % q]
+    return C
+
+
+def hadamard_matrix(n: int) -> torch.Tensor:
+    """A Hadamard matrix of order n (entries ±1, H·Hᵀ = n·I): Sylvester's doubling of a core of order b, n = 2^k·b,
+    the core being [1], Paley I (b = q + 1, q prime ≡ 3 mod 4: H = I + C) or Paley II (b = 2(q + 1), q prime ≡ 1
+    mod 4: H = C ⊗ [[1, 1], [1, −1]] + I ⊗ [[1, −1], [−1, −1]]). That covers the usual model widths (576 = 16·36,
+    640 = 32·20, 768 = 64·12, 960 = 32·30, 2^k), not every order (52 and 100 need other constructions)."""
+    for k in range(n.bit_length(), -1, -1):
+        b, rest = divmod(n, 1 << k)
+        if rest:
+            continue
+        if b == 1:
+            core = torch.ones(1, 1, dtype=torch.float64)
+        elif _is_prime(b - 1) and (b - 1) % 4 == 3:
+            core = torch.eye(b, dtype=torch.float64) + _paley_conference(b - 1)
+        elif b % 2 == 0 and _is_prime(b // 2 - 1) and (b // 2 - 1) % 4 == 1:
+            C = _paley_conference(b // 2 - 1)
+            core = (torch.kron(C, torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64))
+                    + torch.kron(torch.eye(b // 2, dtype=torch.float64),
+                                 torch.tensor([[1.0, -1.0], [-1.0, -1.0]], dtype=torch.float64)))
+        else:
+            continue
+        H = core
+        for _ in range(k):
+            H = torch.cat((torch.cat((H, H), 1), torch.cat((H, -H), 1)), 0)
+        return H
+    raise TransformError(f"no Hadamard matrix of order {n} here (orders 2^k·b with b = 1, q + 1 for a prime q ≡ 3 "
+                         "mod 4, or 2(q + 1) for a prime q ≡ 1 mod 4); use kind='orthogonal'")
+
+
 def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Tensor:
     """√(n/m)·S·H·D·P with n = 2^k ≥ max(d, m): P places the d coordinates at random positions among n,
     D flips random signs, H is the orthonormal Hadamard transform, S keeps m of the n rows. A row subset
@@ -105,6 +151,8 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
     srht        √(n/m)·S·H·D·P: pad d to n = 2^k ≥ max(d, m), random signs D, orthonormal Hadamard H,
                 m rows S drawn without replacement (orthonormal rows or columns when m or d equals n)
     orthogonal  Haar-random orthonormal rows (m ≤ d) or columns (m ≥ d), from the QR of a Gaussian
+    hadamard    H·D/√d at m = d: a Hadamard matrix of order d (``hadamard_matrix``), random signs D (QuaRot's
+                rotation; spreads every coordinate over all d, so no single one carries an outlier)
     pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d)
     truncate    the first m coordinates
     """
@@ -125,6 +173,13 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
         Q, R = torch.linalg.qr(A)
         Q = Q * torch.sign(torch.diagonal(R))  # Haar measure: fix the signs of the QR factor
         T = Q if m >= d else Q.T
+        return T, T.T.clone()
+    elif kind == "hadamard":
+        if m != d:
+            raise TransformError(f"kind='hadamard' rotates at the same width (m = d = {d}), got m={m}; "
+                                 "use kind='srht' to change the width")
+        signs = torch.randint(0, 2, (d,), generator=g).double() * 2 - 1
+        T = hadamard_matrix(d) * signs / math.sqrt(d)
         return T, T.T.clone()
     elif kind == "truncate":
         T = torch.eye(m, d, dtype=torch.float64)

@@ -101,7 +101,8 @@ class TransformConfig:
     in_dir: str = "out-shakespeare-char"  # the checkpoint to transform
     out_dir: str = ""  # where the transformed ckpt.pt goes (required)
     width: int = 0  # the new residual width m (required)
-    kind: str = "orthogonal"  # the map T: gaussian | rademacher | sparse | srht | orthogonal | pca | truncate
+    kind: str = "orthogonal"  # the map T: gaussian | rademacher | sparse | srht | orthogonal | hadamard (m = d)
+    #                           | pca | truncate
     porting: str = "residual"  # 'residual' (ours; alias 'head') | 'sandwich' (paper's eqs) | 'paper_code' (its code)
     #                            | 'per_block' (SliceGPT's: one map per site, shortcut matrices; per_block.py)
     restore_attn_scale: bool = False  # sandwich / paper_code: Q × √(m/d) keeps the attention scale 1/√(d/n_head)

@@ -12,7 +12,15 @@ from checkpoint import load_checkpoint, load_model
 from conftest import ROOT
 from dataset import BatchLoader, evaluate_loss
 from errors import TransformError
-from maps import KINDS, Calibration, hadamard_transform, jl_min_width, make_projection, pseudo_inverse
+from maps import (
+    KINDS,
+    Calibration,
+    hadamard_matrix,
+    hadamard_transform,
+    jl_min_width,
+    make_projection,
+    pseudo_inverse,
+)
 from model import GPT, GPTConfig
 from porting import canonical_model, canonicalize, port_model
 from transform import transform_model
@@ -110,6 +118,10 @@ def test_sandwich_mixes_heads_even_at_the_same_width(trained_dir, char_data_dir)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("d,m", [(24, 12), (24, 24), (20, 40), (12, 17)])
 def test_projection_shapes_and_pseudo_inverse(kind, d, m):
+    if kind == "hadamard" and m != d:
+        with pytest.raises(TransformError, match="same width"):
+            make_projection(kind, d, m)
+        return
     if kind == "pca" and m > d:
         with pytest.raises(TransformError, match="m ≤ d"):
             make_projection(kind, d, m, calibration=torch.randn(100, d))
@@ -121,7 +133,7 @@ def test_projection_shapes_and_pseudo_inverse(kind, d, m):
         assert torch.allclose(T @ P, torch.eye(m, dtype=torch.float64), atol=1e-9)
     else:
         assert torch.allclose(P @ T, torch.eye(d, dtype=torch.float64), atol=1e-9)
-    if kind in ("orthogonal", "pca", "truncate"):
+    if kind in ("orthogonal", "hadamard", "pca", "truncate"):
         gram = T @ T.T if m <= d else T.T @ T
         assert torch.allclose(gram, torch.eye(min(m, d), dtype=torch.float64), atol=1e-9)
 
@@ -154,6 +166,28 @@ def test_hadamard_transform_matches_sylvester_matrix():
 def test_srht_works_for_any_d_and_is_orthonormal_at_the_padded_size():
     T, _ = make_projection("srht", 12, 16, seed=0)  # d = 12 pads to 16 = m: orthonormal columns
     assert torch.allclose(T.T @ T, torch.eye(12, dtype=torch.float64), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 12, 20, 28, 36, 44, 60, 576, 640, 768])
+def test_hadamard_matrices_of_paley_and_sylvester_orders(n):
+    H = hadamard_matrix(n)
+    assert H.abs().eq(1).all() and torch.equal(H @ H.T, n * torch.eye(n, dtype=torch.float64))
+
+
+def test_the_hadamard_rotation_is_exact_and_spreads_a_coordinate_evenly():
+    T, T_pinv = make_projection("hadamard", 12, 12, seed=3)
+    assert torch.allclose(T @ T.T, torch.eye(12, dtype=torch.float64), atol=1e-12) and torch.equal(T_pinv, T.T)
+    assert torch.allclose(T[:, 5].abs(), torch.full((12,), 12 ** -0.5, dtype=torch.float64))  # |T·e_k| = 1/√d each
+    assert not torch.equal(T, make_projection("hadamard", 12, 12, seed=4)[0])  # the signs are the seed's
+    model = random_model(0, n_embd=12, n_head=2)
+    new, record = transform_model(model, 12, kind="hadamard", seed=1)
+    assert record["exact"]
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(outputs(new, idx), outputs(model, idx), atol=2e-5, rtol=0)
+    with pytest.raises(TransformError, match="same width"):
+        make_projection("hadamard", 12, 8)
+    with pytest.raises(TransformError, match="no Hadamard matrix of order 52"):
+        make_projection("hadamard", 52, 52)
 
 
 def test_pca_finds_the_dominant_subspace():
