@@ -112,13 +112,13 @@ def parameters(model_dir: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual", calib: str = "shakespeare",
-         extra: tuple[str, ...] = ()) -> dict:
-    """One transform of ``src`` (the step, timed) and its zero-shot losses."""
+def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual",
+                calib: str = "shakespeare", extra: tuple[str, ...] = (), seed: int = 0) -> tuple[str, dict]:
+    """One transform of ``src`` (the step, timed): (its directory, what it recorded)."""
     args = ["transform.py", f"--in_dir={src}", f"--width={width}", f"--kind={kind}", f"--porting={porting}",
-            f"--data_dir={data[calib]}", f"--block_size={BLOCK}", *CALIB, "--eval_iters=0", "--seed=0",
+            f"--data_dir={data[calib]}", f"--block_size={BLOCK}", *CALIB, "--eval_iters=0", f"--seed={seed}",
             f"--threads={THREADS}", *extra]
-    spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir")) else a.split("=")[0] + "=" +
+    spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir", "--map_file")) else a.split("=")[0] + "=" +
                      harness.relative(a.split("=", 1)[1]) for a in args], "v": 1}
 
     def build(out: str) -> dict:
@@ -127,10 +127,16 @@ def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "
         return {"step": step, "parameters": parameters(out), "exact": record["exact"], "notes": record["notes"],
                 "corrections": record.get("corrections", {})}
 
-    label = f"smollm2-{kind}-{porting}-m{width}-{calib}" + ("-" + "-".join(a.strip("-") for a in extra) if extra
-                                                           else "")
+    label = f"smollm2-{kind}-{porting}-m{width}-{calib}" + (f"-seed{seed}" if seed else "") + (
+        "-" + "-".join(a.strip("-") for a in extra) if extra else "")
     out, result = cached("transform", label[:80], spec, build)
-    result = {k: v for k, v in result.items() if k != "losses"}  # a marker of version 1 held its own losses
+    return out, {k: v for k, v in result.items() if k != "losses"}  # a marker of version 1 held its own losses
+
+
+def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual", calib: str = "shakespeare",
+         extra: tuple[str, ...] = ()) -> dict:
+    """One transform of ``src`` (the step, timed) and its zero-shot losses."""
+    out, result = transformed(src, data, width, kind, porting, calib, extra)
     return dict(result, losses=losses(out, data), kind=kind, porting=porting, m=width, calibration=calib,
                 options=list(extra), out_dir=out)
 

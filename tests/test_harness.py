@@ -332,3 +332,15 @@ def test_the_scale_fit_recovers_a_power_law_and_its_interval_matches_linregress(
     half = stats.t.ppf(0.975, len(ds) - 2) * ref.stderr
     assert np.allclose(fit["slope_ci"], [ref.slope - half, ref.slope + half])
     assert loglog_fit([128, 256], [0.02, 0.01])["slope_ci"] is None  # two widths: a slope, no interval
+
+
+def test_the_quantization_summary_averages_seeds_and_subtracts_the_unrotated_model():
+    import real_quantization
+    rows = [{"rotation": "none", "losses": {"W4": {"val": 5.0, "general": 6.0}}},
+            {"rotation": "hadamard", "losses": {"W4": {"val": 4.0, "general": 5.0}}},
+            {"rotation": "hadamard", "losses": {"W4": {"val": 4.2, "general": 5.4}}}]
+    summary = {s["rotation"]: s for s in real_quantization.summary(rows)}
+    assert summary["hadamard"]["n"] == 2 and summary["none"]["n"] == 1
+    cell = summary["hadamard"]["settings"]["W4"]
+    assert cell["val"]["mean"] == pytest.approx(4.1) and cell["val"]["std"] == pytest.approx(0.1414, abs=1e-4)
+    assert cell["val_vs_none"] == pytest.approx(-0.9) and cell["general_vs_none"] == pytest.approx(-0.8)

@@ -91,3 +91,19 @@ def test_a_pca_shrink_with_a_small_calibration_gives_a_working_model(imported, t
     loss = evaluate_loss(small, loader, "val", 4)
     assert math.isfinite(loss) and loss < 0.75 * math.log(49152), loss
     assert record["jl_points"] > 49152
+
+
+def test_a_hadamard_rotation_of_the_real_model_is_exact(imported, tmp_path):
+    """QuaRot's rotation at m = d = 576 (16 × a Paley order 36) keeps SmolLM2's function, as the quantization study
+    (scripts/real_quantization.py) relies on."""
+    from transform import TransformConfig, transform_checkpoint
+    out = str(tmp_path / "rotated")
+    transform_checkpoint(TransformConfig(in_dir=imported, out_dir=out, width=576, kind="hadamard", eval_iters=0,
+                                         seed=1))
+    model, ckpt = load_model(imported)
+    rotated, record = load_model(out)
+    assert record["transform"]["exact"]
+    idx = torch.tensor([Tokenizer(ckpt["meta"]).encode(TEXT)])
+    with torch.no_grad():
+        torch.testing.assert_close(rotated(idx, all_logits=True)[0], model(idx, all_logits=True)[0], atol=2e-3,
+                                   rtol=1e-4)

@@ -16,7 +16,6 @@ if not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "reference", 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import slicegpt_reference as sr  # noqa: E402
-
 from hf_models import llama  # noqa: E402
 
 
