@@ -5,7 +5,7 @@ the paper's application at m = d, and QuaRot's / SpinQuant's setting.
     Q(x) = round(x / s)·s,   s = max|x| / (2^(b−1) − 1),   one scale per row of x
 
 - weights: every linear layer inside the blocks, one scale per output channel (row of W), or per group of
-  ``group`` input columns of each row (``group`` > 0, the usual int4 setting: 128);
+  ``group`` input columns of each row (``group`` > 0: 128 is usual for int4, 64 where 128 does not divide d);
 - activations: the inputs of linear layers, one scale per token, at the residual stream's readers
   (``readers``: attention's c_attn and the MLP's c_fc read norm(h), the states a residual rotation changes) or
   at every linear layer in the blocks (``all``: the attention output and the MLP hidden state too, which a
@@ -64,7 +64,7 @@ def rtn_weight(W: torch.Tensor, bits: int, group: int = 0) -> torch.Tensor:
         return rtn_rows(W, bits)
     if W.shape[1] % group:
         raise ConfigError(f"group={group} does not divide the layer's {W.shape[1]} input columns; pick a divisor "
-                          "(128 divides every width of SmolLM2 and Llama)")
+                          "(SmolLM2's 576 and 1536 take 64 or 32)")
     return rtn_rows(W.reshape(W.shape[0], -1, group), bits).reshape(W.shape)
 
 
