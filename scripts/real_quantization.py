@@ -16,8 +16,9 @@ says so, and the first val window's logits are compared with the unrotated model
   (``compressed_tensors.transform.utils.hadamard.random_hadamard_matrix``, seed 0), given as ``--map_file`` —
   their matrix, our port (needs ``pip install compressed-tensors``; without it the row is left out, and says so).
 Quantizations (quantize.py; symmetric round-to-nearest, the embedding and the head in float, as QuaRot's and
-SpinQuant's evaluations): W4 per output channel, W4 with groups of 64 (128, the usual size, does not divide d = 576), W4A4 (W4 per channel and 4-bit activations
-per token at the residual's readers, where the rotation acts), W8A8 at every linear layer (a sanity bar).
+SpinQuant's evaluations): W4 per output channel, W4 with groups of 64 (128, the usual size, does not divide
+d = 576), W4A4 (W4 per channel and 4-bit activations per token at the residual's readers, where the rotation
+acts), W8A8 at every linear layer (a sanity bar).
 Losses: the whole val split of tinyshakespeare and of Botchan (an English novel, the general text), 256-token
 windows, one thread. Writes results/real_model_quantization/results.json after every model.
 """
