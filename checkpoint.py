@@ -142,6 +142,31 @@ def hold_run_dir(out_dir: str, command: str) -> Iterator[None]:
                 os.rmdir(directory)
 
 
+@contextmanager
+def staged_dir(target: str, marker: str) -> Iterator[str]:
+    """Write a whole result into a temporary sibling of ``target`` (yielded), and only when it is complete move its
+    files in: first ``marker`` — the file that makes ``target`` look complete (config.json of an export,
+    metrics.json of a geometry report) — is taken away if an older result left one, then every other file goes in,
+    the marker last. Whatever stops the writer (an error, Ctrl-C, SIGTERM or SIGHUP, which ``cli.run_cli`` turns
+    into exceptions; not SIGKILL) leaves ``target`` as it was, and the staging directory goes in every case; a stop
+    in the middle of the move leaves ``target`` without a marker, which reads as incomplete."""
+    import shutil
+    staging = f"{os.path.abspath(target).rstrip(os.sep)}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(staging)
+        yield staging
+        os.makedirs(target, exist_ok=True)
+        if os.path.lexists(os.path.join(target, marker)):
+            os.remove(os.path.join(target, marker))
+        for name in sorted(os.listdir(staging), key=lambda name: name == marker):
+            path = os.path.join(target, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            os.replace(os.path.join(staging, name), path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _listing(out_dir: str) -> dict[str, tuple[int, int]]:
     return {name: (st.st_ino, st.st_mtime_ns) for name in os.listdir(out_dir)
             for st in [os.stat(os.path.join(out_dir, name), follow_symlinks=False)]}

@@ -6,7 +6,8 @@ The one command-line wrapper of every entry point: ``run_cli(main)`` runs ``main
   stderr and exit 1, instead of a traceback;
 - a write that found the disk full (or a quota or file-size limit) into one line too;
 - an interrupted run (Ctrl-C or SIGTERM; the training loop saved a checkpoint marked incomplete) into
-  exit 130, as shells expect, so scripts and the experiment harness never take it for a finished run;
+  exit 130, as shells expect, so scripts and the experiment harness never take it for a finished run; SIGTERM and
+  SIGHUP raise an exception like Ctrl-C does, so a command stopped by them cleans up what it was writing;
 - ``--threads=N`` (any command) into torch's CPU thread count; without it the command takes the cores that are
   idle when it starts (``devices.use_threads``), so a busy machine slows it down gracefully.
 """
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from configurator import HelpRequested
 from devices import use_threads
@@ -29,6 +33,30 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space, over quota, o
 
 class Interrupted(Exception):  # noqa: N818 - a control-flow signal
     """A run stopped early on SIGINT/SIGTERM after saving; the caller must not treat it as complete."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C raises KeyboardInterrupt: every ``finally`` and
+    staged write (checkpoint.staged_dir, hold_run_dir) cleans up instead of the process vanishing mid-write."""
+
+
+def raise_terminated(signum: int, _frame) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+@contextmanager
+def termination_as_exception() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` while the command runs (the training loop installs its own handler,
+    which saves first); the previous handlers come back afterwards. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 THREADS_HELP = ("\ncommon to every command:\n  --threads=N  CPU threads for torch (default: OMP_NUM_THREADS if set, "
@@ -64,15 +92,17 @@ def run_cli(main: Callable[[list[str]], object], argv: list[str] | None = None) 
     try:
         threads, args = split_threads(sys.argv[1:] if argv is None else argv)
         use_threads(threads)
-        main(args)
+        with termination_as_exception():
+            main(args)
     except HelpRequested as h:
         print(h.text + THREADS_HELP, end="")
         return 0
     except Interrupted as e:
         print(f"interrupted: {e}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"interrupted ({e}): nothing half-written was left" if isinstance(e, Terminated) else "interrupted",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except ProjectError as e:
         message = " ".join(str(e).split("\n"))

@@ -19,9 +19,6 @@ that leaves a tensor unloaded (random) is refused.
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +32,7 @@ from checkpoint import (
     load_checkpoint,
     load_model,
     save_checkpoint,
+    staged_dir,
 )
 from cli import run_cli
 from configurator import load_config
@@ -495,26 +493,6 @@ def check_export_dir(to_hf: str, overwrite: bool) -> None:
     check_writable_dir(to_hf)
 
 
-@contextmanager
-def staged_export(to_hf: str) -> Iterator[str]:
-    """A temporary sibling directory to write a whole export into; only when it is complete are its files moved
-    into ``to_hf``, config.json last (the file that makes a directory an export), so an export cut short by an
-    error or a signal never looks complete. The staging directory goes in every case."""
-    staging = f"{os.path.abspath(to_hf).rstrip(os.sep)}.tmp-{os.getpid()}"
-    try:
-        os.makedirs(staging)
-        yield staging
-        os.makedirs(to_hf, exist_ok=True)
-        names = sorted(os.listdir(staging), key=lambda name: name == "config.json")
-        for name in names:
-            target = os.path.join(to_hf, name)
-            if os.path.isdir(target) and not os.path.islink(target):
-                shutil.rmtree(target)
-            os.replace(os.path.join(staging, name), target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def check_complete_for_export(ckpt: dict, cfg: ConvertConfig) -> None:
     """An interrupted run (marked ``complete: False``) exports only when asked for: an export cannot carry the
     mark, so the model would come back from it looking finished."""
@@ -549,7 +527,7 @@ def convert(cfg: ConvertConfig) -> str:
             raise ConversionError(f"{cfg.in_dir} records no tokenizer (meta): the export would have no tokenizer")
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir") if cfg.lm_eval_task else ""
         export_target(model.config)  # an architecture no supported class holds fails before anything is written
-        with staged_export(cfg.to_hf) as staging:
+        with staged_dir(cfg.to_hf, "config.json") as staging:  # config.json makes it an export
             export_hf(model, staging, ckpt["meta"].get("special_ids"))
             export_tokenizer(ckpt.get("meta"), staging)
             if cfg.lm_eval_task:

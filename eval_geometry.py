@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import geometry as geo
-from checkpoint import check_transform_source, check_writable_dir, hold_run_dir, load_model
+from checkpoint import check_transform_source, check_writable_dir, hold_run_dir, load_model, staged_dir
 from cli import run_cli
 from configurator import load_config
 from dataset import (
@@ -466,35 +466,37 @@ def feature_alignments(ref: GPT, new: GPT | None, record: dict, loader: BatchLoa
     return out
 
 
-def geometry_figures(cfg: GeometryConfig, ref_ckpt: dict, loader: BatchLoader, models: dict[str, GPT],
+def geometry_figures(cfg: GeometryConfig, where: str, ref_ckpt: dict, loader: BatchLoader, models: dict[str, GPT],
                      reports: dict[str, dict], X: torch.Tensor, groups: torch.Tensor, maps: dict[str, torch.Tensor],
                      block: int, circuits_drawn: bool) -> dict[str, str]:
-    """The report's PNG figures in cfg.out_dir ({name: path}): hidden-state norms, per-layer curves, cosine
+    """The report's PNG figures in ``where`` ({name: path}): hidden-state norms, per-layer curves, cosine
     heatmaps, the concordance scatter and (drawn by circuit_report) the circuits heatmap."""
     tokenizer = Tokenizer(ref_ckpt["meta"]) if ref_ckpt.get("meta") else None
     if cfg.prompt and tokenizer is not None:
         ids = torch.tensor(tokenizer.encode(cfg.prompt)[:block], device=loader.device)[None]
     else:
         ids = loader.windows(loader.tokens("val"), [0])[0]
-    figures = {"norm_heatmap": norm_heatmap(models, ids, os.path.join(cfg.out_dir, "norm_heatmap.png")),
-               "layers": layer_plots(reports, os.path.join(cfg.out_dir, "layers.png"))}
+    figures = {"norm_heatmap": norm_heatmap(models, ids, os.path.join(where, "norm_heatmap.png")),
+               "layers": layer_plots(reports, os.path.join(where, "layers.png"))}
     subset = torch.randperm(len(X), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.heatmap_probes]
     subset = subset[groups[subset].argsort()]  # grouped by layer, so block structure is visible
     heat = {"reference": X[subset]} | {f"{k}-level" if k == "map" else "transformed model": Y[subset]
                                        for k, Y in maps.items()}
-    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(cfg.out_dir, "cosine_heatmaps.png"),
+    figures["cosine_heatmaps"] = cosine_heatmaps(heat, os.path.join(where, "cosine_heatmaps.png"),
                                                  groups[subset].tolist())
     if maps:
         figures["concordance"] = concordance_plot(X, {("map-level T·u" if k == "map" else "model-level"): Y
                                                       for k, Y in maps.items()},
-                                                  os.path.join(cfg.out_dir, "concordance.png"), cfg.seed)
+                                                  os.path.join(where, "concordance.png"), cfg.seed)
     if circuits_drawn:
-        figures["circuits"] = os.path.join(cfg.out_dir, "circuits.png")
+        figures["circuits"] = os.path.join(where, "circuits.png")
     return figures
 
 
-def evaluate_geometry(cfg: GeometryConfig) -> dict:
-    """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb."""
+def evaluate_geometry(cfg: GeometryConfig, write_to: str | None = None) -> dict:
+    """Every geometry metric of in_dir against ref_dir (or of ref_dir alone): JSON, PNG figures and wandb, written
+    to ``write_to`` (the CLI's staging directory, moved into out_dir when all of it is written) or out_dir."""
+    where = write_to or cfg.out_dir
     check_writable_dir(cfg.out_dir)
     if os.path.exists(os.path.join(cfg.out_dir, "metrics.json")) and not cfg.overwrite:
         raise CheckpointError(f"'{cfg.out_dir}' already holds a geometry report (metrics.json); choose another "
@@ -524,7 +526,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, centre)
     X, groups = probes["X"], probes["groups"]
     L = ref.config.n_layer
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    os.makedirs(where, exist_ok=True)
     names = {"ref": "reference"} | ({"new": "transformed"} if new is not None else {})
     metrics: dict = {"ref_dir": os.path.abspath(cfg.ref_dir), "in_dir": os.path.abspath(cfg.in_dir) if cfg.in_dir
                      else None, "config": asdict(cfg), "reference_centred": centre,
@@ -557,7 +559,7 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
         metrics["feature_alignment"] = feature_alignments(ref, new, record, loader, probes["ref_hidden"], centre,
                                                           cfg.n_features)
         if new is not None:
-            metrics["circuits"] = circuit_report(ref, new, record, cfg.out_dir if cfg.figures else None)
+            metrics["circuits"] = circuit_report(ref, new, record, where if cfg.figures else None)
     if new is not None:
         maps["model"] = probes["Y"]
     metrics["angular_error"], metrics["concordance"] = {}, {}
@@ -575,14 +577,14 @@ def evaluate_geometry(cfg: GeometryConfig) -> dict:
     figures = {}
     if cfg.figures:
         models = {names[k]: m for k, m in (("ref", ref), ("new", new)) if m is not None}
-        figures = geometry_figures(cfg, ref_ckpt, loader, models, {names[k]: r for k, r in reports.items()}, X,
-                                   groups, maps, block, "heads" in metrics.get("circuits", {}))
+        figures = geometry_figures(cfg, where, ref_ckpt, loader, models, {names[k]: r for k, r in reports.items()},
+                                   X, groups, maps, block, "heads" in metrics.get("circuits", {}))
     metrics["figures"] = {k: os.path.basename(v) for k, v in figures.items()}
 
-    with open(os.path.join(cfg.out_dir, "metrics.json.tmp"), "w") as f:
+    with open(os.path.join(where, "metrics.json.tmp"), "w") as f:
         json.dump(metrics, f, indent=2)
-    os.replace(os.path.join(cfg.out_dir, "metrics.json.tmp"), os.path.join(cfg.out_dir, "metrics.json"))
-    logger = MetricsLogger(cfg.out_dir, wandb_log=cfg.wandb_log, project=cfg.wandb_project,
+    os.replace(os.path.join(where, "metrics.json.tmp"), os.path.join(where, "metrics.json"))
+    logger = MetricsLogger(where, wandb_log=cfg.wandb_log, project=cfg.wandb_project,
                            run_name=cfg.wandb_run_name, config=asdict(cfg), filename="geometry.jsonl")
     scalars = flat_scalars({k: v for k, v in metrics.items() if k != "config"})
     logger.log(scalars)
@@ -606,8 +608,8 @@ def flat_scalars(metrics: dict, prefix: str = "") -> dict:
 
 def main(argv: list[str]) -> None:
     cfg = load_config(GeometryConfig, argv, prog="eval_geometry.py")
-    with hold_run_dir(cfg.out_dir, "eval_geometry.py"):
-        m = evaluate_geometry(cfg)
+    with hold_run_dir(cfg.out_dir, "eval_geometry.py"), staged_dir(cfg.out_dir, "metrics.json") as staging:
+        m = evaluate_geometry(cfg, staging)  # figures, metrics and logs appear in out_dir together, or not at all
     loss = m["loss"]
     print(f"val loss ({m['loss_basis']}): reference {loss['ref']['val_loss']:.4f}" +
           (f", transformed {loss['new']['val_loss']:.4f}, KL {m['kl']:.4f}, top-1 agreement "

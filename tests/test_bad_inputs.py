@@ -729,3 +729,80 @@ def test_the_geometry_memory_estimate_covers_the_probes_it_builds(ctx):
     assert geometry_memory(cfg, ref, new, 16) >= built
     double = GeometryConfig(ref_dir=ctx.trained, n_probes=4096)
     assert geometry_memory(double, ref, new, 16) - geometry_memory(cfg, ref, new, 16) >= probes["X"].nbytes * 2
+
+
+def test_a_staged_result_appears_whole_or_leaves_the_old_one_as_it_was(tmp_path, monkeypatch):
+    """checkpoint.staged_dir: the files move in with the marker last; an error while writing leaves an older
+    complete result untouched; an error in the middle of the move leaves no marker (reads as incomplete)."""
+    from checkpoint import staged_dir
+    target = tmp_path / "report"
+    with staged_dir(str(target), "metrics.json") as staging:
+        for name in ("metrics.json", "a.png", "b.png"):
+            (tmp_path / staging / name).write_text("first")
+    assert sorted(os.listdir(target)) == ["a.png", "b.png", "metrics.json"]
+    with pytest.raises(RuntimeError), staged_dir(str(target), "metrics.json") as staging:
+        (tmp_path / staging / "a.png").write_text("second")
+        raise RuntimeError("the figures failed")
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"a.png": "first", "b.png": "first",
+                                                                "metrics.json": "first"}
+    moved = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if moved:
+            raise OSError("the move stopped")
+        moved.append(os.path.basename(dst))
+        real_replace(src, dst)
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError), staged_dir(str(target), "metrics.json") as staging:
+        for name in ("metrics.json", "a.png", "b.png"):
+            (tmp_path / staging / name).write_text("third")
+    assert moved == ["a.png"] and not (target / "metrics.json").exists()  # the marker goes first, comes last
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+
+
+SIGTERM_MID_WRITE = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from checkpoint import staged_dir
+from cli import run_cli
+
+def main(argv):
+    with staged_dir(argv[0], "config.json") as staging:
+        open(os.path.join(staging, "model.safetensors"), "w").write("weights")
+        os.kill(os.getpid(), signal.SIG{sig})
+        open(os.path.join(staging, "config.json"), "w").write("never")
+
+raise SystemExit(run_cli(main, [{target!r}]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["TERM", "HUP"])
+def test_sigterm_or_sighup_in_the_middle_of_a_write_leaves_nothing_half_made(sig, tmp_path):
+    target = str(tmp_path / "export")
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_MID_WRITE.format(root=ROOT, sig=sig, target=target)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130 and f"interrupted (SIG{sig})" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.listdir(tmp_path) == []  # neither the export nor its staging directory
+
+
+def test_eval_geometry_stopped_by_sigterm_after_its_figures_leaves_no_report(ctx, tmp_path):
+    out = str(tmp_path / "geom")
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {ROOT!r})
+import eval_geometry
+from cli import run_cli
+drawn = eval_geometry.cosine_heatmaps
+def then_stop(*args, **kwargs):
+    path = drawn(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return path
+eval_geometry.cosine_heatmaps = then_stop
+raise SystemExit(run_cli(eval_geometry.main, ["--ref_dir={ctx.trained}", "--in_dir={ctx.transformed}",
+                 "--out_dir={out}", "--n_probes=300", "--eval_iters=2", "--probe_batches=1", "--wandb_log=False"]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 130 and "SIGTERM" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert os.listdir(tmp_path) == []  # no out_dir with figures and no metrics.json, no staging directory
