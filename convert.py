@@ -18,7 +18,9 @@ that leaves a tensor unloaded (random) is refused.
 """
 from __future__ import annotations
 
+import math
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +38,15 @@ from checkpoint import (
 )
 from cli import run_cli
 from configurator import load_config
-from convert_gemma3 import GEMMA3, export_gemma3, gemma3_config_from_hf, gemma3_export_problems, gemma3_state_from_hf
+from convert_gemma3 import (
+    GEMMA3,
+    export_gemma3,
+    gemma3_config_from_hf,
+    gemma3_export_problems,
+    gemma3_hf_config,
+    gemma3_state_from_hf,
+    gemma3_state_to_hf,
+)
 from convert_gpt2 import (
     GPT2,
     IGNORED_HF_KEYS,
@@ -128,9 +138,14 @@ def model_from_hf_model(hf_model, **overrides) -> GPT:
         config.head = "linear"
         print(f"note: the config says tie_word_embeddings, but the weights hold their own lm_head (≠ {embedding}); "
               "imported with that head, untied, as transformers runs it")
-    state = (gpt2_state_from_hf(hf_state) if arch == GPT2 else gemma3_state_from_hf(hf_state, config)
-             if arch == GEMMA3 else llama_state_from_hf(hf_state, config))
-    return GPT.from_state_dict(config, state)
+    return GPT.from_state_dict(config, state_from_hf(hf_state, config, arch))
+
+
+def state_from_hf(hf_state: dict, config: GPTConfig, arch: str) -> dict:
+    """Our state dict from a Hugging Face one of class ``arch`` (each family's own rules)."""
+    if arch == GPT2:
+        return gpt2_state_from_hf(hf_state)
+    return gemma3_state_from_hf(hf_state, config) if arch == GEMMA3 else llama_state_from_hf(hf_state, config)
 
 
 def _load_hf(loader, name_or_dir: str, what: str, **kwargs):
@@ -231,13 +246,13 @@ def hf_tokenizer_meta_for(name_or_dir: str, model: GPT) -> dict:
 
 
 def gguf_pretrained(path: str) -> tuple[GPT, str, dict]:
-    """(our GPT, its Hugging Face architecture, its tokenizer description) from a Llama / Qwen2 GGUF file: the
-    tensors dequantized to float32 by our reader, the tokenizer the file describes (transformers builds it)."""
+    """(our GPT, its Hugging Face architecture, its tokenizer description) from a Llama / Qwen2 / Gemma 3 GGUF file:
+    the tensors dequantized to float32 by our reader, the tokenizer the file describes (transformers builds it)."""
     from gguf_format import gguf_pretokenizer, gguf_tokenizer_files, read_gguf
     _transformers()
     held = read_gguf(path)
     config = config_from_hf(held.hf_config, held.arch)
-    model = GPT.from_state_dict(config, llama_state_from_hf(held.hf_state, config))
+    model = GPT.from_state_dict(config, state_from_hf(held.hf_state, config, held.arch))
     meta = hf_tokenizer_meta(gguf_tokenizer_files(path), hf_special_ids(held.hf_config))
     meta["gguf_pre"] = gguf_pretokenizer(path)  # llama.cpp's pre-tokenizer name, written back by --to_gguf
     if meta["vocab_size"] > config.vocab_size:
@@ -297,13 +312,18 @@ def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") ->
     from gguf_format import write_gguf
     transformers = _transformers()
     arch = export_target(model.config)
-    if arch not in (LLAMA, QWEN2):
-        raise ConversionError(f"this model exports as a {arch}; --to_gguf writes {LLAMA} / {QWEN2}-shaped models "
-                              "(pre-RMSNorm, rotary, SwiGLU): use --to_hf for it")
+    if arch not in (LLAMA, QWEN2, GEMMA3):
+        raise ConversionError(f"this model exports as a {arch}; --to_gguf writes {LLAMA} / {QWEN2} / {GEMMA3}-shaped "
+                              "models (RMSNorm, rotary, gated MLP): use --to_hf for it")
     files = tokenizer_files(meta)
     special_ids = dict((meta or {}).get("special_ids") or {})
-    hf_config = llama_hf_config(model.config, transformers, arch, special_ids)
-    hf_state = llama_state_to_hf(model.state_dict(), model.config)
+    if arch == GEMMA3:
+        check_gemma3_gguf(model.config)
+        hf_config = gemma3_hf_config(model.config, transformers, special_ids)
+        hf_state = gemma3_state_to_hf(model.state_dict(), model.config)
+    else:
+        hf_config = llama_hf_config(model.config, transformers, arch, special_ids)
+        hf_state = llama_state_to_hf(model.state_dict(), model.config)
     parent = os.path.dirname(os.path.abspath(path))
     created = not os.path.isdir(parent)
     os.makedirs(parent, exist_ok=True)
@@ -491,6 +511,23 @@ def check_export_dir(to_hf: str, overwrite: bool) -> None:
         raise ConversionError(f"'{to_hf}' already holds an export ({', '.join(held)}); choose another --to_hf, or "
                               "pass --overwrite=True to replace it")
     check_writable_dir(to_hf)
+
+
+def check_gemma3_gguf(config: GPTConfig) -> None:
+    """What a Gemma 3 GGUF cannot say: llama.cpp scales attention by 1/√head_dim (the 270M–12B models' value) and
+    has no key for another; a layer pattern or local RoPE base other than llama.cpp's fixed ones (every 6th block
+    global, 10,000) is written to its keys, which transformers' GGUF reader ignores — said once, not refused."""
+    if config.attn_scale is not None and not math.isclose(config.attn_scale, config.head_dim ** -0.5, rel_tol=1e-9):
+        raise ConversionError(f"this Gemma 3 model scales attention by {config.attn_scale:.6g}, not 1/√head_dim = "
+                              f"{config.head_dim ** -0.5:.6g}; a GGUF file cannot say so (llama.cpp fixes it): "
+                              "export with --to_hf instead")
+    local = config.rope_local_base or config.rope_base
+    if config.attn_window and (config.global_every != 6 or local != 10000.0) or not config.attn_window and \
+            config.rope_base != 10000.0:
+        print("warning: this Gemma 3 model's layer pattern or local RoPE base differs from llama.cpp's fixed ones "
+              "(every 6th block global, base 10,000): the GGUF records them (gemma3.attention.sliding_window_pattern, "
+              "gemma3.rope.freq_base_swa), but readers that ignore those keys, transformers among them, will "
+              "compute another model", file=sys.stderr)
 
 
 def check_complete_for_export(ckpt: dict, cfg: ConvertConfig) -> None:

@@ -1,5 +1,6 @@
 """
-GGUF files (llama.cpp's format) ↔ the Hugging Face Llama / Qwen2 state dict that convert.py already maps to ours.
+GGUF files (llama.cpp's format) ↔ the Hugging Face Llama / Qwen2 / Gemma 3 state dict that convert.py already maps
+to ours.
 
 GGUF names a Llama's tensors ``token_embd``, ``blk.N.attn_q`` … ``output``, stores every matrix as (out, in) rows
 (its ggml shape lists the axes in reverse), and keeps Llama's Q and K rows in the interleaved RoPE layout (pairs
@@ -8,6 +9,14 @@ rotate-half layout. Reading dequantizes every tensor type the ``gguf`` package k
 Q4_0/1, Q5_0/1, the K-quants …) to float32; writing stores F32, F16 or Q8_0 matrices (norm gains always F32, as
 llama.cpp does) and the tokenizer as llama.cpp's ``gpt2`` byte-level BPE (tokens, token types, merges, special
 ids). The config comes from the metadata; a field we cannot represent exactly is refused by name, like --from_hf.
+
+Gemma 3 (``gemma3``) differs in four ways, each as llama.cpp's converter writes it: every norm gain is stored as
+1 + w (Hugging Face's Gemma keeps w), Q and K stay in rotate-half order, the block has four norms and a QK-norm
+(``attn_norm``, ``post_attention_norm``, ``ffn_norm``, ``post_ffw_norm``, ``attn_q_norm``, ``attn_k_norm``), and the
+tokenizer is SentencePiece's (model ``llama``: tokens, scores, token types). The layer pattern and the local RoPE
+base are read from ``gemma3.attention.sliding_window_pattern`` / ``gemma3.rope.freq_base_swa`` and written there;
+a file without them gets llama.cpp's fixed values (every 6th block global, base 10,000), and so does a reader that
+ignores them (transformers does), so a model of another pattern is exported with a warning.
 
 ``gguf`` (the package llama.cpp publishes) is needed only here; transformers reads the tokenizer from the file.
 """
@@ -24,7 +33,9 @@ import torch
 from errors import ConversionError
 from logger import progress
 
-GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+GEMMA3 = GGUF_ARCHITECTURES["gemma3"]
+GEMMA3_DEFAULT_PATTERN, GEMMA3_DEFAULT_LOCAL_BASE = 6, 10000.0  # what llama.cpp assumes when the file is silent
 GGUF_TYPES = ("f32", "f16", "q8_0")  # what --to_gguf writes (matrices; gains stay F32)
 # GGUF tensor name (in block N: blk.N.<name>) → the Hugging Face Llama / Qwen2 name (model.layers.N.<name>)
 BLOCK_TENSORS = {
@@ -34,11 +45,19 @@ BLOCK_TENSORS = {
     "attn_k.bias": "self_attn.k_proj.bias", "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight"}
+GEMMA3_BLOCK_TENSORS = {
+    **{k: v for k, v in BLOCK_TENSORS.items() if "norm" not in k and ".bias" not in k},
+    "attn_norm.weight": "input_layernorm.weight", "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight", "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}
 TOP_TENSORS = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
                "output.weight": "lm_head.weight"}
-GGUF_TO_HF = {**TOP_TENSORS, **{f"blk.{{}}.{k}": f"model.layers.{{}}.{v}" for k, v in BLOCK_TENSORS.items()}}
-HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5  # llama.cpp's token types
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+
+def block_tensors(arch: str) -> dict[str, str]:
+    """GGUF block tensor name → Hugging Face name, for ``arch`` (a Hugging Face class name)."""
+    return GEMMA3_BLOCK_TENSORS if arch == GEMMA3 else BLOCK_TENSORS
 
 
 def _gguf():
@@ -49,22 +68,28 @@ def _gguf():
     return gguf
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """The Hugging Face Llama name of a GGUF tensor name (None: not one of a Llama's / Qwen2's tensors)."""
+def hf_name(gguf_name: str, arch: str = "LlamaForCausalLM") -> str | None:
+    """The Hugging Face name of a GGUF tensor name (None: not one of ``arch``'s tensors)."""
     if gguf_name in TOP_TENSORS:
         return TOP_TENSORS[gguf_name]
-    parts = gguf_name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in BLOCK_TENSORS:
-        return f"model.layers.{parts[1]}.{BLOCK_TENSORS[parts[2]]}"
+    parts, names = gguf_name.split(".", 2), block_tensors(arch)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in names:
+        return f"model.layers.{parts[1]}.{names[parts[2]]}"
     return None
 
 
-def gguf_name(name: str) -> str:
-    """The GGUF name of a Hugging Face Llama / Qwen2 tensor name (the inverse of ``hf_name``)."""
-    if name in HF_TO_GGUF:
-        return HF_TO_GGUF[name]
+def gguf_name(name: str, arch: str = "LlamaForCausalLM") -> str:
+    """The GGUF name of a Hugging Face tensor name (the inverse of ``hf_name``)."""
+    inverse = {v: k for k, v in TOP_TENSORS.items()}
+    if name in inverse:
+        return inverse[name]
     _, _, i, rest = name.split(".", 3)
-    return HF_TO_GGUF[f"model.layers.{{}}.{rest}"].format(i)
+    return f"blk.{i}." + {v: k for k, v in block_tensors(arch).items()}[rest]
+
+
+def is_gemma_gain(name: str) -> bool:
+    """A Gemma norm gain: stored as 1 + w in GGUF (llama.cpp's converter adds the 1 that Gemma's RMSNorm adds)."""
+    return name.endswith("norm.weight")
 
 
 def interleave_rope_rows(W: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -159,7 +184,43 @@ def gguf_config(reader, path: str):
                   tie_word_embeddings=tied, hidden_act="silu", **special)
     if arch == "llama":
         return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), GGUF_ARCHITECTURES[arch]
+    if arch == "gemma3":
+        return gemma3_config(reader, path, common), GEMMA3
     return transformers.Qwen2Config(use_sliding_window=False, **common), GGUF_ARCHITECTURES[arch]
+
+
+def gemma3_layer_types(pattern, n_layer: int, path: str) -> list[str]:
+    """Hugging Face's layer_types from ``gemma3.attention.sliding_window_pattern``: an integer k (block i is global
+    when (i + 1) % k == 0, llama.cpp's rule) or one flag per block (true: sliding window)."""
+    if isinstance(pattern, (list, tuple)):
+        if len(pattern) != n_layer:
+            raise ConversionError(f"'{path}': the sliding-window pattern has {len(pattern)} flags for {n_layer} blocks")
+        return ["sliding_attention" if flag else "full_attention" for flag in pattern]
+    k = int(pattern)
+    if k < 1:
+        raise ConversionError(f"'{path}': gemma3.attention.sliding_window_pattern = {k} names no layer pattern")
+    return ["full_attention" if (i + 1) % k == 0 else "sliding_attention" for i in range(n_layer)]
+
+
+def gemma3_config(reader, path: str, common: dict):
+    """The transformers Gemma3TextConfig of a ``gemma3`` GGUF file (llama.cpp's fixed values where it is silent:
+    every 6th block global, local RoPE base 10,000, attention scale 1/√head_dim as for the 270M–12B models)."""
+    import transformers
+    window = _field(reader, "gemma3.attention.sliding_window")
+    if window is None:
+        raise ConversionError(f"'{path}' lacks the GGUF metadata field gemma3.attention.sliding_window")
+    n_layer = common["num_hidden_layers"]
+    types = gemma3_layer_types(_field(reader, "gemma3.attention.sliding_window_pattern", GEMMA3_DEFAULT_PATTERN),
+                               n_layer, path)
+    local = float32_value(_field(reader, "gemma3.rope.freq_base_swa", GEMMA3_DEFAULT_LOCAL_BASE))
+    theta = common.pop("rope_parameters")["rope_theta"]
+    common.pop("hidden_act")
+    return transformers.Gemma3TextConfig(
+        **common, hidden_activation="gelu_pytorch_tanh", sliding_window=int(window), layer_types=types,
+        query_pre_attn_scalar=common["head_dim"], attention_bias=False, final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": theta},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": local}})
 
 
 def dequantized(tensor) -> torch.Tensor:
@@ -181,7 +242,7 @@ def read_gguf(path: str) -> GGUFModel:
     hf_config, arch = gguf_config(reader, path)
     state, unknown = {}, []
     for tensor in progress(reader.tensors, "dequantize", unit="tensor"):
-        name = hf_name(tensor.name)
+        name = hf_name(tensor.name, arch)
         if name is None:
             unknown.append(tensor.name)
             continue
@@ -189,18 +250,20 @@ def read_gguf(path: str) -> GGUFModel:
         if arch == GGUF_ARCHITECTURES["llama"] and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = hf_config.num_attention_heads if "q_proj" in name else hf_config.num_key_value_heads
             W = uninterleave_rope_rows(W, heads)
+        if arch == GEMMA3 and is_gemma_gain(name):
+            W = W - 1.0
         state[name] = W
     if unknown:
         raise ConversionError(f"'{path}' holds tensors a {arch} does not have ({', '.join(unknown[:3])}); "
                               "refusing to drop them")
     expected = expected_shapes(hf_config, arch)
-    missing = [gguf_name(k) for k in expected if k not in state]
+    missing = [gguf_name(k, arch) for k in expected if k not in state]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise ConversionError(f"'{path}' lacks the tensor {missing[0]}{more}; the file is incomplete")
     for k, shape in expected.items():
         if tuple(state[k].shape) != shape:
-            raise ConversionError(f"tensor {gguf_name(k)} has shape {tuple(state[k].shape)} but the metadata "
+            raise ConversionError(f"tensor {gguf_name(k, arch)} has shape {tuple(state[k].shape)} but the metadata "
                                   f"says {shape}")
     return GGUFModel(hf_config, state, arch)
 
@@ -222,6 +285,9 @@ def expected_shapes(hf_config, arch: str) -> dict[str, tuple[int, ...]]:
         if arch == GGUF_ARCHITECTURES["qwen2"]:
             shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                            p + "self_attn.v_proj.bias": (kv,)})
+        if arch == GEMMA3:
+            shapes.update({p + "pre_feedforward_layernorm.weight": (d,), p + "post_feedforward_layernorm.weight": (d,),
+                           p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
     return shapes
 
 
@@ -278,29 +344,48 @@ def without_added_defaults(files: dict[str, str], n_tokens: int) -> dict[str, st
 
 
 def tokenizer_fields(files: dict[str, str], special_ids: dict, vocab_size: int) -> dict:
-    """llama.cpp's tokenizer metadata (model 'gpt2': byte-level BPE) for a Hugging Face tokenizer (its files:
-    tokenizer.json and configs): tokens by id, their types, merges and special ids; the vocabulary is padded to
-    the model's rows with unused tokens."""
+    """llama.cpp's tokenizer metadata for a Hugging Face BPE tokenizer (its files: tokenizer.json and configs):
+    byte-level BPE (model 'gpt2': GPT-2, Llama 3, Qwen2, SmolLM2) or SentencePiece's BPE with byte fallback (model
+    'llama': Llama 2, Gemma; scores −id, the order Gemma merges in, byte tokens <0xHH> typed as bytes). Tokens by id,
+    their types, merges (transformers rebuilds the tokenizer from them) and special ids; the vocabulary is padded
+    to the model's rows with unused tokens."""
     spec = json.loads(files["tokenizer.json"])
     model = spec.get("model", {})
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        raise ConversionError(f"the tokenizer is a {model.get('type')!r} model; GGUF export writes byte-level BPE "
-                              "tokenizers only (export with --to_hf instead)")
+        raise ConversionError(f"the tokenizer is a {model.get('type')!r} model; GGUF export writes BPE tokenizers "
+                              "only (byte-level or SentencePiece's; export with --to_hf instead)")
+    sentencepiece = bool(model.get("byte_fallback"))
     tokens = {int(i): tok for tok, i in model["vocab"].items()}
-    types = dict.fromkeys(tokens, TOKEN_NORMAL)
+    types = {i: TOKEN_BYTE if sentencepiece and len(t) == 6 and t.startswith("<0x") and t.endswith(">")
+             else TOKEN_UNKNOWN if t == model.get("unk_token") else TOKEN_NORMAL for i, t in tokens.items()}
     for added in spec.get("added_tokens") or []:
         tokens[int(added["id"])] = added["content"]
-        types[int(added["id"])] = TOKEN_CONTROL if added.get("special") else TOKEN_USER_DEFINED
+        types[int(added["id"])] = (TOKEN_UNKNOWN if added["content"] == model.get("unk_token") else TOKEN_CONTROL
+                                   if added.get("special") else TOKEN_USER_DEFINED)
     size = max(vocab_size, max(tokens) + 1)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
-    fields = {"tokens": [tokens.get(i, f"[PAD{i}]") for i in range(size)],
+    fields = {"model": "llama" if sentencepiece else "gpt2",
+              "tokens": [tokens.get(i, f"[PAD{i}]") for i in range(size)],
               "token_types": [types.get(i, TOKEN_UNUSED) for i in range(size)], "merges": merges,
+              "scores": [-float(i) for i in range(size)] if sentencepiece else None,
               "special": dict(special_ids or {}), "chat_template": None}
+    unk = [i for i, t in types.items() if t == TOKEN_UNKNOWN]
+    if unk:
+        fields["special"].setdefault("unk_token_id", unk[0])
     if files.get("tokenizer_config.json"):
         fields["chat_template"] = json.loads(files["tokenizer_config.json"]).get("chat_template")
     if files.get("chat_template.jinja"):
         fields["chat_template"] = files["chat_template.jinja"]
     return fields
+
+
+def sliding_window_pattern(layer_types: list[str]) -> int | list[bool]:
+    """llama.cpp's pattern for Hugging Face's layer_types: k when block i is global exactly where (i + 1) % k == 0
+    (1: every block global), else one flag per block (true: sliding window)."""
+    for k in range(1, len(layer_types) + 1):
+        if all((t == "full_attention") == ((i + 1) % k == 0) for i, t in enumerate(layer_types)):
+            return k
+    return [t == "sliding_attention" for t in layer_types]
 
 
 def gguf_state(hf_state: dict, hf_config, arch: str) -> dict[str, torch.Tensor]:
@@ -310,7 +395,9 @@ def gguf_state(hf_state: dict, hf_config, arch: str) -> dict[str, torch.Tensor]:
         if arch == GGUF_ARCHITECTURES["llama"] and name.endswith(("q_proj.weight", "k_proj.weight")):
             W = interleave_rope_rows(W, hf_config.num_attention_heads if "q_proj" in name
                                      else hf_config.num_key_value_heads)
-        out[gguf_name(name)] = W.detach().float().contiguous()
+        if arch == GEMMA3 and is_gemma_gain(name):
+            W = W + 1.0
+        out[gguf_name(name, arch)] = W.detach().float().contiguous()
     return out
 
 
@@ -330,8 +417,8 @@ def storage(W: torch.Tensor, dtype: str):
 def write_gguf(path: str, hf_state: dict, hf_config, arch: str, tokenizer_files: dict[str, str],
                special_ids: dict, dtype: str = "f32", pretokenizer: str = "default",
                name: str = "nanoLGPT export") -> None:
-    """Write a GGUF file (version 3) that llama.cpp and transformers read as the same Llama / Qwen2, with the
-    tokenizer whose Hugging Face files are ``tokenizer_files`` (``pretokenizer``: llama.cpp's name for its
+    """Write a GGUF file (version 3) that llama.cpp and transformers read as the same Llama / Qwen2 / Gemma 3, with
+    the tokenizer whose Hugging Face files are ``tokenizer_files`` (``pretokenizer``: llama.cpp's name for its
     pre-tokenizer, e.g. 'smollm', 'qwen2', 'llama-bpe'; 'default' is GPT-2's)."""
     gguf = _gguf()
     if dtype not in GGUF_TYPES:
@@ -349,17 +436,24 @@ def write_gguf(path: str, hf_state: dict, hf_config, arch: str, tokenizer_files:
     writer.add_key_length(hf_config.head_dim)
     writer.add_value_length(hf_config.head_dim)
     writer.add_rope_dimension_count(hf_config.head_dim)
-    writer.add_rope_freq_base(float(hf_config.rope_parameters["rope_theta"]))
+    rope = hf_config.rope_parameters
+    writer.add_rope_freq_base(float(rope["full_attention"]["rope_theta"] if key == "gemma3" else rope["rope_theta"]))
+    if key == "gemma3":
+        writer.add_sliding_window(int(hf_config.sliding_window))
+        writer.add_sliding_window_pattern(sliding_window_pattern(list(hf_config.layer_types)))
+        writer.add_rope_freq_base_swa(float(rope["sliding_attention"]["rope_theta"]))
     writer.add_layer_norm_rms_eps(float(hf_config.rms_norm_eps))
     writer.add_vocab_size(len(tok["tokens"]))
     writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[dtype])
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model(tok["model"])
     writer.add_tokenizer_pre(pretokenizer)
     writer.add_token_list(tok["tokens"])
+    if tok["scores"] is not None:
+        writer.add_token_scores(tok["scores"])
     writer.add_token_types(tok["token_types"])
     writer.add_token_merges(tok["merges"])
     for k, add in (("bos_token_id", writer.add_bos_token_id), ("eos_token_id", writer.add_eos_token_id),
-                   ("pad_token_id", writer.add_pad_token_id)):
+                   ("pad_token_id", writer.add_pad_token_id), ("unk_token_id", writer.add_unk_token_id)):
         if tok["special"].get(k) is not None:
             add(int(tok["special"][k]))
     writer.add_add_bos_token(False)  # a dataset is one stream of text: no BOS is added (as prepare.py does)

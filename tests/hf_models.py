@@ -36,6 +36,27 @@ def train_tokenizer(vocab_size: int = VOCAB - 32, text: str | None = None):
                                                 clean_up_tokenization_spaces=False)
 
 
+def train_gemma_tokenizer(vocab_size: int = 640):
+    """A Gemma-style tokenizer (transformers' GemmaTokenizer: SentencePiece's BPE with byte fallback, spaces as ▁):
+    <pad> <eos> <bos> <unk> <mask>, the 256 byte tokens <0x00>…<0xFF>, then pieces trained on tinyshakespeare."""
+    import json
+
+    import transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split("\u2581", behavior="merged_with_next")
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokenizer.train_from_iterator([shakespeare_text()[:300_000]], trainers.BpeTrainer(
+        vocab_size=vocab_size - len(specials), show_progress=False))
+    trained = json.loads(tokenizer.to_str())["model"]
+    vocab = {token: i for i, token in enumerate(specials)}
+    for token in sorted(trained["vocab"], key=trained["vocab"].get):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
+    return transformers.GemmaTokenizer(vocab=vocab, merges=merges)
+
+
 def far_from_uniform(model: torch.nn.Module, seed: int = 0, std: float = 0.25) -> torch.nn.Module:
     """Redraw every parameter: matrices and biases N(0, std²), norm gains uniform in [0.5, 1.5]."""
     g = torch.Generator().manual_seed(seed)
@@ -93,17 +114,18 @@ def assert_logprobs_close(ours: torch.Tensor, theirs: torch.Tensor, rel: float =
 
 
 def gemma3(layers: int = 4, hidden: int = 64, n_head: int = 4, n_kv_head: int = 1, head_dim: int = 32,
-           window: int = 6, tied: bool = True, vocab: int = VOCAB, seed: int = 0, **extra):
+           window: int = 6, tied: bool = True, vocab: int = VOCAB, seed: int = 0, global_every: int = 2,
+           pre_attn_scalar: int = 24, **extra):
     """A Gemma3ForCausalLM (text) with far-from-uniform weights: a head size independent of d, local blocks with a
-    short sliding window (so 16-token inputs exercise it) and a full-attention block every second block, two RoPE
-    bases, a query_pre_attn_scalar other than head_dim."""
+    short sliding window (so 16-token inputs exercise it) and a full-attention block every ``global_every``-th
+    block, two RoPE bases, a query_pre_attn_scalar other than head_dim (by default)."""
     import transformers
-    types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    types = ["sliding_attention" if (i + 1) % global_every else "full_attention" for i in range(layers)]
     config = transformers.Gemma3TextConfig(
         hidden_size=hidden, intermediate_size=2 * hidden + 32, num_hidden_layers=layers, num_attention_heads=n_head,
         num_key_value_heads=n_kv_head, head_dim=head_dim, vocab_size=vocab, max_position_embeddings=128,
         rms_norm_eps=1e-6, tie_word_embeddings=tied, sliding_window=window, layer_types=types,
-        query_pre_attn_scalar=24, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+        query_pre_attn_scalar=pre_attn_scalar, bos_token_id=0, eos_token_id=1, pad_token_id=2,
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **extra)
     torch.manual_seed(seed)

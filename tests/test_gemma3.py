@@ -123,3 +123,76 @@ def test_the_recipes_run_on_gemma3(char_data_dir):
     mha = model_from_hf_model(gemma3(seed=5, n_kv_head=4, head_dim=16).eval())  # square attention: only QK-norm
     with pytest.raises(TransformError, match="per-head QK-norm gains belong to its head size"):
         transform_model(mha, 48, kind="gaussian", porting="sandwich")
+
+
+# ----------------------------------------------------------------------------------------------
+# GGUF (gguf_format.py): llama.cpp's gemma3 layout, SentencePiece tokenizer
+
+GGUF_TEXT = "ROMEO: But, soft! what light through yonder window breaks?  Two  spaces — and é."
+
+
+def gguf_ready_gemma3(seed: int, **kw):
+    """A Gemma 3 that llama.cpp's fixed values describe (every 6th block global, local base 10,000, attention
+    scale 1/√head_dim) and transformers' GGUF reader too (it assumes query_pre_attn_scalar = 256, so head_dim is
+    256 as in the 270M and 1B models), with a 640-token vocabulary for the Gemma-style tokenizer."""
+    return gemma3(layers=6, global_every=6, head_dim=256, pre_attn_scalar=256, vocab=640, seed=seed, **kw)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_gemma3_gguf_is_read_by_transformers_and_by_us_as_the_same_model_and_tokenizer(tied, tmp_path):
+    pytest.importorskip("gguf")
+    from dataset import Tokenizer
+    from hf_models import train_gemma_tokenizer
+    tokenizer = train_gemma_tokenizer()
+    original = gguf_ready_gemma3(seed=4, tied=tied)
+    src = save(original, tmp_path / "hf", tokenizer)
+    convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
+    path = tmp_path / "gguf" / "model.gguf"
+    convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_gguf=str(path)))
+    idx = torch.randint(0, 640, (2, 16), generator=torch.Generator().manual_seed(1))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name).eval()
+    assert type(theirs).__name__ == "Gemma3ForCausalLM"
+    assert_logprobs_close(hf_logprobs(theirs, idx), hf_logprobs(original.eval(), idx))
+    convert(ConvertConfig(from_gguf=str(path), out_dir=str(tmp_path / "back")))
+    back, ckpt = load_model(str(tmp_path / "back"))
+    assert back.config.global_every == 6 and back.config.qk_norm and back.config.head == ("tied" if tied else "linear")
+    assert_logprobs_close(our_logprobs(back, idx), hf_logprobs(original.eval(), idx))
+    ids = tokenizer.encode(GGUF_TEXT, add_special_tokens=False)
+    assert Tokenizer(ckpt["meta"]).encode(GGUF_TEXT) == ids and Tokenizer(ckpt["meta"]).decode(ids) == GGUF_TEXT
+    reread = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    assert reread.encode(GGUF_TEXT, add_special_tokens=False) == ids
+
+
+def test_a_gemma3_gguf_keeps_another_layer_pattern_for_readers_that_read_it(tmp_path, capsys):
+    """Every 2nd block global and our own local base: written to gemma3.attention.sliding_window_pattern and
+    gemma3.rope.freq_base_swa (our reader gets the model back exactly), with a warning that llama.cpp's fixed
+    values are what readers ignoring those keys assume."""
+    pytest.importorskip("gguf")
+    from hf_models import train_gemma_tokenizer
+    original = gemma3(layers=4, pre_attn_scalar=32, vocab=640, seed=5)  # global_every = 2
+    src = save(original, tmp_path / "hf", train_gemma_tokenizer())
+    convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
+    capsys.readouterr()
+    convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_gguf=str(tmp_path / "m.gguf")))
+    assert "sliding_window_pattern" in capsys.readouterr().err
+    convert(ConvertConfig(from_gguf=str(tmp_path / "m.gguf"), out_dir=str(tmp_path / "back")))
+    back, _ = load_model(str(tmp_path / "back"))
+    idx = torch.randint(0, 640, (2, 16), generator=torch.Generator().manual_seed(2))
+    assert back.config.global_every == 2
+    assert_logprobs_close(our_logprobs(back, idx), hf_logprobs(original.eval(), idx))
+
+
+def test_a_gemma3_attention_scale_a_gguf_cannot_say_is_refused_before_writing(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    import importlib
+
+    from cli import run_cli
+    from hf_models import train_gemma_tokenizer
+    src = save(gemma3(vocab=640, seed=6), tmp_path / "hf", train_gemma_tokenizer())  # query_pre_attn_scalar 24
+    convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
+    capsys.readouterr()
+    rc = run_cli(importlib.import_module("convert").main, [f"--in_dir={tmp_path / 'ours'}",
+                                                          f"--to_gguf={tmp_path / 'm.gguf'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "1/√head_dim" in err[0] and "--to_hf" in err[0], err
+    assert not (tmp_path / "m.gguf").exists()
