@@ -355,6 +355,8 @@ def tokenizer_fields(files: dict[str, str], special_ids: dict, vocab_size: int) 
         raise ConversionError(f"the tokenizer is a {model.get('type')!r} model; GGUF export writes BPE tokenizers "
                               "only (byte-level or SentencePiece's; export with --to_hf instead)")
     sentencepiece = bool(model.get("byte_fallback"))
+    steps = json.dumps([spec.get("normalizer"), spec.get("pre_tokenizer")])
+    space_prefix = '"Prepend"' in steps or '"prepend_scheme": "always"' in steps or '"prepend_scheme": "first"' in steps
     tokens = {int(i): tok for tok, i in model["vocab"].items()}
     types = {i: TOKEN_BYTE if sentencepiece and len(t) == 6 and t.startswith("<0x") and t.endswith(">")
              else TOKEN_UNKNOWN if t == model.get("unk_token") else TOKEN_NORMAL for i, t in tokens.items()}
@@ -368,7 +370,7 @@ def tokenizer_fields(files: dict[str, str], special_ids: dict, vocab_size: int) 
               "tokens": [tokens.get(i, f"[PAD{i}]") for i in range(size)],
               "token_types": [types.get(i, TOKEN_UNUSED) for i in range(size)], "merges": merges,
               "scores": [-float(i) for i in range(size)] if sentencepiece else None,
-              "special": dict(special_ids or {}), "chat_template": None}
+              "special": dict(special_ids or {}), "chat_template": None, "space_prefix": space_prefix}
     unk = [i for i, t in types.items() if t == TOKEN_UNKNOWN]
     if unk:
         fields["special"].setdefault("unk_token_id", unk[0])
@@ -447,6 +449,8 @@ def write_gguf(path: str, hf_state: dict, hf_config, arch: str, tokenizer_files:
     writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[dtype])
     writer.add_tokenizer_model(tok["model"])
     writer.add_tokenizer_pre(pretokenizer)
+    if tok["model"] == "llama":  # SentencePiece: llama.cpp prepends a space unless told (Gemma does not)
+        writer.add_add_space_prefix(tok["space_prefix"])
     writer.add_token_list(tok["tokens"])
     if tok["scores"] is not None:
         writer.add_token_scores(tok["scores"])

@@ -161,6 +161,11 @@ def test_gemma3_gguf_is_read_by_transformers_and_by_us_as_the_same_model_and_tok
     assert Tokenizer(ckpt["meta"]).encode(GGUF_TEXT) == ids and Tokenizer(ckpt["meta"]).decode(ids) == GGUF_TEXT
     reread = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     assert reread.encode(GGUF_TEXT, add_special_tokens=False) == ids
+    from gguf_format import _field, open_reader
+    reader = open_reader(str(path))  # llama.cpp would otherwise put a space before the text (SentencePiece's default)
+    assert _field(reader, "tokenizer.ggml.model") == "llama"
+    assert _field(reader, "tokenizer.ggml.add_space_prefix") is False
+    assert _field(reader, "tokenizer.ggml.token_type")[5] == 6  # <0x00>: a byte token
 
 
 def test_a_gemma3_gguf_keeps_another_layer_pattern_for_readers_that_read_it(tmp_path, capsys):
