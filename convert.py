@@ -307,7 +307,7 @@ def tokenizer_files(meta: dict | None) -> dict[str, str]:
 
 
 def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") -> str:
-    """Write ``model`` (Llama- or Qwen2-shaped: anything export_target maps to them) and its tokenizer as one GGUF
+    """Write ``model`` (Llama-, Qwen2- or Gemma 3-shaped: what export_target maps to them) and its tokenizer as one GGUF
     file, atomically: a temporary sibling renamed into place, removed on any failure. Returns the class name."""
     from gguf_format import write_gguf
     transformers = _transformers()
@@ -474,12 +474,12 @@ def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str, final_dir: str =
 class ConvertConfig:
     # conversion (one of from_hf, from_nanogpt, to_hf)
     from_hf: str = ""  # a Hugging Face GPT-2 / Llama / Qwen2 name or save_pretrained directory
-    from_gguf: str = ""  # a Llama / Qwen2 GGUF file (any tensor type the gguf package dequantizes)
+    from_gguf: str = ""  # a Llama / Qwen2 / Gemma 3 GGUF file (any tensor type the gguf package dequantizes)
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)
     data_dir: str = ""  # from_nanogpt: the dataset whose meta.pkl is its tokenizer; lm_eval_task: whose val split
     in_dir: str = ""  # with to_hf: our checkpoint to export
     to_hf: str = ""  # directory for the exported GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM + tokenizer
-    to_gguf: str = ""  # file for the exported Llama / Qwen2 GGUF (model + tokenizer)
+    to_gguf: str = ""  # file for the exported Llama / Qwen2 / Gemma 3 GGUF (model + tokenizer)
     gguf_type: str = "f32"  # with to_gguf: f32 | f16 | q8_0 (matrices; norm gains stay f32)
     lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
