@@ -732,6 +732,71 @@ def real_model_geometry(r: dict) -> str:
     return "\n".join(lines)
 
 
+def one_sample(values: list[float], reference: float) -> dict:
+    """Is mean(values) lower or higher than a fixed ``reference`` (a deterministic row, n = 1)? One-sample t."""
+    from scipy import stats
+    if len(values) < 2:
+        return {"words": "no difference", "p": None, "test": "n too small"}
+    p = stats.ttest_1samp(values, reference).pvalue
+    p = 1.0 if p != p else float(p)
+    TESTS_RUN[(tuple(values), (reference,), "one-sample")] = p
+    words = "no difference" if p >= SIGNIFICANCE_LEVEL else "lower" if statistics.fmean(values) < reference \
+        else "higher"
+    return {"words": words, "p": p, "test": "one-sample t"}
+
+
+def real_model_quantization(r: dict) -> str:
+    """SmolLM2 rotated at m = d (exactly) and quantized, against the same model unrotated."""
+    labels = [q["label"] for q in r["settings"]]
+    rows = {s["rotation"]: s for s in r["summary"]}
+    per_rotation = {}
+    for row in r["rows"]:
+        per_rotation.setdefault(row["rotation"], []).append(row)
+    none = next(x for x in r["rows"] if x["rotation"] == "none")
+    fv, fg = none["float"]["val"], none["float"]["general"]
+    lines = [f"{r['model']}, rotated at m = d = {r['d']} by `transform.py` (one map per rotation; every rotated "
+             "model is the same function in float: its record says exact, and its logits on one val window differ "
+             f"from the unrotated model's by at most {max(x['max_logit_difference'] for x in r['rows']):.1e}), then "
+             "fake-quantized (`quantize.py`: symmetric round-to-nearest; W4 = 4-bit weights, one scale per output "
+             "channel; g64 = one scale per 64 input columns; A4 = 4-bit activations, one scale per token, at the "
+             "residual's readers c_attn and c_fc; the embedding and the head stay in float). Losses over the whole "
+             f"val split in {r['block']}-token windows: **val** = tinyshakespeare, **general** = *Botchan*. In "
+             f"float the model scores val {fv:.4f}, general {fg:.4f}. Random rotations: mean ± std over n seeds "
+             "(the n column); none and pca are deterministic (n = 1).", "",
+             "| rotation | n | " + " | ".join(f"{q} val | {q} general" for q in labels)
+             + " | readers' input max/rms | weight kurtosis |", "|---|---|" + "---|---|" * len(labels) + "---|---|"]
+    for name, entry in rows.items():
+        group = per_rotation[name]
+        cells = []
+        for q in labels:
+            cell = entry["settings"].get(q, {})
+            cells += [ms(cell[t], 4) if t in cell else "—" for t in ("val", "general")]
+        outl = statistics.fmean(x["readers_input"]["max_over_rms"] for x in group)
+        kurt = statistics.fmean(x["weight_kurtosis"] for x in group)
+        lines.append(f"| {name} | {entry['n']} | " + " | ".join(cells) + f" | {outl:.1f} | {kurt:.2f} |")
+    reading = []
+    for name in [n for n in rows if n != "none"]:
+        group = per_rotation[name]
+        parts = []
+        for q in labels:
+            values = [x["losses"][q]["val"] for x in group if q in x["losses"]]
+            if not values or q not in none["losses"]:
+                continue
+            base = none["losses"][q]["val"]
+            v = one_sample(values, base) if len(values) > 1 else None
+            words = (v["words"] if v else ("lower" if values[0] < base else "higher"))
+            parts.append(f"{q} {statistics.fmean(values):.4f} vs {base:.4f} ("
+                         + (f"{words}, {_p(v)}" if v else f"{words}, n = 1") + ")")
+        if parts:
+            reading.append(f"{name}: " + "; ".join(parts) + ".")
+    if reading:
+        lines += ["", "**Reading** (generated; val split, each rotation against no rotation at the same setting, "
+                  "one-sample t over rotation seeds where n > 1). " + " ".join(reading)]
+    lines += ["" if not r.get("notes") else "", *(f"*{n}*" for n in r.get("notes", [])), "",
+              f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s.*"]
+    return "\n".join(lines)
+
+
 def shrink_quality(r: dict) -> str:
     ratios = sorted({row["ratio"] for row in r["rows"]})
     ref = r["reference_val_loss"]
@@ -1753,7 +1818,7 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
                                     grow_recipes, real_model, real_model_recovery, shrink_vs_scratch,
-                                    real_model_geometry)}
+                                    real_model_geometry, real_model_quantization)}
 
 
 def render(name: str) -> str:
