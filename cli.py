@@ -51,12 +51,19 @@ def termination_as_exception() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    with signal_handlers((signal.SIGTERM, signal.SIGHUP), raise_terminated):
+        yield
+
+
+@contextmanager
+def signal_handlers(signals: tuple[signal.Signals, ...], handler) -> Iterator[None]:
+    """``handler`` for ``signals`` inside the block, the previous handlers back afterwards."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 THREADS_HELP = ("\ncommon to every command:\n  --threads=N  CPU threads for torch (default: OMP_NUM_THREADS if set, "

@@ -30,7 +30,7 @@ from checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from cli import Interrupted, run_cli
+from cli import Interrupted, run_cli, signal_handlers
 from configurator import load_config
 from dataset import (
     GPT2_META,
@@ -583,12 +583,8 @@ def stop_on_signals(state: TrainState, master: bool) -> Iterator[None]:
         if master:
             print(f"\n{state.stop_signal}: saving a checkpoint at the end of this iteration (Ctrl-C again to abort)")
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signal_handlers((signal.SIGINT, signal.SIGTERM), request_stop):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def stop_requested(run: Run) -> bool:

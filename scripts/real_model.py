@@ -84,18 +84,22 @@ def prepared(model_dir: str, text: str) -> str:
                   build)[0]
 
 
+def evaluation_losses(model, data: dict[str, str]) -> dict:
+    """``model``'s loss on each evaluation text's whole val split (256-token windows), with the seconds it took."""
+    out = {}
+    for name, text in EVALS.items():
+        started = time.time()
+        out[name] = evaluate_loss(model, BatchLoader(data[text], BLOCK, 8, "cpu"), "val", None)
+        out[f"{name}_eval_seconds"] = round(time.time() - started, 1)
+    return out
+
+
 def losses(model_dir: str, data: dict[str, str]) -> dict:
     """The model's loss on each evaluation text's whole val split (256-token windows), with the seconds it took;
     cached as a run of its own, keyed by the model's directory and EVAL_VERSION."""
     def build(out: str) -> dict:
         os.makedirs(out, exist_ok=True)  # the run's directory holds only its marker
-        model, _ckpt = load_model(model_dir)
-        out = {}
-        for name, text in EVALS.items():
-            started = time.time()
-            out[name] = evaluate_loss(model, BatchLoader(data[text], BLOCK, 8, "cpu"), "val", None)
-            out[f"{name}_eval_seconds"] = round(time.time() - started, 1)
-        return out
+        return evaluation_losses(load_model(model_dir)[0], data)
 
     spec = {"model": harness.relative(model_dir), "evals": EVALS, "block": BLOCK, "v": EVAL_VERSION}
     return cached("eval", os.path.basename(model_dir)[:60], spec, build)[1]

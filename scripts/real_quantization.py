@@ -39,10 +39,20 @@ import torch  # noqa: E402
 import geometry as geo  # noqa: E402
 import harness  # noqa: E402
 from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader, evaluate_loss  # noqa: E402
+from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS, cached, hardware  # noqa: E402
 from quantize import Quantization, activation_outliers, block_linears, fake_quantized  # noqa: E402
-from real_model import BLOCK, EVAL_VERSION, EVALS, TEXTS, imported, losses, prepared, transformed  # noqa: E402
+from real_model import (  # noqa: E402
+    BLOCK,
+    EVAL_VERSION,
+    EVALS,
+    TEXTS,
+    evaluation_losses,
+    imported,
+    losses,
+    prepared,
+    transformed,
+)
 
 D = 576
 SETTINGS = (Quantization(weight_bits=4), Quantization(weight_bits=4, group=64),
@@ -80,13 +90,7 @@ def quantized_losses(model_dir: str, data: dict[str, str], q: Quantization) -> d
     """The fake-quantized model's loss on each evaluation text's whole val split, cached per (model, setting)."""
     def build(out: str) -> dict:
         os.makedirs(out, exist_ok=True)
-        model = fake_quantized(load_model(model_dir)[0], q)
-        result = {}
-        for name, text in EVALS.items():
-            started = time.time()
-            result[name] = evaluate_loss(model, BatchLoader(data[text], BLOCK, 8, "cpu"), "val", None)
-            result[f"{name}_eval_seconds"] = round(time.time() - started, 1)
-        return result
+        return evaluation_losses(fake_quantized(load_model(model_dir)[0], q), data)
 
     spec = {"model": harness.relative(model_dir), "quantization": dataclasses.asdict(q), "evals": EVALS,
             "block": BLOCK, "v": EVAL_VERSION}
