@@ -17,7 +17,6 @@ agree. Writes bench/results/gemma3_gguf.json.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from common import write_result  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from convert import ConvertConfig, convert  # noqa: E402
@@ -74,10 +74,7 @@ def main() -> None:
             result["llama_cpp"] = {"same_tokens": their_ids == ids,
                                    "max_abs_dlogp": float((logp - reference).abs().max()),
                                    "max_abs_dlogp_vs_fp16_gelu": float((logp - emulated).abs().max())}
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gemma3_gguf.json")
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps(result, indent=2))
+    write_result("gemma3_gguf", result)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ agree. Writes bench/results/gguf_exactness.json.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from common import write_result  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from convert import ConvertConfig, convert  # noqa: E402
@@ -87,10 +87,7 @@ def main() -> None:
         result["llama_cpp_python"] = llama_cpp.__version__
     except ImportError:
         result["llama_cpp_python"] = None
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gguf_exactness.json")
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps(result, indent=2))
+    write_result("gguf_exactness", result)
 
 
 if __name__ == "__main__":
