@@ -588,7 +588,7 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                       f"{fit['relative_logit_residual_untied_gain']:.3f}): a per-dimension gain at width m cannot "
                       "stand in for diag(γ) at width d unless T commutes with it, which PCA's T does not"
                       if fit else "") + ".")
-    for raw in (x for x in r["rows"] if "--calib_weighting=raw" in x.get("options", [])):
+    for raw in (x for x in r["rows"] if x.get("options") == ["--calib_weighting=raw"]):
         unit = next((x for x in r["rows"] if not x.get("options") and x.get("source") == raw.get("source")
                      and (x["kind"], x["porting"], x["m"], x["calibration"]) ==
                      (raw["kind"], raw["porting"], raw["m"], raw["calibration"])), None)
@@ -598,6 +598,7 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    f"porting, m = {raw['m']}:** val {raw['losses']['val']:.4f} ({gap_words(raw['losses']['val'], bv)}) "
                    f"against {unit['losses']['val']:.4f} ({gap_words(unit['losses']['val'], bv)}); general "
                    f"{raw['losses']['general']:.4f} against {unit['losses']['general']:.4f}.")
+    out += sequential_reading(r, bv, bg)
     reg = r.get("regrouped")
     if reg:
         paper = any(x.get("source") == "kv9" for x in r["rows"])
@@ -617,6 +618,31 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                           if len(usable) < len(same) else "every cell stays below log V")
                        + (": with a random map no rule leaves a usable model at this width on a real model — the map, "
                           "not the porting rule, is what fails." if not usable else "."))
+    return out
+
+
+def sequential_reading(r: dict, bv: float, bg: float) -> list[str]:
+    """Per-block PCA fitted in SliceGPT's order (each site on the already cut model) against the same per-block PCA
+    fitted on the original's states, one weighting at a time, and SliceGPT's own code at the same m."""
+    out, sg = [], load("real_model_slicegpt")
+    seq = "--sequential_calibration=True"
+    for row in (x for x in r["rows"] if seq in x.get("options", []) and x["porting"] == "per_block"):
+        rest = [o for o in row["options"] if o != seq]
+        twin = next((x for x in r["rows"] if x["porting"] == "per_block" and x["m"] == row["m"]
+                     and x.get("options", []) == rest and x["calibration"] == row["calibration"]), None)
+        theirs = next((x for x in (sg or {}).get("rows", []) if x["width"] == row["m"]), None)
+        weighting = "by state size (SliceGPT's)" if "--calib_weighting=raw" in rest else "by direction (ours)"
+        words = (f"- **Per-block PCA in SliceGPT's order (each site fitted on the model already cut before it), "
+                 f"weighted {weighting}, m = {row['m']}:** val {row['losses']['val']:.4f} "
+                 f"({gap_words(row['losses']['val'], bv)}), general {row['losses']['general']:.4f} "
+                 f"({gap_words(row['losses']['general'], bg)})")
+        if twin is not None:
+            words += (f"; fitted on the original's states instead: {twin['losses']['val']:.4f} "
+                      f"({gap_words(twin['losses']['val'], bv)}), general {twin['losses']['general']:.4f}")
+        if theirs is not None:
+            words += (f"; SliceGPT's own code: {theirs['losses']['val']:.4f} "
+                      f"({gap_words(theirs['losses']['val'], bv)}), general {theirs['losses']['general']:.4f}")
+        out.append(words + f" (n = 1; {row['parameters'] / 1e6:.1f} M parameters).")
     return out
 
 
