@@ -5,6 +5,7 @@ large enough that the next-token distributions are peaked, so agreement of log-p
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -36,6 +37,7 @@ def train_tokenizer(vocab_size: int = VOCAB - 32, text: str | None = None):
                                                 clean_up_tokenization_spaces=False)
 
 
+@functools.lru_cache(maxsize=2)  # trained once per test process: the tests only read it
 def train_gemma_tokenizer(vocab_size: int = 640):
     """A Gemma-style tokenizer (transformers' GemmaTokenizer: SentencePiece's BPE with byte fallback, spaces as ▁):
     <pad> <eos> <bos> <unk> <mask>, the 256 byte tokens <0x00>…<0xFF>, then pieces trained on tinyshakespeare."""
