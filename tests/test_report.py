@@ -257,3 +257,16 @@ def test_the_real_model_reading_sets_raw_weighting_beside_unit():
                           losses=dict(unit["losses"], val=4.1, general=4.8)))
     line = next(x for x in report.real_model(r).splitlines() if x.startswith("- **PCA weighted by state size"))
     assert "val 4.1000" in line and f"against {unit['losses']['val']:.4f}" in line and "general 4.8000" in line
+
+
+@pytest.mark.parametrize("all_holds_worse", [True, False])
+def test_the_refit_reading_calls_a_better_calibration_fit_that_holds_worse_overfitting(all_holds_worse):
+    row = {"kind": "pca", "porting": "residual", "m": 432, "step": {"seconds": 600.0}}
+    readers = dict(row, options=["--refit=readers"], losses={"val": 4.1, "general": 4.7},
+                   corrections={"calibration_kl_before": 0.8, "calibration_kl_after": 0.43})
+    everything = dict(row, options=["--refit=all"], losses={"val": 4.3 if all_holds_worse else 4.0, "general": 4.8},
+                      corrections={"calibration_kl_before": 0.8, "calibration_kl_after": 0.37})
+    (line,) = report.refit_reading({"rows": [readers, everything]}, 3.76, 3.79)
+    assert "`--refit=all` val 4.3000" in line if all_holds_worse else "`--refit=all` val 4.0000" in line
+    assert ("overfits the calibration tokens" in line) == all_holds_worse
+    assert "0.800 → 0.430" in line and "0.800 → 0.370" in line
