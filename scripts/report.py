@@ -874,7 +874,8 @@ def eval_geometry_lines() -> list[str]:
             out.append(f"The PCA dimension that holds 95% of the states' variance falls from "
                        f"{max(dims[:collapsed[0]]):.0f} to {dims[collapsed[0]]} at layer {collapsed[0]} and stays "
                        f"at most 4 through layer {collapsed[-1]}: there one direction carries 95% of the states' "
-                       "variance — the massive activation at position 0, the bright streak above — while TwoNN (scale-free, local) stays at "
+                       "variance — the massive activation at position 0, the bright streak above — while TwoNN "
+                       "(scale-free, local) stays at "
                        f"{min(alone['ref_twonn'][1:]):.1f}–{max(alone['ref_twonn'][1:]):.1f}; the coordinates' "
                        f"excess kurtosis reaches {max(kurt):,.0f} in the same layers (a Gaussian's is 0).")
     compared = [(name, x) for name, x in rows.items() if name != "alone"]
