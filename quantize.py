@@ -46,8 +46,9 @@ class Quantization:
 
     @property
     def label(self) -> str:
-        w = f"W{self.weight_bits}" + (f" g{self.group}" if self.group else "") if self.weight_bits else ""
-        a = f"A{self.act_bits}" + (" (all linears)" if self.act_at == "all" else "") if self.act_bits else ""
+        """W4, W4g64 (groups of 64), W4A4 (activations at the readers), W8A8all (at every linear layer), float."""
+        w = f"W{self.weight_bits}" + (f"g{self.group}" if self.group else "") if self.weight_bits else ""
+        a = f"A{self.act_bits}" + ("all" if self.act_at == "all" else "") if self.act_bits else ""
         return (w + a) or "float"
 
 

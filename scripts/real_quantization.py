@@ -97,7 +97,7 @@ def quantized_losses(model_dir: str, data: dict[str, str], q: Quantization) -> d
 
     spec = {"model": harness.relative(model_dir), "quantization": dataclasses.asdict(q), "evals": EVALS,
             "block": BLOCK, "v": EVAL_VERSION}
-    label = f"{os.path.basename(model_dir)[:40]}-{q.label.replace(' ', '')}"
+    label = f"{os.path.basename(model_dir)[:40]}-{q.label}"
     return cached("eval", label, spec, build)[1]
 
 

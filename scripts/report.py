@@ -812,8 +812,9 @@ def real_model_quantization(r: dict) -> str:
              "model is the same function in float: its record says exact, and its logits on one val window differ "
              f"from the unrotated model's by at most {max(x['max_logit_difference'] for x in r['rows']):.1e}), then "
              "fake-quantized (`quantize.py`: symmetric round-to-nearest; W4 = 4-bit weights, one scale per output "
-             "channel; g64 = one scale per 64 input columns; A4 = 4-bit activations, one scale per token, at the "
-             "residual's readers c_attn and c_fc; the embedding and the head stay in float). Losses over the whole "
+             "channel; W4g64 = one scale per 64 input columns; A4 = 4-bit activations, one scale per token, at the "
+             "residual's readers c_attn and c_fc; W8A8all = 8-bit weights per channel and 8-bit activations per "
+             "token at every linear layer; the embedding and the head stay in float). Losses over the whole "
              f"val split in {r['block']}-token windows: **val** = tinyshakespeare, **general** = *Botchan*. In "
              f"float the model scores val {fv:.4f}, general {fg:.4f}. Random rotations: mean ± std over n seeds "
              "(the n column); none and pca are deterministic (n = 1).", "",
