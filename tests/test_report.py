@@ -238,7 +238,10 @@ def test_the_real_model_quotes_read_the_cell_their_prose_names():
         pytest.skip("results/real_model is not committed")
     named = {0: ("pca", "residual", 432, []), 5: ("pca", "residual", 288, []), 16: ("pca", "per_block", 432, []),
              17: ("pca", "per_block", 288, []), 18: ("pca", "residual", 357, []),
-             19: ("pca", "residual", 432, ["--tie_head=True"])}
+             19: ("pca", "residual", 432, ["--tie_head=True"]), 34: ("pca", "residual", 432, ["--refit=readers"]),
+             35: ("pca", "residual", 432, ["--refit=all"]),
+             36: ("pca", "per_block", 432, ["--sequential_calibration=True", "--calib_weighting=raw"]),
+             37: ("pca", "per_block", 288, ["--sequential_calibration=True", "--calib_weighting=raw"])}
     for i, (kind, porting, m, options) in named.items():
         row = r["rows"][i]
         assert (row["kind"], row["porting"], row["m"], row["calibration"], row.get("options"), row.get("source")) == \
