@@ -891,6 +891,22 @@ def eval_geometry_lines() -> list[str]:
                        f"{ae.get('model', float('nan')):.3f} | {hc.get('map', float('nan')):.3f} / "
                        f"{hc.get('model', float('nan')):.3f} | {x['weight_kurtosis_mean']['ref']:.2f} → "
                        f"{x['weight_kurtosis_mean']['new']:.2f} |")
+        shrink = dict(compared).get("pca_m432")
+        lens = os.path.join(RESULTS, shrink["figures_dir"], "metrics.json") if shrink else None
+        if lens and os.path.exists(lens):
+            with open(lens) as f:
+                models = json.load(f)["models"]
+            p_ref, p_new = models["ref"]["logit_lens"]["prob"], models["new"]["logit_lens"]["prob"]
+            # the first layer from which the shrunk model's probability stays more than 10% below the original's
+            apart = next((i for i in range(1, len(p_ref)) if all(p_new[j] < 0.9 * p_ref[j]
+                                                                  for j in range(i, len(p_ref)))), None)
+            ae, hc = shrink["angular_error"], shrink["concordance"]
+            out += ["", f"The PCA shrink keeps the probes' geometry at the map level (AE {ae['map']:.3f} rad, HC "
+                    f"{hc['map']:.3f}); through the model it drifts (AE {ae['model']:.3f}, HC {hc['model']:.3f}), "
+                    "and the logit lens says where the loss appears: "
+                    + (f"from layer {apart} on, the next token's mean probability stays more than 10% below the "
+                       f"original's ({p_new[-1]:.3f} against {p_ref[-1]:.3f} at the output)." if apart else "the next token's mean probability stays within 10% of "
+                       "the original's at the output.")]
         out += ["", f"Loss, KL and agreement here are on {compared[0][1]['loss_basis']} (a sample; the full-split "
                 "losses are the real-model table's). Figures of each comparison: "
                 + ", ".join(f"[{name}](results/{x['figures_dir']}/layers.png)" for name, x in compared) + "."]
