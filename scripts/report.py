@@ -905,7 +905,8 @@ def eval_geometry_lines() -> list[str]:
                     f"{hc['map']:.3f}); through the model it drifts (AE {ae['model']:.3f}, HC {hc['model']:.3f}), "
                     "and the logit lens says where the loss appears: "
                     + (f"from layer {apart} on, the next token's mean probability stays more than 10% below the "
-                       f"original's ({p_new[-1]:.3f} against {p_ref[-1]:.3f} at the output)." if apart else "the next token's mean probability stays within 10% of "
+                       f"original's ({p_new[-1]:.3f} against {p_ref[-1]:.3f} at the output)." if apart
+                       else "the next token's mean probability stays within 10% of "
                        "the original's at the output.")]
         out += ["", f"Loss, KL and agreement here are on {compared[0][1]['loss_basis']} (a sample; the full-split "
                 "losses are the real-model table's). Figures of each comparison: "
