@@ -839,9 +839,8 @@ def real_model_quantization(r: dict) -> str:
                 continue
             base = none["losses"][q]["val"]
             v = one_sample(values, base) if len(values) > 1 else None
-            words = (v["words"] if v else ("lower" if values[0] < base else "higher"))
             parts.append(f"{q} {statistics.fmean(values):.4f} vs {base:.4f} ("
-                         + (f"{words}, {_p(v)}" if v else f"{words}, n = 1") + ")")
+                         + (f"{v['words']}, {_p(v)}" if v else "n = 1: no verdict") + ")")
         if parts:
             reading.append(f"{name}: " + "; ".join(parts) + ".")
     if reading:
