@@ -427,15 +427,13 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
     site 0's map and ``site_maps`` counts them."""
     if given_map is not None:
         raise TransformError("porting='per_block' draws one map per site; a map file gives one: drop --map_file")
-    if sequential and (kind != "pca" or m > model.config.n_embd):
-        raise TransformError("sequential_calibration fits one PCA per site (kind='pca', m ≤ d); drop it")
+    if sequential and kind != "pca":
+        raise TransformError("sequential_calibration fits one PCA per site (kind='pca'); drop it")
     d = model.config.n_embd
     sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
     canonical = model_from_state(dict(sd), cfg)
     calibrations = None
-    if kind == "pca" and sequential:
-        if loader is None:
-            raise TransformError("kind='pca' with porting='per_block' needs calibration data (one moment per site)")
+    if sequential:  # transform_model has checked that kind='pca' has calibration data
         maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping)
         notes.append("per-site PCA calibrated in order (SliceGPT's): each on the states of the model cut before it")
     else:

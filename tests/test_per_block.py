@@ -154,6 +154,8 @@ def test_sequential_calibration_is_refused_outside_per_block_pca():
             TransformConfig(in_dir="x", out_dir="y", width=8, sequential_calibration=True, **options).validate()
     with pytest.raises(TransformError, match="sequential_calibration"):
         transform_model(random_model(7), 8, kind="orthogonal", sequential_calibration=True)
+    with pytest.raises(TransformError, match="sequential_calibration"):
+        transform_model(random_model(7), 8, kind="orthogonal", porting="per_block", sequential_calibration=True)
 
 
 def test_shortcuts_start_as_the_identity_when_trained_from_scratch():
