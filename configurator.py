@@ -39,6 +39,8 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def _describe(tp: Any) -> str:
     args = typing.get_args(tp)
+    if typing.get_origin(tp) is tuple and args[-1:] == (Ellipsis,):
+        return f"tuple of {_describe(args[0])} (one, or several: --key=1,2)"
     if args:
         return " or ".join(_describe(a) for a in args)
     return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
@@ -72,8 +74,12 @@ def coerce(key: str, value: Any, tp: Any, source: str) -> Any:
             return value
         elif option is str and isinstance(value, str):
             return value
-        elif typing.get_origin(option) is tuple and isinstance(value, (tuple, list)):
-            return tuple(value)
+        elif typing.get_origin(option) is tuple:
+            item = typing.get_args(option)[0] if typing.get_args(option)[-1:] == (Ellipsis,) else None
+            values = value if isinstance(value, (tuple, list)) else (value,) if item is not None else None
+            if values is not None and (item is None or all(isinstance(v, item) and not isinstance(v, bool)
+                                                           for v in values)):
+                return tuple(values)  # tuple[X, ...] also takes one X: --pca_exclude=507 as --pca_exclude=507,
         elif option is dict and isinstance(value, dict):
             return dict(value)
     raise ConfigError(f"{source}: {key}={value!r} has the wrong type; {key} accepts {_describe(tp)}")

@@ -141,7 +141,7 @@ def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Ten
 
 def make_projection(kind: str, d: int, m: int, seed: int = 0,
                     calibration: Calibration | torch.Tensor | None = None,
-                    damping: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+                    damping: float = 1e-6, exclude: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
     machine; ``transform_model`` moves it to the model's device, once):
 
@@ -153,11 +153,15 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
     orthogonal  Haar-random orthonormal rows (m ≤ d) or columns (m ≥ d), from the QR of a Gaussian
     hadamard    H·D/√d at m = d: a Hadamard matrix of order d (``hadamard_matrix``), random signs D (QuaRot's
                 rotation; spreads every coordinate over all d, so no single one carries an outlier)
-    pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d)
+    pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d); with ``exclude``
+                (coordinates E) those of Q·M·Q, Q = I − Σ_{i∈E} e_i e_iᵀ: range(T) ⟂ every e_i, i ∈ E
     truncate    the first m coordinates
     """
     if m <= 0 or d <= 0:
         raise TransformError(f"widths must be positive, got d={d}, m={m}")
+    if exclude and kind != "pca":
+        raise TransformError(f"pca_exclude keeps coordinates out of a PCA map's range; kind={kind!r} is not fitted "
+                             "to data: use kind='pca' or drop --pca_exclude")
     g = torch.Generator().manual_seed(seed)
     if kind == "gaussian":
         T = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(m)
@@ -185,21 +189,53 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
         T = torch.eye(m, d, dtype=torch.float64)
         return T, T.T.clone()
     elif kind == "pca":
-        if m > d:
-            raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
-                                 "use kind='orthogonal' to grow")
-        if calibration is None:
-            raise TransformError("kind='pca' needs calibration data (hidden states of the model)")
-        if not isinstance(calibration, Calibration):
-            calibration = Calibration.from_points(calibration)
-        M = calibration.second_moment.double().cpu()  # eigh on the host: the same directions on every device
-        M = M + damping * torch.trace(M) / d * torch.eye(d, dtype=torch.float64)
-        _, vectors = torch.linalg.eigh(M)  # ascending eigenvalues
-        T = vectors[:, -m:].flip(-1).T.contiguous()  # top-m directions, largest first
+        T = pca_map(calibration, d, m, damping, exclude)
         return T, T.T.clone()
     else:
         raise TransformError(f"kind={kind!r} is not one of {KINDS}")
     return T, pseudo_inverse(T)
+
+
+def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damping: float = 1e-6,
+            exclude: tuple[int, ...] = ()) -> torch.Tensor:
+    """T = the top-m eigenvectors (rows, largest first) of M + δ·tr(M)/d·I, M the calibration's uncentred second
+    moment; with ``exclude`` (coordinates E) of Q·(M + δ·tr(M)/d·I)·Q, Q = I − Σ_{i∈E} e_i e_iᵀ, so range(T) ⟂ e_i."""
+    if m > d:
+        raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
+                             "use kind='orthogonal' to grow")
+    if calibration is None:
+        raise TransformError("kind='pca' needs calibration data (hidden states of the model)")
+    if not isinstance(calibration, Calibration):
+        calibration = Calibration.from_points(calibration)
+    M = calibration.second_moment.double().cpu()  # eigh on the host: the same directions on every device
+    M = M + damping * torch.trace(M) / d * torch.eye(d, dtype=torch.float64)
+    if exclude:
+        check_coordinates(exclude, d, m)
+        keep = torch.ones(d, dtype=torch.float64)
+        keep[list(exclude)] = 0
+        M = M * keep[:, None] * keep[None, :]
+        M[list(exclude), list(exclude)] = -1.0  # below every other eigenvalue (≥ 0), whatever the damping
+    _, vectors = torch.linalg.eigh(M)  # ascending eigenvalues
+    T = vectors[:, -m:].flip(-1).T.contiguous()  # top-m directions, largest first
+    return T
+
+
+def check_coordinates(coordinates: tuple[int, ...], d: int, m: int, kind: str = "pca", given_map: bool = False
+                      ) -> None:
+    """Raise TransformError unless the coordinates of --pca_exclude can apply: a PCA map drawn here (not a map
+    file), every coordinate in [0, d), and m directions left outside them."""
+    if not coordinates:
+        return
+    if kind != "pca" or given_map:
+        raise TransformError("pca_exclude keeps coordinates out of a PCA map's range: use kind='pca' without a map "
+                             "file, or drop pca_exclude")
+    outside = [i for i in coordinates if not 0 <= i < d]
+    if outside:
+        raise TransformError(f"pca_exclude names coordinates {outside} outside this model's residual stream "
+                             f"(0 … {d - 1}); give coordinates below d={d}")
+    if m > d - len(coordinates):
+        raise TransformError(f"pca_exclude keeps {len(coordinates)} of d={d} coordinates out of range(T), which "
+                             f"leaves {d - len(coordinates)} directions for m={m}: exclude fewer or shrink more")
 
 
 def mean_preserving(T: torch.Tensor) -> torch.Tensor:
@@ -246,14 +282,15 @@ def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
 
 
 def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
-                 calibration: Calibration | None, damping: float, keep_layernorm: bool) -> tuple[torch.Tensor, ...]:
+                 calibration: Calibration | None, damping: float, keep_layernorm: bool,
+                 exclude: tuple[int, ...] = ()) -> tuple[torch.Tensor, ...]:
     """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
     model keeps its LayerNorm."""
     if given_map is not None:
         T = given_map.detach().cpu().double()
         T_pinv = pseudo_inverse(T)
     else:
-        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping)
+        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, exclude)
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()
@@ -275,14 +312,15 @@ def unit_second_moment(x: torch.Tensor, weighting: str = "unit") -> tuple[torch.
 
 @torch.no_grad()
 def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0,
-                        weighting: str = "unit") -> Calibration:
+                        weighting: str = "unit", vocabulary: bool = True) -> Calibration:
     """Second moment of the calibration set: every token embedding plus the residual-stream hidden
     states of every layer (after the embedding and after each block) on ``batches`` training batches.
     Each vector is scaled to unit length first: norms are scale-invariant, so what the readers need
     is the direction of h, and unscaled late layers would otherwise dominate (``weighting='raw'`` keeps them as
-    they are, for comparison with SliceGPT's PCA)."""
+    they are, for comparison with SliceGPT's PCA). ``vocabulary=False`` leaves out the rows of tokens the
+    calibration text does not use (SliceGPT's: only the text's own embeddings, the first hidden state, count)."""
     model.eval()
-    total, count = unit_second_moment(model.transformer.wte.weight, weighting)
+    total, count = vocabulary_moment(model, weighting, vocabulary)
     for k in progress(range(batches), "calibrate", unit="batch"):
         x, _ = loader.get_batch("train", seed=seed + k)
         for h in model(x, return_hidden=True)[2]:
@@ -292,12 +330,20 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
     return Calibration(total / count, count)
 
 
-def calibration_points(cfg: GPTConfig, loader: BatchLoader | None, batches: int) -> int:
+def vocabulary_moment(model: GPT, weighting: str, vocabulary: bool) -> tuple[torch.Tensor | int, int]:
+    """Every token embedding's term of the first site's moment, or (0, 0) where ``vocabulary`` is off."""
+    if not vocabulary:
+        return 0, 0
+    return unit_second_moment(model.transformer.wte.weight, weighting)
+
+
+def calibration_points(cfg: GPTConfig, loader: BatchLoader | None, batches: int, vocabulary: bool = True) -> int:
     """How many vectors ``collect_calibration`` would see (the N of the JL bound), without running the model:
-    the token embeddings plus n_layer + 1 hidden states per calibration token."""
+    the token embeddings (unless ``vocabulary`` is off) plus n_layer + 1 hidden states per calibration token."""
+    words = cfg.vocab_size if vocabulary or loader is None else 0
     if loader is None:
-        return cfg.vocab_size
-    return cfg.vocab_size + batches * loader.batch_size * loader.block_size * (cfg.n_layer + 1)
+        return words
+    return words + batches * loader.batch_size * loader.block_size * (cfg.n_layer + 1)
 
 
 @dataclass

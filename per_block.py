@@ -24,7 +24,7 @@ import torch
 from dataset import BatchLoader
 from errors import TransformError
 from logger import progress
-from maps import Calibration, PortMaps, make_projection, unit_second_moment
+from maps import Calibration, PortMaps, make_projection, unit_second_moment, vocabulary_moment
 from model import GPT, GPTConfig
 from porting import port_embedding, port_reader, port_writer, scale_gain
 
@@ -36,10 +36,10 @@ def site_norms(cfg: GPTConfig) -> list[str]:
 
 @torch.no_grad()
 def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int = 0,
-                             weighting: str = "unit") -> list[Calibration]:
+                             weighting: str = "unit", vocabulary: bool = True) -> list[Calibration]:
     """One second moment per site: the residual states entering each site's norm, each scaled to unit length as in
     ``maps.collect_calibration`` (or as they are: ``weighting='raw'``, SliceGPT's); site 0 also counts every token
-    embedding (as the global map does)."""
+    embedding, as the global map does (unless ``vocabulary`` is off, as SliceGPT's)."""
     model.eval()
     names = site_norms(model.config)
     modules = dict(model.named_modules())
@@ -61,7 +61,7 @@ def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed
     finally:
         for h in handles:
             h.remove()
-    embedding, n = unit_second_moment(model.transformer.wte.weight, weighting)
+    embedding, n = vocabulary_moment(model, weighting, vocabulary)
     totals[0], counts[0] = totals[0] + embedding, counts[0] + n
     return [Calibration(t / c, c) for t, c in zip(totals, counts)]
 
@@ -76,7 +76,8 @@ def sublayer_parts(block: torch.nn.Module, which: int) -> tuple[torch.nn.Module,
 
 @torch.no_grad()
 def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, seed: int = 0,
-                         weighting: str = "unit", damping: float = 1e-6) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                         weighting: str = "unit", damping: float = 1e-6, vocabulary: bool = True,
+                         exclude: tuple[int, ...] = ()) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """SliceGPT's sequential calibration: site s's PCA is taken on the states of the model whose earlier sites are
     already cut. With P_s = T_s⁺·T_s, the ported model computes in d-space, exactly (the norms' √(d/m) gains and d/m
     ε make norm_m(T_s·h) read as norm_d(P_s·h)),
@@ -84,7 +85,8 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
         h̃_0 = embed(x),    h̃_{s+1} = P_s·h̃_s + f_s(P_s·h̃_s)                      (pre-LN)
                             h̃_{s+1} = P_s·h̃_s + norm_out(P_{s+1}·f_s(P_s·h̃_s))    (peri-LN)
 
-    and T_s is the PCA of h̃_s (site 0 also counts every token embedding, as ``collect_site_calibration``), so the
+    and T_s is the PCA of h̃_s (site 0 also counts every token embedding, as ``collect_site_calibration``, unless
+    ``vocabulary`` is off; ``exclude``: coordinates kept out of every range, ``maps.make_projection``), so the
     error of every earlier cut is in the data the next map is fitted to. Peri-LN's output norm reads the output
     already in the next site's basis, which is not known before that site's PCA: the PCA sees norm_out(f) uncut,
     the states carried on are the model's own. One sublayer at a time over the whole calibration set (its states
@@ -98,11 +100,11 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
     maps = []
     for s in progress(range(n_sites), "calibrate per site, in order", unit="site"):
         fit_on = states if pending is None else [r + pending[1](y) for r, y in zip(states, pending[0])]
-        total, count = unit_second_moment(model.transformer.wte.weight, weighting) if s == 0 else (0, 0)
+        total, count = vocabulary_moment(model, weighting, vocabulary) if s == 0 else (0, 0)
         for h in fit_on:
             moment, n = unit_second_moment(h, weighting)
             total, count = total + moment, count + n
-        T, T_pinv = make_projection("pca", cfg.n_embd, m, seed, Calibration(total / count, count), damping)
+        T, T_pinv = make_projection("pca", cfg.n_embd, m, seed, Calibration(total / count, count), damping, exclude)
         maps.append((T, T_pinv))
         if s == n_sites - 1:
             break
@@ -120,13 +122,14 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
 
 
 def site_maps(kind: str, d: int, m: int, n_sites: int, seed: int, calibrations: list[Calibration] | None,
-              damping: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(T_s, T_s⁺) for every site: PCA of that site's calibration, or the kind's map drawn with seed + s."""
+              damping: float, exclude: tuple[int, ...] = ()) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(T_s, T_s⁺) for every site: PCA of that site's calibration (``exclude``: coordinates kept out of its
+    range), or the kind's map drawn with seed + s."""
     if kind == "pca":
         if calibrations is None:
             raise TransformError("kind='pca' with porting='per_block' needs calibration data (one moment per site)")
-        return [make_projection("pca", d, m, seed, c, damping) for c in calibrations]
-    return [make_projection(kind, d, m, seed + s) for s in range(n_sites)]
+        return [make_projection("pca", d, m, seed, c, damping, exclude) for c in calibrations]
+    return [make_projection(kind, d, m, seed + s, exclude=exclude) for s in range(n_sites)]
 
 
 def port_shortcut(S: torch.Tensor, into: PortMaps, out_of: PortMaps) -> torch.Tensor:

@@ -65,6 +65,7 @@ from maps import (
     JL_KINDS,
     KINDS,
     calibration_points,
+    check_coordinates,
     collect_calibration,
     jl_min_width,
     pseudo_inverse,
@@ -144,6 +145,10 @@ class TransformConfig:
     #                                it) | 'raw' (as they are: SliceGPT's, where massive activations dominate)
     sequential_calibration: bool = False  # porting='per_block', kind='pca': each site's PCA on the states of the
     #                                       model already cut before it (SliceGPT's order; per_block.py)
+    calib_vocabulary: bool = True  # the first site's moment also counts every token embedding (False: only the
+    #                                calibration text's own, as SliceGPT's)
+    pca_exclude: tuple[int, ...] = ()  # kind='pca': residual coordinates kept out of range(T) (--pca_exclude=507 or
+    #                                    =507,199): the same PCA on the stream with those coordinates removed
     block_size: int = 0  # tokens per calibration / evaluation window (0: the model's context, which for an imported
     #                      Llama or Qwen, 32k–128k, can exceed a small corpus)
     pca_damping: float = 1e-6  # relative ridge added to the second-moment matrix before eigh
@@ -182,13 +187,21 @@ class TransformConfig:
         if self.carry_optimizer and self.porting == "per_block":
             raise ConfigError("carry_optimizer maps AdamW's moments with one T; porting='per_block' has one per site: "
                               "drop --carry_optimizer")
-        if self.sequential_calibration and (self.porting != "per_block" or self.kind != "pca"):
-            raise ConfigError("sequential_calibration orders the per-site PCAs of porting='per_block' with kind='pca'; "
-                              "add --porting=per_block --kind=pca or drop --sequential_calibration")
+        self.check_calibration()
         if not self.rescale_gains and (self.porting == "paper_code" or self.carry_optimizer):
             raise ConfigError("rescale_gains=False applies to porting='residual' or 'sandwich' without "
                               "carry_optimizer (paper_code never rescales; carried moments need the exact port); "
                               "drop --rescale_gains=False")
+
+    def check_calibration(self) -> None:
+        """The PCA-only settings ask for kind='pca' (sequential_calibration also for porting='per_block')."""
+        if self.pca_exclude and (self.kind != "pca" or self.map_file):
+            raise ConfigError(f"pca_exclude keeps coordinates out of a PCA map's range; kind={self.kind!r}"
+                              + (" with a map file" if self.map_file else "") + ": use --kind=pca without "
+                              "--map_file or drop --pca_exclude")
+        if self.sequential_calibration and (self.porting != "per_block" or self.kind != "pca"):
+            raise ConfigError("sequential_calibration orders the per-site PCAs of porting='per_block' with kind='pca'; "
+                              "add --porting=per_block --kind=pca or drop --sequential_calibration")
 
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
@@ -319,9 +332,11 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     given_map: torch.Tensor | None = None, rescale_gains: bool = True, n_layer: int = 0,
                     depth_mode: str = "interleave", grow_reader_std: float = 0.0, grow_mask_iters: int = 0,
                     rms_preserve: bool = False, tie_head: bool = False,
-                    calib_weighting: str = "unit", sequential_calibration: bool = False) -> tuple[GPT, dict]:
+                    calib_weighting: str = "unit", sequential_calibration: bool = False,
+                    calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = ()) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
+    ``pca_exclude``: coordinates kept out of a PCA map's range (``maps.make_projection``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -332,6 +347,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
     check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer))
+    check_coordinates(pca_exclude, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0), ("tie_head", tie_head)):
         if needed and calibration_loader is None:
@@ -340,7 +356,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if porting == "per_block":
         return port_per_block_model(model, width, kind, norms, seed, calibration_loader, calib_batches, pca_damping,
                                     given_map, started=started, jl=(jl_eps, jl_delta), weighting=calib_weighting,
-                                    sequential=sequential_calibration)
+                                    sequential=sequential_calibration, vocabulary=calib_vocabulary,
+                                    exclude=pca_exclude)
     check_sequential_calibration(sequential_calibration, porting)
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
@@ -352,8 +369,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if calibration_loader is not None and (kind == "pca" and given_map is None or refit != "none"
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)
         calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed,
-                                          calib_weighting)
-    T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm)
+                                          calib_weighting, calib_vocabulary)
+    T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm, pca_exclude)
     check_orthonormal_growth(T, kind if given_map is None else "file", grow_reader_std, grow_mask_iters)
     kind = "file" if given_map is not None else kind
     device = model.transformer.wte.weight.device
@@ -397,7 +414,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     if refit != "none" or tie_head:
         new_model = apply_refit(original, new_model, T, batches, refit, refit_ridge, tie_head, corrections, notes)
     n_points = (calibration.count if calibration is not None
-                else calibration_points(model.config, calibration_loader, calib_batches))
+                else calibration_points(model.config, calibration_loader, calib_batches, calib_vocabulary))
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
     if m < min_width and kind in JL_KINDS:
         warnings.warn(f"width m={m} is below the JL minimum width {min_width} for N={n_points} points at "
@@ -413,6 +430,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "corrections": corrections, "seconds": time.perf_counter() - started,
+              "calib_vocabulary": calib_vocabulary, "pca_exclude": list(pca_exclude),
               "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
     record["growth_ramp"] = ramp  # MSG's masks or None: transform_checkpoint stores them beside the weights
     return new_model, record
@@ -420,8 +438,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
 
 def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
                          calib_batches: int, damping: float, given_map: torch.Tensor | None, started: float,
-                         jl: tuple[float, float], weighting: str = "unit", sequential: bool = False
-                         ) -> tuple[GPT, dict]:
+                         jl: tuple[float, float], weighting: str = "unit", sequential: bool = False,
+                         vocabulary: bool = True, exclude: tuple[int, ...] = ()) -> tuple[GPT, dict]:
     """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site (PCA calibrated
     per site on the original's states, or ``sequential``ly on the already cut model's), port; the record's T is
     site 0's map and ``site_maps`` counts them."""
@@ -434,12 +452,12 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
     canonical = model_from_state(dict(sd), cfg)
     calibrations = None
     if sequential:  # transform_model has checked that kind='pca' has calibration data
-        maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping)
+        maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping, vocabulary, exclude)
         notes.append("per-site PCA calibrated in order (SliceGPT's): each on the states of the model cut before it")
     else:
-        calibrations = (collect_site_calibration(canonical, loader, calib_batches, seed, weighting)
+        calibrations = (collect_site_calibration(canonical, loader, calib_batches, seed, weighting, vocabulary)
                         if kind == "pca" else None)
-        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping)
+        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping, exclude)
     device = model.transformer.wte.weight.device
     maps = [(T.to(device), Tp.to(device)) for T, Tp in maps]
     new_sd, new_cfg = port_per_block(sd, cfg, maps)
@@ -447,7 +465,8 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
                  "the head is untied")
     eye = torch.eye(d, dtype=torch.float64, device=device)
     orthonormal = m >= d and all(torch.allclose(T.T @ T, eye, atol=1e-9) for T, _ in maps)
-    n_points = calibrations[0].count if calibrations else calibration_points(model.config, loader, calib_batches)
+    n_points = (calibrations[0].count if calibrations
+                else calibration_points(model.config, loader, calib_batches, vocabulary))
     T, T_pinv = maps[0]
     record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": "per_block", "norms": norms,
               "restore_attn_scale": False, "rescale_gains": True, "grow_noise": 0.0, "grow_reader_std": 0.0,
@@ -455,6 +474,7 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
               "jl_min_width": jl_min_width(n_points, *jl),
               "exact": orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes),
               "notes": notes, "refit": "none", "learn_steps": 0, "corrections": {}, "site_maps": len(maps),
+              "calib_vocabulary": vocabulary, "pca_exclude": list(exclude),
               "seconds": time.perf_counter() - started, "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu(),
               "growth_ramp": None}
     return model_from_state(new_sd, new_cfg), record
@@ -638,6 +658,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
+        calib_vocabulary=cfg.calib_vocabulary, pca_exclude=tuple(sorted(set(cfg.pca_exclude))),
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

@@ -53,3 +53,20 @@ def test_every_shipped_config_loads():
     base = os.path.join(root, "configs", "shakespeare_char.py")
     for path in sorted(glob.glob(os.path.join(root, "configs", "**", "*.py"), recursive=True)):
         load_config(TrainConfig, [base, path])
+
+
+@pytest.mark.parametrize("arg, expected", [("--pca_exclude=507", (507,)), ("--pca_exclude=507,199", (199, 507)),
+                                           ("--pca_exclude=(3, 3)", (3,))])
+def test_a_tuple_of_ints_takes_one_int_or_several(arg, expected):
+    """tuple[int, ...] settings (transform.py --pca_exclude) take one int as a one-element tuple; the transform
+    sorts and de-duplicates the coordinates."""
+    from transform import TransformConfig
+    cfg = load_config(TransformConfig, ["--out_dir=x", "--width=4", "--kind=pca", arg])
+    assert tuple(sorted(set(cfg.pca_exclude))) == expected
+
+
+@pytest.mark.parametrize("arg", ["--pca_exclude=a,b", "--pca_exclude=1.5", "--pca_exclude=True", "--pca_exclude=x"])
+def test_a_tuple_of_ints_refuses_anything_else_by_name(arg):
+    from transform import TransformConfig
+    with pytest.raises(ConfigError, match="pca_exclude=.* has the wrong type; pca_exclude accepts tuple"):
+        load_config(TransformConfig, ["--out_dir=x", "--width=4", "--kind=pca", arg])

@@ -71,6 +71,10 @@ def test_per_site_calibration_is_each_sites_unit_second_moment(char_data_dir):
             moment, n = moment + e, n + ne
         assert sites[site].count == n
         torch.testing.assert_close(sites[site].second_moment, moment / n)
+    text_only = collect_site_calibration(model, loader, batches=2, seed=7, vocabulary=False)[0]
+    moment, n = unit_second_moment(torch.cat(hidden[0]))
+    assert text_only.count == n
+    torch.testing.assert_close(text_only.second_moment, moment / n)
 
 
 def test_pca_per_block_shrinks_with_one_calibration_per_site(char_data_dir):
@@ -85,7 +89,7 @@ def test_pca_per_block_shrinks_with_one_calibration_per_site(char_data_dir):
 
 
 def projected_model_logits(model: GPT, calibration: list[torch.Tensor], idx: torch.Tensor, m: int,
-                           weighting: str) -> torch.Tensor:
+                           weighting: str, vocabulary: bool = True) -> torch.Tensor:
     """A naive sequential fit, written out: cut the residual stream of the d-wide canonical model to each site's
     top-m principal subspace (P = TᵀT), in order, each PCA on the calibration states already cut before it; then
     the cut model's logits on ``idx`` (what the ported m-wide model must compute). Peri-LN's output norm reads the
@@ -99,7 +103,7 @@ def projected_model_logits(model: GPT, calibration: list[torch.Tensor], idx: tor
         for site in range(2 * cfg.n_layer + 1):
             fit_on = h_cal if y_cal is None else h_cal + out_norm(y_cal)
             moment, n = unit_second_moment(fit_on, weighting)
-            if site == 0:
+            if site == 0 and vocabulary:
                 e, ne = unit_second_moment(canon.transformer.wte.weight, weighting)
                 moment, n = moment + e, n + ne
             T, _ = make_projection("pca", cfg.n_embd, m, 0, moment / n)
@@ -135,6 +139,22 @@ def test_sequential_calibration_fits_each_site_to_the_model_already_cut(arch, we
     independent, _ = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
                                      calib_batches=2, seed=0, calib_weighting=weighting)
     assert (outputs(independent, idx) - expected).abs().max() > 1e-3
+
+
+def test_sequential_calibration_without_the_vocabulary_fits_site_0_to_the_texts_embeddings(char_data_dir):
+    """calib_vocabulary=False (SliceGPT's): the first site's PCA sees only the calibration text's embeddings."""
+    model = random_model(5, vocab_size=65, block_size=16, **ARCHITECTURES["llama-like: RMSNorm, SwiGLU, rope, GQA, "
+                                                                        "linear head"])
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    calibration = [loader.get_batch("train", seed=k)[0] for k in range(2)]
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    new, record = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
+                                  calib_batches=2, calib_weighting="raw", sequential_calibration=True,
+                                  calib_vocabulary=False)
+    assert record["calib_vocabulary"] is False
+    expected = projected_model_logits(model, calibration, idx, 10, "raw", vocabulary=False)
+    torch.testing.assert_close(outputs(new, idx), expected, atol=1e-4, rtol=1e-4)
+    assert (projected_model_logits(model, calibration, idx, 10, "raw") - expected).abs().max() > 1e-3
 
 
 def test_sequential_calibration_at_full_width_keeps_the_function(char_data_dir):

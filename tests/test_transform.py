@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from checkpoint import load_checkpoint, load_model
 from conftest import ROOT
 from dataset import BatchLoader, evaluate_loss
-from errors import TransformError
+from errors import ConfigError, TransformError
 from maps import (
     KINDS,
     Calibration,
@@ -23,7 +23,7 @@ from maps import (
 )
 from model import GPT, GPTConfig
 from porting import canonical_model, canonicalize, port_model
-from transform import transform_model
+from transform import TransformConfig, transform_model
 
 
 def random_model(seed: int, **kw) -> GPT:
@@ -434,3 +434,50 @@ def test_raw_calibration_weighting_is_the_plain_second_moment(char_data_dir):
     unit = collect_calibration(model, loader, 1)
     u = points / points.norm(dim=1, keepdim=True)
     torch.testing.assert_close(unit.second_moment, u.T @ u / len(u))
+    # calib_vocabulary=False (SliceGPT's): only the text's own states, the first of them its embeddings
+    text = collect_calibration(model, loader, 1, weighting="raw", vocabulary=False)
+    states = points[model.config.vocab_size:]
+    torch.testing.assert_close(text.second_moment, states.T @ states / len(states))
+    from maps import calibration_points
+    assert calibration_points(model.config, loader, 1, vocabulary=False) == text.count == len(states)
+
+
+def test_pca_exclude_keeps_the_coordinates_out_of_range_and_is_the_pca_of_the_rest():
+    """range(T) ⟂ e_i for every excluded i, and T spans the top-m principal subspace of the data with those
+    coordinates zeroed (naive); without the exclusion the dominant coordinate is in range."""
+    from maps import pca_map
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 12, generator=g, dtype=torch.float64) * torch.linspace(1, 3, 12, dtype=torch.float64)
+    x[:, 5] *= 40  # a massive coordinate
+    plain = pca_map(x, 12, 6)
+    assert plain[:, 5].pow(2).sum() > 0.99
+    T = pca_map(x, 12, 6, damping=0.0, exclude=(2, 5))
+    assert T[:, [2, 5]].abs().max() < 1e-12
+    torch.testing.assert_close(T @ T.T, torch.eye(6, dtype=torch.float64))
+    cut = x.clone()
+    cut[:, [2, 5]] = 0
+    _, vectors = torch.linalg.eigh(cut.T @ cut)
+    top = vectors[:, -6:]
+    torch.testing.assert_close(T.T @ T, top @ top.T, atol=1e-9, rtol=0)
+
+
+def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
+    from dataset import BatchLoader
+    model = random_model(6, vocab_size=65, block_size=16)
+    loader = BatchLoader(char_data_dir, 16, 2, "cpu")
+    for porting in ("residual", "per_block"):
+        new, record = transform_model(model, 10, kind="pca", porting=porting, calibration_loader=loader,
+                                      calib_batches=1, pca_exclude=(0, 7))
+        assert record["pca_exclude"] == [0, 7] and record["T"][:, [0, 7]].abs().max() < 1e-6
+        assert torch.isfinite(outputs(new, torch.randint(0, 65, (2, 8)))).all()
+    cases = [(dict(width=10, pca_exclude=(16,)), "outside this model's residual stream"),
+             (dict(width=15, pca_exclude=(1, 2)), "leaves 14 directions for m=15"),
+             (dict(width=10, pca_exclude=(1,), kind="orthogonal"), "use kind='pca'"),
+             (dict(width=10, pca_exclude=(1,), given_map=torch.eye(10, 16)), "without a map file")]
+    for options, message in cases:
+        options = dict(dict(kind="pca", calibration_loader=loader, calib_batches=1), **options)
+        with pytest.raises(TransformError, match=message):
+            transform_model(model, options.pop("width"), **options)
+    for options in (dict(kind="orthogonal"), dict(kind="pca", map_file="T.pt")):
+        with pytest.raises(ConfigError, match="pca_exclude keeps coordinates out of a PCA map's range"):
+            TransformConfig(in_dir="x", out_dir="y", width=8, pca_exclude=(1,), **options).validate()
