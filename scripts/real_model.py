@@ -41,6 +41,9 @@ CALIB_BATCHES_N, CALIB_BATCH = 8, 16  # 128 × 256 calibration tokens (SliceGPT'
 CALIB = [f"--calib_batches={CALIB_BATCHES_N}", f"--calib_batch_size={CALIB_BATCH}"]
 RATIOS = {0.75: 432, 0.5: 288}  # m/d → m (multiples of the 9 heads: the sandwich rules re-split them)
 EQUAL_PARAMETERS_M = 357  # untied head: 282,624·m parameters; m = 357 has the tied original's 75% (100.9 M)
+PER_BLOCK_EQUAL_PARAMETERS_M = 333  # per-block maps add 60 shortcut matrices: 282,624·m + 60·m² ≈ 100.9 M at m = 333
+# every choice SliceGPT makes, on our per-block maps: its order, its weighting, its first-site moment
+SLICEGPT_CHOICES = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
 TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt"}
 EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
@@ -182,6 +185,13 @@ def recovery(src: str, data: dict[str, str]) -> dict:
     arms = [dict(distilled, name="pca, m = 432 (calibrated on Shakespeare), distilled from the original", loss="kd")]
     lm = finetuned(shrunk["out_dir"], data, "pca-m432-lm", (versus,))  # the control's own loss: one factor
     arms.append(dict(lm, name="pca, m = 432 (calibrated on Shakespeare), LM loss (as the control)", loss="lm"))
+    # the issue's −25% parameters: SliceGPT's construction and choices on our form, at m = 333 (shortcuts counted)
+    equal = cell(src, data, PER_BLOCK_EQUAL_PARAMETERS_M, "pca", "per_block", extra=SLICEGPT_CHOICES)
+    per_block = finetuned(equal["out_dir"], data, f"per_block-m{PER_BLOCK_EQUAL_PARAMETERS_M}-lm", (versus,))
+    arms.append(dict(per_block, name=f"pca, per_block, m = {PER_BLOCK_EQUAL_PARAMETERS_M} (−25% parameters; "
+                     "SliceGPT's order and weighting), LM loss (as the control)", loss="lm", key="per_block",
+                     m=PER_BLOCK_EQUAL_PARAMETERS_M, zero_shot=equal["losses"],
+                     start_parameters=equal["parameters"]))
     return {"tokens": FT_ITERS * 8 * BLOCK, "recipe": FINETUNE, "canonical": canonical, "control": control,
             "arms": arms}
 
@@ -211,6 +221,11 @@ def grid(which: str) -> list[tuple]:
     sequential = ("--sequential_calibration=True",)
     cells += [("pca", "per_block", m, "shakespeare", (*sequential, "--calib_weighting=raw")) for m in RATIOS.values()]
     cells += [("pca", "per_block", RATIOS[0.75], "shakespeare", sequential)]
+    # SliceGPT's first-site moment: the calibration text's embeddings only (ours also counts every token's)
+    cells += [("pca", "per_block", m, "shakespeare", SLICEGPT_CHOICES) for m in RATIOS.values()]
+    # SliceGPT's construction cut to −25% parameters (its shortcut matrices counted), with and without the vocabulary
+    cells += [("pca", "per_block", PER_BLOCK_EQUAL_PARAMETERS_M, "shakespeare", (*sequential, "--calib_weighting=raw"))]
+    cells += [("pca", "per_block", PER_BLOCK_EQUAL_PARAMETERS_M, "shakespeare", SLICEGPT_CHOICES)]
     return cells
 
 

@@ -1,0 +1,129 @@
+"""
+Width and outliers together (issue #43): does a shrink that keeps SmolLM2-135M's outlier coordinates in range(T)
+quantize better than one that keeps them out?
+
+    python scripts/real_outliers.py [--reverse]          (scripts/real_outliers.sh; reuses real_model.sh's cache)
+
+One factor at a time, at m = 432 (−25% width), every map the same PCA (calibrated as in results/real_model: 32,768
+tinyshakespeare train tokens, unit weighting):
+- ``in range``: the stream's top-432 directions, which keep 0.999 of e_507's energy (coordinate 507 carries the
+  massive activation, up to ~24,900: results/real_model_geometry);
+- ``507 out``: the same PCA with e_507 kept out of range(T) (``transform.py --pca_exclude=507``);
+- ``all out``: every coordinate results/real_model_geometry names massive (≥ 100× the median coordinate; 22 of
+  them) kept out;
+each as it is and rotated afterwards at m = 432 by a Hadamard rotation (``transform.py --kind=hadamard`` on the
+shrunk model: exact), so that the table also says whether a rotation can stand in for keeping the outliers.
+Quantizations (quantize.py, as results/real_model_quantization): none (float), W4 with groups of 64, W4A4 (per
+channel / per token at the readers), W8A8 at every linear layer. Losses: the whole val splits of tinyshakespeare
+and Botchan, 256-token windows, one thread; n = 1 (the maps are deterministic; the Hadamard rotation uses seed 0).
+Writes results/real_model_outliers/results.json after every model.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import geometry as geo  # noqa: E402
+from checkpoint import load_model  # noqa: E402
+from dataset import BatchLoader  # noqa: E402
+from harness import RESULTS, hardware  # noqa: E402
+from quantize import Quantization, activation_outliers, block_linears  # noqa: E402
+from real_model import BLOCK, RATIOS, TEXTS, imported, losses, prepared, transformed  # noqa: E402
+from real_quantization import INT8, quantized_losses  # noqa: E402
+
+M = RATIOS[0.75]
+MASSIVE = os.path.join(RESULTS, "real_model_geometry", "results.json")  # scripts/massive_activations.py
+SETTINGS = (Quantization(weight_bits=4, act_bits=4), INT8, Quantization(weight_bits=4, group=64))
+
+
+def outlier_coordinates() -> list[int]:
+    """The coordinates results/real_model_geometry names massive, largest first (507 first)."""
+    with open(MASSIVE) as f:
+        return [entry["coordinate"] for entry in json.load(f)["massive"]]
+
+
+def variants(outliers: list[int]) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, transform.py options) of each shrink, in the order they are built."""
+    return [("in range", ()), ("507 out", ("--pca_exclude=507",)),
+            ("all out", ("--pca_exclude=" + ",".join(map(str, outliers)),))]
+
+
+@torch.no_grad()
+def model_facts(model_dir: str, window: torch.Tensor, outliers: list[int]) -> dict:
+    """How much of each outlier coordinate range(T) keeps (‖T·e_i‖² of the shrink's T; a rotation after it does not
+    change it), and how outlier-heavy the readers' inputs and the weights are."""
+    model, ckpt = load_model(model_dir)
+    record = ckpt["transform"]
+    source = load_model(record["source"])[1]["transform"] if record["kind"] == "hadamard" else record
+    kept = source["T"].double()[:, outliers].pow(2).sum(0)
+    return {"exact_step": bool(record["exact"]), "kept_507": kept[0].item(),
+            "kept_outliers_mean": kept.mean().item(), "readers_input": activation_outliers(model, window),
+            "weight_kurtosis": statistics.fmean(geo.excess_kurtosis(m.weight) for m in block_linears(model).values())}
+
+
+def models(src: str, data: dict[str, str], outliers: list[int]) -> list[tuple[str, bool, str]]:
+    """(variant, rotated, directory) of every model, shrunk first and then rotated, built (or read from the cache)
+    in the table's order."""
+    out = []
+    for name, options in variants(outliers):
+        shrunk, _ = transformed(src, data, M, "pca", extra=options)
+        rotated, _ = transformed(shrunk, data, M, "hadamard")
+        out += [(name, False, shrunk), (name, True, rotated)]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reverse", action="store_true", help="evaluate from the end of the list (a second "
+                        "process on another core meets the first in the middle; results come from the cache)")
+    args = parser.parse_args()
+    started = time.time()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    src, _ = imported()
+    data = {text: prepared(src, text) for text in TEXTS}
+    outliers = outlier_coordinates()
+    built = models(src, data, outliers)
+    if args.reverse:
+        for _name, _rotated, out in reversed(built):
+            for q in reversed(SETTINGS):
+                quantized_losses(out, data, q)
+            losses(out, data)
+        return
+    window = next(iter(BatchLoader(data["shakespeare"], BLOCK, 1, "cpu").full_split("val")))[0]
+    rows = [{"variant": name, "rotation": "hadamard" if rotated else "none", "out_dir": out,
+             **model_facts(out, window, outliers), "losses": {}} for name, rotated, out in built]
+    for row in rows:  # float first for every model, then each setting: a cut-short run still compares the rows
+        row["losses"]["float"] = losses(row["out_dir"], data)
+        save(rows, outliers, started)
+    for q in SETTINGS:
+        for row in rows:
+            row["losses"][q.label] = quantized_losses(row["out_dir"], data, q)
+            print(f"{row['variant']} / {row['rotation']} {q.label}: val {row['losses'][q.label]['val']:.4f}, "
+                  f"general {row['losses'][q.label]['general']:.4f}", flush=True)
+            save(rows, outliers, started)
+
+
+def save(rows: list[dict], outliers: list[int], started: float) -> None:
+    out = os.path.join(RESULTS, "real_model_outliers")
+    os.makedirs(out, exist_ok=True)
+    payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "m": M, "block": BLOCK,
+               "outliers": outliers, "settings": [dict(dataclasses.asdict(q), label=q.label) for q in SETTINGS],
+               "rows": rows, "meta": {"seconds": round(time.time() - started), "hardware": hardware(),
+                                      "command": "scripts/real_outliers.sh"}}
+    tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, default=str)
+    os.replace(tmp, os.path.join(out, "results.json"))
+
+
+if __name__ == "__main__":
+    main()
