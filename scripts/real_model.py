@@ -226,6 +226,8 @@ def grid(which: str) -> list[tuple]:
     # SliceGPT's construction cut to −25% parameters (its shortcut matrices counted), with and without the vocabulary
     cells += [("pca", "per_block", PER_BLOCK_EQUAL_PARAMETERS_M, "shakespeare", (*sequential, "--calib_weighting=raw"))]
     cells += [("pca", "per_block", PER_BLOCK_EQUAL_PARAMETERS_M, "shakespeare", SLICEGPT_CHOICES)]
+    # the general case: calibrated on English news, evaluated on the novel (neither Shakespeare nor the news)
+    cells += [("pca", "per_block", RATIOS[0.75], "news", SLICEGPT_CHOICES)]
     return cells
 
 
