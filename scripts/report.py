@@ -53,6 +53,8 @@ def provenance(r: dict) -> str:
 
 
 def missing(name: str) -> str:
+    if name in ("real_model_outliers", "real_model_quantization"):
+        return f"*Not run yet: `scripts/{name.replace('real_model_', 'real_')}.sh` fills this table (CPU).*"
     if name.startswith("real_model"):
         part = " --part=recovery" if name.endswith("recovery") else ""
         return f"*Not run yet: `scripts/real_model.sh{part}` fills this table (CPU or GPU).*"
@@ -600,6 +602,8 @@ def real_model_reading(r: dict, rows: list[dict]) -> list[str]:
                    f"{raw['losses']['general']:.4f} against {unit['losses']['general']:.4f}.")
     out += refit_reading(r, bv, bg)
     out += sequential_reading(r, bv, bg)
+    out += equal_parameters_reading(r, bv, bg)
+    out += general_case_reading(r, bg)
     reg = r.get("regrouped")
     if reg:
         paper = any(x.get("source") == "kv9" for x in r["rows"])
@@ -652,8 +656,13 @@ def sequential_reading(r: dict, bv: float, bg: float) -> list[str]:
     """Per-block PCA fitted in SliceGPT's order (each site on the already cut model) against the same per-block PCA
     fitted on the original's states, one weighting at a time, and SliceGPT's own code at the same m."""
     out, sg = [], load("real_model_slicegpt")
-    seq = "--sequential_calibration=True"
+    seq, vocab = "--sequential_calibration=True", "--calib_vocabulary=False"
     for row in (x for x in r["rows"] if seq in x.get("options", []) and x["porting"] == "per_block"):
+        if row["calibration"] != "shakespeare":  # the general case: general_case_reading
+            continue
+        if vocab in row["options"]:
+            out.append(vocabulary_words(r, row, sg, bv, bg))
+            continue
         rest = [o for o in row["options"] if o != seq]
         twin = next((x for x in r["rows"] if x["porting"] == "per_block" and x["m"] == row["m"]
                      and x.get("options", []) == rest and x["calibration"] == row["calibration"]), None)
@@ -671,6 +680,63 @@ def sequential_reading(r: dict, bv: float, bg: float) -> list[str]:
                       f"({gap_words(theirs['losses']['val'], bv)}), general {theirs['losses']['general']:.4f}")
         out.append(words + f" (n = 1; {row['parameters'] / 1e6:.1f} M parameters).")
     return out
+
+
+def equal_parameters_reading(r: dict, bv: float, bg: float) -> list[str]:
+    """Every row — ours and SliceGPT's code's — within 1% of the issue's −25% parameters (75% of the original's,
+    tied weights once), best val first: one comparison at equal parameters."""
+    target = 0.75 * r["base"]["parameters"]
+    sg = load("real_model_slicegpt")
+    near = [(real_model_label(x) + f", m = {x['m']}", x) for x in r["rows"]
+            if abs(x["parameters"] / target - 1) < 0.01 and x["calibration"] == "shakespeare"]
+    near += [(f"SliceGPT's own code, m = {x['width']}", x) for x in (sg or {}).get("rows", [])
+             if abs(x["parameters"] / target - 1) < 0.01]
+    if len(near) < 2:
+        return []
+    near.sort(key=lambda nx: nx[1]["losses"]["val"])
+    return [f"- **At −25% parameters ({target / 1e6:.1f} M ± 1%), calibrated on Shakespeare, best val first:** "
+            + "; ".join(f"{name} val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), general "
+                        f"{x['losses']['general']:.4f} ({gap_words(x['losses']['general'], bg)}), "
+                        f"{x['parameters'] / 1e6:.1f} M" for name, x in near) + " (n = 1 each)."]
+
+
+def general_case_reading(r: dict, bg: float) -> list[str]:
+    """The issue's general case: calibrated on general English (news), evaluated on another (the novel); every
+    news-calibrated row at each m, best general first."""
+    news = sorted((x for x in r["rows"] if x["calibration"] == "news" and x.get("source", "imported") == "imported"),
+                  key=lambda x: (-x["m"], x["losses"]["general"]))
+    out = []
+    for m in dict.fromkeys(x["m"] for x in news):
+        at = [x for x in news if x["m"] == m]
+        out.append(f"- **The general case, m = {m}: calibrated on English news, evaluated on the novel** (best "
+                   "first): " + "; ".join(f"{real_model_label(x)} general {x['losses']['general']:.4f} "
+                                          f"({gap_words(x['losses']['general'], bg)}), "
+                                          f"{x['parameters'] / 1e6:.1f} M" for x in at) + " (n = 1 each).")
+    return out
+
+
+def vocabulary_words(r: dict, row: dict, sg: dict | None, bv: float, bg: float) -> str:
+    """One factor, the first site's moment: only the calibration text's embeddings (SliceGPT's) against every token
+    embedding of the vocabulary counted too (ours), all else SliceGPT's; and SliceGPT's own code at the same m."""
+    rest = [o for o in row["options"] if o != "--calib_vocabulary=False"]
+    twin = next((x for x in r["rows"] if x["porting"] == "per_block" and x["m"] == row["m"]
+                 and x.get("options", []) == rest and x["calibration"] == row["calibration"]), None)
+    theirs = next((x for x in (sg or {}).get("rows", []) if x["width"] == row["m"]), None)
+    v, g = row["losses"]["val"], row["losses"]["general"]
+    words = (f"- **Every choice SliceGPT makes, its first-site moment too (only the calibration text's embeddings, "
+             f"`--calib_vocabulary=False`), m = {row['m']}:** val {v:.4f} ({gap_words(v, bv)}), general {g:.4f} "
+             f"({gap_words(g, bg)})")
+    if twin is not None:
+        tv, tg = twin["losses"]["val"], twin["losses"]["general"]
+        trade = tv > v and tg < g
+        words += (f"; with every token's embedding counted (ours) {tv:.4f}, general {tg:.4f}"
+                  + (" — the vocabulary's embeddings trade val for general text" if trade else ""))
+    if theirs is not None:
+        sv, sgen = theirs["losses"]["val"], theirs["losses"]["general"]
+        words += (f"; SliceGPT's own code {sv:.4f}, general {sgen:.4f}: within {100 * abs(v / sv - 1):.1f}% on val "
+                  f"and {100 * abs(g / sgen - 1):.1f}% on general, with {row['parameters'] / 1e6:.1f} M parameters "
+                  f"against its {theirs['parameters'] / 1e6:.1f} M")
+    return words + " (n = 1)."
 
 
 def real_model_recovery(r: dict) -> str:
@@ -708,7 +774,7 @@ def real_model_recovery(r: dict) -> str:
 
 def real_model_recovery_reading(r: dict, ref: dict | None) -> list[str]:
     """What the recovery runs show, every number from the table (n = 1: no row is a tested difference)."""
-    control, arms = r["control"], {arm.get("loss", "kd"): arm for arm in r["arms"]}
+    control, arms = r["control"], {arm.get("key", arm.get("loss", "kd")): arm for arm in r["arms"]}
     out = ["**Reading** (generated from the table; n = 1, one data order, so differences are described, not tested)."]
     for key, name in (("kd", "Distillation from the original"), ("lm", "The LM loss, the control's own")):
         if key not in arms:
@@ -718,6 +784,14 @@ def real_model_recovery_reading(r: dict, ref: dict | None) -> list[str]:
                    f"the control on the fixed batches goes from {100 * ft['gap_to_control'][0][1]:+.1f}% (zero-shot) "
                    f"to {100 * ft['gap_to_control'][-1][1]:+.1f}% after {r['tokens']:,} tokens (the issue's goal: "
                    "within 3%).")
+    if "per_block" in arms:
+        arm, ft = arms["per_block"], arms["per_block"]["finetune"]
+        out.append(f"- **At −25% parameters** ({arm['start_parameters'] / 1e6:.1f} M, per-block maps at m = "
+                   f"{arm['m']}, LM loss): zero-shot val {arm['zero_shot']['val']:.4f}"
+                   f" → {arm['losses']['val']:.4f}, general {arm['zero_shot']['general']:.4f} → "
+                   f"{arm['losses']['general']:.4f}; the gap to the control goes from "
+                   f"{100 * ft['gap_to_control'][0][1]:+.1f}% to {100 * ft['gap_to_control'][-1][1]:+.1f}% (the "
+                   "issue's goal: within 3%).")
     if {"kd", "lm"} <= set(arms):
         kd, lm = arms["kd"]["losses"], arms["lm"]["losses"]
         out.append(f"- **One factor, the loss:** on Shakespeare the LM loss ends "
@@ -849,6 +923,82 @@ def real_model_quantization(r: dict) -> str:
     lines += ["" if not r.get("notes") else "", *(f"*{n}*" for n in r.get("notes", [])), "",
               f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s.*"]
     return "\n".join(lines)
+
+
+def real_model_outliers(r: dict) -> str:
+    """SmolLM2 shrunk to m = 432 with its outlier coordinates kept in range(T) or out of it, with and without a
+    Hadamard rotation after, then quantized: one factor at a time."""
+    labels = [q["label"] for q in r["settings"]]
+    cols = ["float", *labels]
+    lines = [f"{r['model']}, shrunk to m = {r['m']} by one PCA map (calibrated as every real-model cell; "
+             "`transform.py --kind=pca`): **in range** as it is; **507 out** with e_507 kept out of range(T) "
+             f"(`--pca_exclude=507`); **all out** with all {len(r['outliers'])} massive coordinates of the section "
+             "above kept out. Each also rotated afterwards at m = 432 by a Hadamard rotation (`--kind=hadamard`, "
+             "seed 0; exact). Quantized as in the section below (W4A4: 4-bit weights per channel and 4-bit "
+             "activations per token at the readers; W8A8all: 8 bits at every linear layer; W4g64: 4-bit weights in "
+             f"groups of 64). Losses over the whole val splits, {r['block']}-token windows; **Δq** = the setting's "
+             "val loss minus the same model's float val loss (what rounding costs that model); — = not run: a "
+             "model already worse than a uniform guess in float is rounded at W4A4 only. n = 1: the maps are "
+             "deterministic and the calibration draw is one.", "",
+             "| shrink | rotation | e_507 kept | outliers kept (mean) | " + " | ".join(
+                 f"{c} val | {c} general" + (f" | Δq {c}" if c != "float" else "") for c in cols)
+             + " | readers' input max/rms | weight kurtosis |",
+             "|---|---|---|---|" + "|".join("---|---" + ("|---" if c != "float" else "") for c in cols)
+             + "|---|---|"]
+    for row in r["rows"]:
+        cells = []
+        for c in cols:
+            x = row["losses"].get(c)
+            cells += [f"{x['val']:.4f}", f"{x['general']:.4f}"] if x else ["—", "—"]
+            if c != "float":
+                cells.append(f"{x['val'] - row['losses']['float']['val']:+.3f}" if x and "float" in row["losses"]
+                             else "—")
+        lines.append(f"| {row['variant']} | {row['rotation']} | {row['kept_507']:.3f} | "
+                     f"{row['kept_outliers_mean']:.3f} | " + " | ".join(cells)
+                     + f" | {row['readers_input']['max_over_rms']:.1f} | {row['weight_kurtosis']:.2f} |")
+    reading = outliers_reading(r["rows"], labels)
+    if reading:
+        lines += ["", "**Reading** (generated; val split, n = 1). " + " ".join(reading)]
+    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s.*"]
+    return "\n".join(lines)
+
+
+def outliers_reading(rows: list[dict], labels: list[str]) -> list[str]:
+    """The one-factor comparisons in words: outliers in range against out (float loss, each setting's rounding
+    cost Δq), and the Hadamard rotation after the shrink (each setting's loss, rotated against not)."""
+    by = {(x["variant"], x["rotation"]): x for x in rows}
+    keep, out = by.get(("in range", "none")), by.get(("507 out", "none"))
+    reading = []
+    if keep and out and "float" in keep["losses"] and "float" in out["losses"]:
+        fk, fo = keep["losses"]["float"]["val"], out["losses"]["float"]["val"]
+        uniform = math.log(49152)
+        reading.append(f"Keeping e_507 out of range(T) changes the float loss from {fk:.4f} to {fo:.4f} "
+                       f"({100 * (fo / fk - 1):+.1f}%)" + (
+                           f", above a uniform guess's log V = {uniform:.2f} before any rounding: the massive "
+                           "coordinate is load-bearing (the attention sinks above read it), so a shrink has to keep "
+                           "it in range whatever rounding follows." if fo > uniform else "."))
+        costs = [(q, keep["losses"][q]["val"] - fk, out["losses"][q]["val"] - fo) for q in labels
+                 if q in keep["losses"] and q in out["losses"]]
+        if costs and fo > uniform:
+            reading.append("Rounded, the model without e_507 stays worse than the one with it ("
+                           + "; ".join(f"{q} {keep['losses'][q]['val']:.4f} in range vs {out['losses'][q]['val']:.4f}"
+                                       " out" for q, _, _ in costs)
+                           + "); its Δq says nothing about rounding: noise moves a model worse than a uniform guess "
+                           "toward the uniform guess's loss.")
+        elif costs:
+            reading.append("What rounding costs (Δq, in range → 507 out): " + "; ".join(
+                f"{q} {a:+.3f} → {b:+.3f}" for q, a, b in costs) + "; on the final loss " + "; ".join(
+                f"{q} {keep['losses'][q]['val']:.4f} vs {out['losses'][q]['val']:.4f}" for q, _, _ in costs)
+                + " (in range vs out).")
+    for variant in dict.fromkeys(x["variant"] for x in rows):
+        plain, rotated = by.get((variant, "none")), by.get((variant, "hadamard"))
+        if not plain or not rotated:
+            continue
+        parts = [f"{q} {plain['losses'][q]['val']:.4f} → {rotated['losses'][q]['val']:.4f}" for q in labels
+                 if q in plain["losses"] and q in rotated["losses"]]
+        if parts:
+            reading.append(f"A Hadamard rotation after the shrink ({variant}): " + "; ".join(parts) + ".")
+    return reading
 
 
 def eval_geometry_lines() -> list[str]:
@@ -1934,7 +2084,7 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
                                     grow_recipes, real_model, real_model_recovery, shrink_vs_scratch,
-                                    real_model_geometry, real_model_quantization)}
+                                    real_model_geometry, real_model_quantization, real_model_outliers)}
 
 
 def render(name: str) -> str:

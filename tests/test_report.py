@@ -273,3 +273,62 @@ def test_the_refit_reading_calls_a_better_calibration_fit_that_holds_worse_overf
     assert "`--refit=all` val 4.3000" in line if all_holds_worse else "`--refit=all` val 4.0000" in line
     assert ("overfits the calibration tokens" in line) == all_holds_worse
     assert "0.800 → 0.430" in line and "0.800 → 0.370" in line
+
+
+def test_the_vocabulary_reading_sets_slicegpts_first_site_moment_beside_ours(monkeypatch):
+    row = {"porting": "per_block", "m": 432, "calibration": "shakespeare", "parameters": 133.3e6,
+           "options": ["--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False"],
+           "losses": {"val": 4.05, "general": 4.87}}
+    ours = dict(row, options=row["options"][:2], losses={"val": 4.13, "general": 4.84})
+    theirs = {"rows": [{"width": 432, "parameters": 140.7e6, "losses": {"val": 4.04, "general": 4.86}}]}
+    line = report.vocabulary_words({"rows": [row, ours]}, row, theirs, 3.76, 3.79)
+    assert "val 4.0500" in line and "counted (ours) 4.1300, general 4.8400" in line
+    assert "trade val for general text" in line and "within 0.2% on val and 0.2% on general" in line
+    assert "133.3 M parameters against its 140.7 M" in line
+    flat = dict(ours, losses={"val": 4.13, "general": 4.90})  # worse on both: no trade to report
+    assert "trade" not in report.vocabulary_words({"rows": [row, flat]}, row, None, 3.76, 3.79)
+
+
+def outlier_row(variant: str, rotation: str, fp: float, w4a4: float) -> dict:
+    return {"variant": variant, "rotation": rotation, "kept_507": 0.999 if variant == "in range" else 0.0,
+            "kept_outliers_mean": 0.9, "readers_input": {"max_over_rms": 10.0}, "weight_kurtosis": 3.0,
+            "losses": {"float": {"val": fp, "general": fp + 0.5}, "W4A4": {"val": w4a4, "general": w4a4 + 0.5}}}
+
+
+def test_the_outliers_table_and_reading_come_from_the_rows():
+    rows = [outlier_row("in range", "none", 4.29, 11.0), outlier_row("in range", "hadamard", 4.29, 6.0),
+            outlier_row("507 out", "none", 6.0, 7.0)]
+    r = {"model": "m", "m": 432, "block": 256, "outliers": [507, 199], "settings": [{"label": "W4A4"}],
+         "rows": rows, "meta": {"command": "c", "hardware": "h", "seconds": 1}}
+    text = report.real_model_outliers(r)
+    assert "| in range | none | 0.999 | 0.900 | 4.2900 | 4.7900 | 11.0000 | 11.5000 | +6.710 |" in text
+    assert "changes the float loss from 4.2900 to 6.0000 (+39.9%)" in text
+    assert "W4A4 +6.710 → +1.000" in text and "W4A4 11.0000 vs 7.0000" in text
+    assert "A Hadamard rotation after the shrink (in range): W4A4 11.0000 → 6.0000." in text
+    assert "load-bearing" not in text
+    rows[2] = outlier_row("507 out", "none", 15.3, 15.9)  # worse than a uniform guess before rounding
+    assert "above a uniform guess's log V = 10.80 before any rounding" in report.real_model_outliers(r)
+
+
+def test_the_equal_parameters_reading_lists_only_rows_within_one_percent_best_first(monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: {"rows": [
+        {"width": 288, "parameters": 101.0e6, "losses": {"val": 4.6, "general": 5.8}},
+        {"width": 432, "parameters": 140.7e6, "losses": {"val": 4.0, "general": 4.9}}]})
+    row = {"kind": "pca", "porting": "per_block", "calibration": "shakespeare", "options": [], "source": "imported"}
+    r = {"base": {"parameters": 134.5e6}, "rows": [
+        dict(row, m=333, parameters=100.9e6, losses={"val": 4.5, "general": 5.7}),
+        dict(row, m=432, parameters=133.3e6, losses={"val": 4.1, "general": 4.8}),
+        dict(row, m=333, parameters=100.9e6, calibration="news", losses={"val": 4.4, "general": 5.0})]}
+    (line,) = report.equal_parameters_reading(r, 3.76, 3.79)
+    assert line.index("pca, per_block (calibrated on Shakespeare), m = 333 val 4.5000") < line.index(
+        "SliceGPT's own code, m = 288 val 4.6000")
+    assert "m = 432" not in line and "4.4000" not in line  # 133.3 M is not −25%; news is another calibration
+
+
+def test_the_general_case_reading_takes_only_news_calibrated_rows_best_general_first():
+    row = {"kind": "pca", "porting": "residual", "options": [], "source": "imported", "parameters": 122.1e6}
+    r = {"rows": [dict(row, m=432, calibration="news", losses={"val": 5.4, "general": 5.17}),
+                  dict(row, m=432, calibration="news", porting="per_block", losses={"val": 5.9, "general": 5.16}),
+                  dict(row, m=432, calibration="shakespeare", losses={"val": 4.3, "general": 4.9})]}
+    (line,) = report.general_case_reading(r, 3.79)
+    assert line.index("general 5.1600") < line.index("general 5.1700") and "4.9000" not in line
