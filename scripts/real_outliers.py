@@ -21,14 +21,12 @@ Writes results/real_model_outliers/results.json after every model.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,10 +35,11 @@ import torch  # noqa: E402
 import geometry as geo  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
-from harness import RESULTS, hardware  # noqa: E402
+from harness import RESULTS  # noqa: E402
 from quantize import Quantization, activation_outliers, block_linears  # noqa: E402
-from real_model import BLOCK, RATIOS, TEXTS, imported, losses, prepared, transformed  # noqa: E402
-from real_quantization import INT8, quantized_losses  # noqa: E402
+from real_model import BLOCK, RATIOS, losses, transformed  # noqa: E402
+from real_quantization import INT8, quantized_losses, start  # noqa: E402
+from real_quantization import save as write  # noqa: E402
 
 M = RATIOS[0.75]
 MASSIVE = os.path.join(RESULTS, "real_model_geometry", "results.json")  # scripts/massive_activations.py
@@ -85,14 +84,7 @@ def models(src: str, data: dict[str, str], outliers: list[int]) -> list[tuple[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reverse", action="store_true", help="evaluate from the end of the list (a second "
-                        "process on another core meets the first in the middle; results come from the cache)")
-    args = parser.parse_args()
-    started = time.time()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    src, _ = imported()
-    data = {text: prepared(src, text) for text in TEXTS}
+    args, started, src, data = start(__doc__.split("\n\n")[0])
     outliers = outlier_coordinates()
     built = models(src, data, outliers)
     if args.reverse:
@@ -125,16 +117,9 @@ def broken(row: dict) -> bool:
 
 
 def save(rows: list[dict], outliers: list[int], started: float) -> None:
-    out = os.path.join(RESULTS, "real_model_outliers")
-    os.makedirs(out, exist_ok=True)
-    payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "m": M, "block": BLOCK,
-               "outliers": outliers, "settings": [dict(dataclasses.asdict(q), label=q.label) for q in SETTINGS],
-               "rows": rows, "meta": {"seconds": round(time.time() - started), "hardware": hardware(),
-                                      "command": "scripts/real_outliers.sh"}}
-    tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=str)
-    os.replace(tmp, os.path.join(out, "results.json"))
+    write({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "m": M, "block": BLOCK,
+           "outliers": outliers, "settings": [dict(dataclasses.asdict(q), label=q.label) for q in SETTINGS],
+           "rows": rows}, started, "real_model_outliers", "scripts/real_outliers.sh")
 
 
 if __name__ == "__main__":

@@ -134,15 +134,21 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def start(description: str) -> tuple[argparse.Namespace, float, str, dict[str, str]]:
+    """What every real-model quantization experiment starts with: its --reverse flag, the clock, one thread per
+    process, the imported model and its prepared texts (args, started, model directory, texts)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reverse", action="store_true", help="build the models from the end of the list (a "
                         "second process on another core meets the first in the middle; results come from the cache)")
     args = parser.parse_args()
     started = time.time()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     src, _ = imported()
-    data = {text: prepared(src, text) for text in TEXTS}
+    return args, started, src, {text: prepared(src, text) for text in TEXTS}
+
+
+def main() -> None:
+    args, started, src, data = start(__doc__.split("\n\n")[0])
     window = next(iter(BatchLoader(data["shakespeare"], BLOCK, 1, "cpu").full_split("val")))[0]
     ct_map = compressed_tensors_map()
     reference, _ = transformed(src, data, D, "truncate")  # T = I: the canonical form (real_model's control)
@@ -174,11 +180,13 @@ def main() -> None:
                   "summary": summary(rows), "notes": notes}, started)
 
 
-def save(payload: dict, started: float) -> None:
-    out = os.path.join(RESULTS, "real_model_quantization")
+def save(payload: dict, started: float, experiment: str = "real_model_quantization",
+         command: str = "scripts/real_quantization.sh") -> None:
+    """results/<experiment>/results.json with the run's seconds, hardware and command, written atomically."""
+    out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
     payload = dict(payload, meta={"seconds": round(time.time() - started), "hardware": hardware(),
-                                  "command": "scripts/real_quantization.sh"})
+                                  "command": command})
     tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=2, default=str)
