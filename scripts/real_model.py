@@ -189,8 +189,8 @@ def recovery(src: str, data: dict[str, str]) -> dict:
     equal = cell(src, data, PER_BLOCK_EQUAL_PARAMETERS_M, "pca", "per_block", extra=SLICEGPT_CHOICES)
     per_block = finetuned(equal["out_dir"], data, f"per_block-m{PER_BLOCK_EQUAL_PARAMETERS_M}-lm", (versus,))
     arms.append(dict(per_block, name=f"pca, per_block, m = {PER_BLOCK_EQUAL_PARAMETERS_M} (−25% parameters; "
-                     "SliceGPT's order and weighting), LM loss (as the control)", loss="lm", key="per_block",
-                     m=PER_BLOCK_EQUAL_PARAMETERS_M, zero_shot=equal["losses"],
+                     "SliceGPT's order, weighting and first-site moment), LM loss (as the control)", loss="lm",
+                     key="per_block", m=PER_BLOCK_EQUAL_PARAMETERS_M, zero_shot=equal["losses"],
                      start_parameters=equal["parameters"]))
     return {"tokens": FT_ITERS * 8 * BLOCK, "recipe": FINETUNE, "canonical": canonical, "control": control,
             "arms": arms}

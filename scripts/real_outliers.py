@@ -14,9 +14,9 @@ tinyshakespeare train tokens, unit weighting):
 each as it is and rotated afterwards at m = 432 by a Hadamard rotation (``transform.py --kind=hadamard`` on the
 shrunk model: exact), so that the table also says whether a rotation can stand in for keeping the outliers.
 Quantizations (quantize.py, as results/real_model_quantization): none (float), W4A4 (per channel / per token at
-the readers), W8A8 at every linear layer, W4 with groups of 64; a model already worse than a uniform guess in float
-gets W4A4 only. Losses: the whole val splits of tinyshakespeare
-and Botchan, 256-token windows, one thread; n = 1 (the maps are deterministic; the Hadamard rotation uses seed 0).
+the readers), W8A8 at every linear layer, W4 with groups of 48 (64 does not divide 432); a model already worse
+than a uniform guess in float gets W4A4 only. Losses: the whole val splits of tinyshakespeare and Botchan,
+256-token windows, one thread; n = 1 (the maps are deterministic; the Hadamard rotation uses seed 0).
 Writes results/real_model_outliers/results.json after every model.
 """
 from __future__ import annotations
@@ -43,7 +43,8 @@ from real_quantization import save as write  # noqa: E402
 
 M = RATIOS[0.75]
 MASSIVE = os.path.join(RESULTS, "real_model_geometry", "results.json")  # scripts/massive_activations.py
-SETTINGS = (Quantization(weight_bits=4, act_bits=4), INT8, Quantization(weight_bits=4, group=64))
+# groups of 48: 64 (the m = d study's) does not divide m = 432; 48 divides 432, 576 and 1536
+SETTINGS = (Quantization(weight_bits=4, act_bits=4), INT8, Quantization(weight_bits=4, group=48))
 VOCAB = 49152  # SmolLM2's vocabulary: log V = 10.80 is a uniform guess's loss
 
 

@@ -19,7 +19,8 @@ Quantizations (quantize.py; symmetric round-to-nearest, the embedding and the he
 SpinQuant's evaluations): W4 per output channel, W4 with groups of 64 (128, the usual size, does not divide
 d = 576), W4A4 (W4 per channel and 4-bit activations per token at the residual's readers, where the rotation
 acts); W8A8 at every linear layer for the unrotated model and Hadamard seed 0 only (at ~4 minutes per evaluation
-on one core, the 4-bit settings come first).
+on one core, the 4-bit settings come first); W4A4 at every linear layer (QuaRot's setting, without its online
+Hadamards) for the unrotated model and the three Hadamard seeds.
 Losses: the whole val split of tinyshakespeare and of Botchan (an English novel, the general text), 256-token
 windows, one thread. Writes results/real_model_quantization/results.json after every model.
 """
@@ -60,6 +61,10 @@ SETTINGS = (Quantization(weight_bits=4), Quantization(weight_bits=4, group=64),
             Quantization(weight_bits=4, act_bits=4))
 INT8 = Quantization(weight_bits=8, act_bits=8, act_at="all")  # the bar int8 users know: unrotated and Hadamard only
 INT8_ROWS = (("none", 0), ("hadamard", 0))
+# 4-bit activations at every linear layer (QuaRot's setting): a residual rotation reaches only the readers' inputs,
+# so this asks what the attention output and the MLP's hidden state — which QuaRot rotates online — cost unrotated
+INT4_ALL = Quantization(weight_bits=4, act_bits=4, act_at="all")
+INT4_ALL_ROWS = (("none", 0), ("hadamard", 0), ("hadamard", 1), ("hadamard", 2))
 SEEDS = (0, 1, 2)
 # (name, kind, seed): the most telling first, so that a run cut short still compares something
 ROTATIONS = [("none", "truncate", 0), ("hadamard", "hadamard", 0), ("compressed-tensors", "file", 0),
@@ -171,12 +176,14 @@ def main() -> None:
         row = {"rotation": name, "kind": kind, "seed": seed, "out_dir": out, **model_facts(out, reference, window),
                "float": losses(out, data) if name == "none" else None, "losses": {}}
         rows.append(row)
-        for q in SETTINGS + ((INT8,) if (name, seed) in INT8_ROWS else ()):
+        for q in SETTINGS + ((INT8,) if (name, seed) in INT8_ROWS else ()) + (
+                (INT4_ALL,) if (name, seed) in INT4_ALL_ROWS else ()):
             row["losses"][q.label] = quantized_losses(out, data, q)
             print(f"{name} seed {seed} {q.label}: val {row['losses'][q.label]['val']:.4f}, "
                   f"general {row['losses'][q.label]['general']:.4f}", flush=True)
             save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "d": D, "block": BLOCK,
-                  "settings": [dict(dataclasses.asdict(q), label=q.label) for q in (*SETTINGS, INT8)], "rows": rows,
+                  "settings": [dict(dataclasses.asdict(q), label=q.label) for q in (*SETTINGS, INT8, INT4_ALL)],
+                  "rows": rows,
                   "summary": summary(rows), "notes": notes}, started)
 
 

@@ -888,7 +888,9 @@ def real_model_quantization(r: dict) -> str:
              "fake-quantized (`quantize.py`: symmetric round-to-nearest; W4 = 4-bit weights, one scale per output "
              "channel; W4g64 = one scale per 64 input columns; A4 = 4-bit activations, one scale per token, at the "
              "residual's readers c_attn and c_fc; W8A8all = 8-bit weights per channel and 8-bit activations per "
-             "token at every linear layer; the embedding and the head stay in float). Losses over the whole "
+             "token at every linear layer; W4A4all = 4-bit weights per channel and 4-bit activations per token at "
+             "every linear layer, QuaRot's setting without its online Hadamard rotations inside attention and the "
+             "MLP; the embedding and the head stay in float). Losses over the whole "
              f"val split in {r['block']}-token windows: **val** = tinyshakespeare, **general** = *Botchan*. In "
              f"float the model scores val {fv:.4f}, general {fg:.4f}. Random rotations: mean ± std over n seeds "
              "(the n column); none and pca are deterministic (n = 1).", "",
@@ -935,9 +937,10 @@ def real_model_outliers(r: dict) -> str:
              f"(`--pca_exclude=507`); **all out** with all {len(r['outliers'])} massive coordinates of the section "
              "above kept out. Each also rotated afterwards at m = 432 by a Hadamard rotation (`--kind=hadamard`, "
              "seed 0; exact). Quantized as in the section below (W4A4: 4-bit weights per channel and 4-bit "
-             "activations per token at the readers; W8A8all: 8 bits at every linear layer; W4g64: 4-bit weights in "
-             f"groups of 64). Losses over the whole val splits, {r['block']}-token windows; **Δq** = the setting's "
-             "val loss minus the same model's float val loss (what rounding costs that model); — = not run: a "
+             "activations per token at the readers; W8A8all: 8 bits at every linear layer; W4g48: 4-bit weights in "
+             f"groups of 48, as 64 does not divide 432). Losses over the whole val splits, {r['block']}-token "
+             "windows; **Δq** = the setting's val loss minus the same model's float val loss (what rounding "
+             "costs that model); — = not run: a "
              "model already worse than a uniform guess in float is rounded at W4A4 only. n = 1: the maps are "
              "deterministic and the calibration draw is one.", "",
              "| shrink | rotation | e_507 kept | outliers kept (mean) | " + " | ".join(
