@@ -961,7 +961,15 @@ def real_model_outliers(r: dict) -> str:
                      + f" | {row['readers_input']['max_over_rms']:.1f} | {row['weight_kurtosis']:.2f} |")
     reading = outliers_reading(r["rows"], labels)
     if reading:
-        lines += ["", "**Reading** (generated; val split, n = 1). " + " ".join(reading)]
+        spread = ""
+        quant = load("real_model_quantization")
+        hadamard = next((x for x in (quant or {}).get("summary", []) if x["rotation"] == "hadamard"), None)
+        if hadamard is not None:
+            spread = "; at m = d the Hadamard rotation's sign seed alone moves the loss by " + ", ".join(
+                f"± {cell['val']['std']:.2f} at {q}" for q, cell in hadamard["settings"].items()
+                if "val" in cell and cell["val"]["n"] > 1) + " (next section): differences below twice that are none"
+        lines += ["", f"**Reading** (generated; val split, n = 1 each, so differences are described, not tested"
+                  f"{spread}). " + " ".join(reading)]
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s.*"]
     return "\n".join(lines)
 
