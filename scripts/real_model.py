@@ -42,6 +42,8 @@ CALIB = [f"--calib_batches={CALIB_BATCHES_N}", f"--calib_batch_size={CALIB_BATCH
 RATIOS = {0.75: 432, 0.5: 288}  # m/d → m (multiples of the 9 heads: the sandwich rules re-split them)
 EQUAL_PARAMETERS_M = 357  # untied head: 282,624·m parameters; m = 357 has the tied original's 75% (100.9 M)
 PER_BLOCK_EQUAL_PARAMETERS_M = 333  # per-block maps add 60 shortcut matrices: 282,624·m + 60·m² ≈ 100.9 M at m = 333
+HALF_PARAMETERS_M = {"residual": 238, "per_block": 227}  # −50% parameters (67.3 M): 282,624·m (+ 60·m² per-block)
+SLICEGPT_HALF_PARAMETERS_M = 158  # SliceGPT's parameters fit 59·m² + 232,512·m + 29.2 M (its rows): 67.5 M at 158
 # every choice SliceGPT makes, on our per-block maps: its order, its weighting, its first-site moment
 SLICEGPT_CHOICES = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
@@ -228,6 +230,9 @@ def grid(which: str) -> list[tuple]:
     cells += [("pca", "per_block", PER_BLOCK_EQUAL_PARAMETERS_M, "shakespeare", SLICEGPT_CHOICES)]
     # the general case: calibrated on English news, evaluated on the novel (neither Shakespeare nor the news)
     cells += [("pca", "per_block", RATIOS[0.75], "news", SLICEGPT_CHOICES)]
+    # the issue's −50% parameters: one global map and SliceGPT's construction with its choices
+    cells += [("pca", "per_block", HALF_PARAMETERS_M["per_block"], "shakespeare", SLICEGPT_CHOICES),
+              ("pca", "residual", HALF_PARAMETERS_M["residual"], "shakespeare", ())]
     return cells
 
 
@@ -265,7 +270,7 @@ def run_slicegpt() -> None:
     except ImportError:
         raise SystemExit("SliceGPT's code needs ml-collections: pip install ml-collections") from None
     rows = []
-    for width in (576, *RATIOS.values()):
+    for width in (576, *RATIOS.values(), SLICEGPT_HALF_PARAMETERS_M):
         rows.append(slicegpt_row(src, data, width))
         save({"code": "microsoft/TransformerCompression src/slicegpt @ 6b12cde (../shared/reference/slicegpt)",
               "rows": rows}, started, "real_model_slicegpt")

@@ -683,21 +683,24 @@ def sequential_reading(r: dict, bv: float, bg: float) -> list[str]:
 
 
 def equal_parameters_reading(r: dict, bv: float, bg: float) -> list[str]:
-    """Every row — ours and SliceGPT's code's — within 1% of the issue's −25% parameters (75% of the original's,
-    tied weights once), best val first: one comparison at equal parameters."""
-    target = 0.75 * r["base"]["parameters"]
-    sg = load("real_model_slicegpt")
-    near = [(real_model_label(x) + f", m = {x['m']}", x) for x in r["rows"]
-            if abs(x["parameters"] / target - 1) < 0.01 and x["calibration"] == "shakespeare"]
-    near += [(f"SliceGPT's own code, m = {x['width']}", x) for x in (sg or {}).get("rows", [])
-             if abs(x["parameters"] / target - 1) < 0.01]
-    if len(near) < 2:
-        return []
-    near.sort(key=lambda nx: nx[1]["losses"]["val"])
-    return [f"- **At −25% parameters ({target / 1e6:.1f} M ± 1%), calibrated on Shakespeare, best val first:** "
-            + "; ".join(f"{name} val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), general "
-                        f"{x['losses']['general']:.4f} ({gap_words(x['losses']['general'], bg)}), "
-                        f"{x['parameters'] / 1e6:.1f} M" for name, x in near) + " (n = 1 each)."]
+    """Every row — ours and SliceGPT's code's — within 1% of the issue's −25% and −50% parameters (75% and 50% of
+    the original's, tied weights once), best val first: one comparison at equal parameters each."""
+    sg, out = load("real_model_slicegpt"), []
+    for cut in (0.25, 0.5):
+        target = (1 - cut) * r["base"]["parameters"]
+        near = [(real_model_label(x) + f", m = {x['m']}", x) for x in r["rows"]
+                if abs(x["parameters"] / target - 1) < 0.01 and x["calibration"] == "shakespeare"]
+        near += [(f"SliceGPT's own code, m = {x['width']}", x) for x in (sg or {}).get("rows", [])
+                 if abs(x["parameters"] / target - 1) < 0.01]
+        if len(near) < 2:
+            continue
+        near.sort(key=lambda nx: nx[1]["losses"]["val"])
+        out.append(f"- **At −{100 * cut:.0f}% parameters ({target / 1e6:.1f} M ± 1%), calibrated on Shakespeare, best "
+                   "val first:** " + "; ".join(
+                       f"{name} val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), general "
+                       f"{x['losses']['general']:.4f} ({gap_words(x['losses']['general'], bg)}), "
+                       f"{x['parameters'] / 1e6:.1f} M" for name, x in near) + " (n = 1 each).")
+    return out
 
 
 def general_case_reading(r: dict, bg: float) -> list[str]:

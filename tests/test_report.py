@@ -323,6 +323,11 @@ def test_the_equal_parameters_reading_lists_only_rows_within_one_percent_best_fi
     assert line.index("pca, per_block (calibrated on Shakespeare), m = 333 val 4.5000") < line.index(
         "SliceGPT's own code, m = 288 val 4.6000")
     assert "m = 432" not in line and "4.4000" not in line  # 133.3 M is not −25%; news is another calibration
+    r["rows"] += [dict(row, m=227, parameters=67.3e6, losses={"val": 5.5, "general": 6.5}),
+                  dict(row, m=238, porting="residual", parameters=67.2e6, losses={"val": 6.0, "general": 7.0})]
+    quarter, half = report.equal_parameters_reading(r, 3.76, 3.79)
+    assert quarter == line and half.startswith("- **At −50% parameters (67.2 M ± 1%)")
+    assert half.index("m = 227 val 5.5000") < half.index("m = 238 val 6.0000")
 
 
 def test_the_general_case_reading_takes_only_news_calibrated_rows_best_general_first():
