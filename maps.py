@@ -159,9 +159,7 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
     """
     if m <= 0 or d <= 0:
         raise TransformError(f"widths must be positive, got d={d}, m={m}")
-    if exclude and kind != "pca":
-        raise TransformError(f"pca_exclude keeps coordinates out of a PCA map's range; kind={kind!r} is not fitted "
-                             "to data: use kind='pca' or drop --pca_exclude")
+    check_coordinates(exclude, d, m, kind)
     g = torch.Generator().manual_seed(seed)
     if kind == "gaussian":
         T = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(m)

@@ -347,6 +347,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
     check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer))
+    pca_exclude = tuple(sorted(set(pca_exclude)))
     check_coordinates(pca_exclude, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0), ("tie_head", tie_head)):
@@ -658,7 +659,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
-        calib_vocabulary=cfg.calib_vocabulary, pca_exclude=tuple(sorted(set(cfg.pca_exclude))),
+        calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

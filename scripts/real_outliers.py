@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import geometry as geo  # noqa: E402
-from checkpoint import load_model  # noqa: E402
+from checkpoint import load_checkpoint, load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS  # noqa: E402
 from quantize import Quantization, activation_outliers, block_linears  # noqa: E402
@@ -66,7 +66,7 @@ def model_facts(model_dir: str, window: torch.Tensor, outliers: list[int]) -> di
     change it), and how outlier-heavy the readers' inputs and the weights are."""
     model, ckpt = load_model(model_dir)
     record = ckpt["transform"]
-    source = load_model(record["source"])[1]["transform"] if record["kind"] == "hadamard" else record
+    source = load_checkpoint(record["source"])["transform"] if record["kind"] == "hadamard" else record
     kept = source["T"].double()[:, outliers].pow(2).sum(0)
     return {"exact_step": bool(record["exact"]), "kept_507": kept[0].item(),
             "kept_outliers_mean": kept.mean().item(), "readers_input": activation_outliers(model, window),
