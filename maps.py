@@ -28,6 +28,25 @@ KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "hadamard", "
 JL_KINDS = ("gaussian", "rademacher", "sparse", "srht")  # random maps: the JL bound is what they guarantee
 
 
+@dataclass(frozen=True)
+class Coordinates:
+    """Residual coordinates a PCA map treats apart (``--pca_exclude``, ``--pca_keep``): ``exclude`` kept out of
+    range(T) (‖T·e_i‖ = 0), ``keep`` kept in it as rows of their own (T has the row e_iᵀ, so T·D = D′·T on them
+    for any diagonal D: the map commutes with a per-dimension gain there)."""
+    exclude: tuple[int, ...] = ()
+    keep: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.exclude or self.keep)
+
+    def normalized(self) -> Coordinates:
+        """Each set sorted and de-duplicated: one form for every record."""
+        return Coordinates(tuple(sorted(set(self.exclude))), tuple(sorted(set(self.keep))))
+
+
+NO_COORDINATES = Coordinates()  # every coordinate treated alike (the default)
+
+
 @dataclass
 class Calibration:
     """The uncentred second moment M = (1/N)·Σ x xᵀ of N calibration vectors (float64)."""
@@ -141,7 +160,8 @@ def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Ten
 
 def make_projection(kind: str, d: int, m: int, seed: int = 0,
                     calibration: Calibration | torch.Tensor | None = None,
-                    damping: float = 1e-6, exclude: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+                    damping: float = 1e-6, coordinates: Coordinates = NO_COORDINATES
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
     machine; ``transform_model`` moves it to the model's device, once):
 
@@ -153,13 +173,13 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
     orthogonal  Haar-random orthonormal rows (m ≤ d) or columns (m ≥ d), from the QR of a Gaussian
     hadamard    H·D/√d at m = d: a Hadamard matrix of order d (``hadamard_matrix``), random signs D (QuaRot's
                 rotation; spreads every coordinate over all d, so no single one carries an outlier)
-    pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d); with ``exclude``
-                (coordinates E) those of Q·M·Q, Q = I − Σ_{i∈E} e_i e_iᵀ: range(T) ⟂ every e_i, i ∈ E
+    pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d); with
+                ``coordinates`` some kept out of range(T) or in it as rows of their own (``pca_map``)
     truncate    the first m coordinates
     """
     if m <= 0 or d <= 0:
         raise TransformError(f"widths must be positive, got d={d}, m={m}")
-    check_coordinates(exclude, d, m, kind)
+    check_coordinates(coordinates, d, m, kind)
     g = torch.Generator().manual_seed(seed)
     if kind == "gaussian":
         T = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(m)
@@ -187,7 +207,7 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
         T = torch.eye(m, d, dtype=torch.float64)
         return T, T.T.clone()
     elif kind == "pca":
-        T = pca_map(calibration, d, m, damping, exclude)
+        T = pca_map(calibration, d, m, damping, coordinates)
         return T, T.T.clone()
     else:
         raise TransformError(f"kind={kind!r} is not one of {KINDS}")
@@ -195,9 +215,11 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
 
 
 def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damping: float = 1e-6,
-            exclude: tuple[int, ...] = ()) -> torch.Tensor:
-    """T = the top-m eigenvectors (rows, largest first) of M + δ·tr(M)/d·I, M the calibration's uncentred second
-    moment; with ``exclude`` (coordinates E) of Q·(M + δ·tr(M)/d·I)·Q, Q = I − Σ_{i∈E} e_i e_iᵀ, so range(T) ⟂ e_i."""
+            coordinates: Coordinates = NO_COORDINATES) -> torch.Tensor:
+    """T = the top-m eigenvectors (rows, largest first) of M_δ = M + δ·tr(M)/d·I, M the calibration's uncentred
+    second moment. With ``coordinates`` E = exclude, K = keep and Q = I − Σ_{i∈E∪K} e_i e_iᵀ: the rows e_iᵀ
+    (i ∈ K) and the top m − |K| eigenvectors of Q·M_δ·Q, ordered by their variance tᵀ·M_δ·t (largest first), so
+    range(T) ⟂ e_i for i ∈ E and ∋ e_i for i ∈ K; the rest is the PCA of the stream without those coordinates."""
     if m > d:
         raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
                              "use kind='orthogonal' to grow")
@@ -207,33 +229,49 @@ def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damp
         calibration = Calibration.from_points(calibration)
     M = calibration.second_moment.double().cpu()  # eigh on the host: the same directions on every device
     M = M + damping * torch.trace(M) / d * torch.eye(d, dtype=torch.float64)
-    if exclude:
-        check_coordinates(exclude, d, m)
-        keep = torch.ones(d, dtype=torch.float64)
-        keep[list(exclude)] = 0
-        M = M * keep[:, None] * keep[None, :]
-        M[list(exclude), list(exclude)] = -1.0  # below every other eigenvalue (≥ 0), whatever the damping
-    _, vectors = torch.linalg.eigh(M)  # ascending eigenvalues
-    T = vectors[:, -m:].flip(-1).T.contiguous()  # top-m directions, largest first
-    return T
+    check_coordinates(coordinates, d, m)
+    apart = sorted(set(coordinates.exclude) | set(coordinates.keep))
+    masked = M
+    if apart:
+        inside = torch.ones(d, dtype=torch.float64)
+        inside[apart] = 0
+        masked = M * inside[:, None] * inside[None, :]
+        masked[apart, apart] = -1.0  # below every other eigenvalue (≥ 0), whatever the damping
+    _, vectors = torch.linalg.eigh(masked)  # ascending eigenvalues
+    free = m - len(coordinates.keep)
+    T = vectors[:, d - free:].flip(-1).T  # top directions, largest first (none when K fills all m rows)
+    if coordinates.keep:
+        T = torch.cat([torch.eye(d, dtype=torch.float64)[list(coordinates.keep)], T])
+        T = T[torch.argsort(torch.einsum("id,de,ie->i", T, M, T), descending=True, stable=True)]
+    return T.contiguous()
 
 
-def check_coordinates(coordinates: tuple[int, ...], d: int, m: int, kind: str = "pca", given_map: bool = False
-                      ) -> None:
-    """Raise TransformError unless the coordinates of --pca_exclude can apply: a PCA map drawn here (not a map
-    file), every coordinate in [0, d), and m directions left outside them."""
+def check_coordinates(coordinates: Coordinates, d: int, m: int, kind: str = "pca", given_map: bool = False) -> None:
+    """Raise TransformError unless --pca_exclude / --pca_keep can apply: a PCA map drawn here (not a map file),
+    every coordinate in [0, d), none both kept and excluded, m directions left outside the excluded ones and at
+    least as many as are kept."""
     if not coordinates:
         return
+    named = [name for name in ("exclude", "keep") if getattr(coordinates, name)]
+    options = " and ".join(f"pca_{name}" for name in named)
     if kind != "pca" or given_map:
-        raise TransformError("pca_exclude keeps coordinates out of a PCA map's range: use kind='pca' without a map "
-                             "file, or drop pca_exclude")
-    outside = [i for i in coordinates if not 0 <= i < d]
-    if outside:
-        raise TransformError(f"pca_exclude names coordinates {outside} outside this model's residual stream "
-                             f"(0 … {d - 1}); give coordinates below d={d}")
-    if m > d - len(coordinates):
-        raise TransformError(f"pca_exclude keeps {len(coordinates)} of d={d} coordinates out of range(T), which "
-                             f"leaves {d - len(coordinates)} directions for m={m}: exclude fewer or shrink more")
+        raise TransformError(f"{options} choose{'s' if len(named) == 1 else ''} coordinates of a PCA map's range: "
+                             f"use kind='pca' without a map file, or drop {options}")
+    for name in named:
+        outside = [i for i in getattr(coordinates, name) if not 0 <= i < d]
+        if outside:
+            raise TransformError(f"pca_{name} names coordinates {outside} outside this model's residual stream "
+                                 f"(0 … {d - 1}); give coordinates below d={d}")
+    both = sorted(set(coordinates.exclude) & set(coordinates.keep))
+    if both:
+        raise TransformError(f"coordinates {both} are both in pca_exclude and in pca_keep: name each in one")
+    excluded, kept = len(set(coordinates.exclude)), len(set(coordinates.keep))
+    if m > d - excluded:
+        raise TransformError(f"pca_exclude keeps {excluded} of d={d} coordinates out of range(T), which "
+                             f"leaves {d - excluded} directions for m={m}: exclude fewer or shrink more")
+    if kept > m:
+        raise TransformError(f"pca_keep keeps {kept} coordinates as rows of T, more than its m={m} rows: keep fewer "
+                             "or shrink less")
 
 
 def mean_preserving(T: torch.Tensor) -> torch.Tensor:
@@ -281,14 +319,14 @@ def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
 
 def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
                  calibration: Calibration | None, damping: float, keep_layernorm: bool,
-                 exclude: tuple[int, ...] = ()) -> tuple[torch.Tensor, ...]:
+                 coordinates: Coordinates = NO_COORDINATES) -> tuple[torch.Tensor, ...]:
     """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
     model keeps its LayerNorm."""
     if given_map is not None:
         T = given_map.detach().cpu().double()
         T_pinv = pseudo_inverse(T)
     else:
-        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, exclude)
+        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, coordinates)
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()

@@ -24,7 +24,15 @@ import torch
 from dataset import BatchLoader
 from errors import TransformError
 from logger import progress
-from maps import Calibration, PortMaps, make_projection, unit_second_moment, vocabulary_moment
+from maps import (
+    NO_COORDINATES,
+    Calibration,
+    Coordinates,
+    PortMaps,
+    make_projection,
+    unit_second_moment,
+    vocabulary_moment,
+)
 from model import GPT, GPTConfig
 from porting import port_embedding, port_reader, port_writer, scale_gain
 
@@ -77,7 +85,7 @@ def sublayer_parts(block: torch.nn.Module, which: int) -> tuple[torch.nn.Module,
 @torch.no_grad()
 def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, seed: int = 0,
                          weighting: str = "unit", damping: float = 1e-6, vocabulary: bool = True,
-                         exclude: tuple[int, ...] = ()) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                         coordinates: Coordinates = NO_COORDINATES) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """SliceGPT's sequential calibration: site s's PCA is taken on the states of the model whose earlier sites are
     already cut. With P_s = T_s⁺·T_s, the ported model computes in d-space, exactly (the norms' √(d/m) gains and d/m
     ε make norm_m(T_s·h) read as norm_d(P_s·h)),
@@ -86,7 +94,7 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
                             h̃_{s+1} = P_s·h̃_s + norm_out(P_{s+1}·f_s(P_s·h̃_s))    (peri-LN)
 
     and T_s is the PCA of h̃_s (site 0 also counts every token embedding, as ``collect_site_calibration``, unless
-    ``vocabulary`` is off; ``exclude``: coordinates kept out of every range, ``maps.make_projection``), so the
+    ``vocabulary`` is off; ``coordinates``: kept out of or in every range, ``maps.pca_map``), so the
     error of every earlier cut is in the data the next map is fitted to. Peri-LN's output norm reads the output
     already in the next site's basis, which is not known before that site's PCA: the PCA sees norm_out(f) uncut,
     the states carried on are the model's own. One sublayer at a time over the whole calibration set (its states
@@ -104,7 +112,8 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
         for h in fit_on:
             moment, n = unit_second_moment(h, weighting)
             total, count = total + moment, count + n
-        T, T_pinv = make_projection("pca", cfg.n_embd, m, seed, Calibration(total / count, count), damping, exclude)
+        T, T_pinv = make_projection("pca", cfg.n_embd, m, seed, Calibration(total / count, count), damping,
+                                    coordinates)
         maps.append((T, T_pinv))
         if s == n_sites - 1:
             break
@@ -122,14 +131,14 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
 
 
 def site_maps(kind: str, d: int, m: int, n_sites: int, seed: int, calibrations: list[Calibration] | None,
-              damping: float, exclude: tuple[int, ...] = ()) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(T_s, T_s⁺) for every site: PCA of that site's calibration (``exclude``: coordinates kept out of its
-    range), or the kind's map drawn with seed + s."""
+              damping: float, coordinates: Coordinates = NO_COORDINATES) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(T_s, T_s⁺) for every site: PCA of that site's calibration (``coordinates``: kept out of or in its
+    range, ``maps.pca_map``), or the kind's map drawn with seed + s."""
     if kind == "pca":
         if calibrations is None:
             raise TransformError("kind='pca' with porting='per_block' needs calibration data (one moment per site)")
-        return [make_projection("pca", d, m, seed, c, damping, exclude) for c in calibrations]
-    return [make_projection(kind, d, m, seed + s, exclude=exclude) for s in range(n_sites)]
+        return [make_projection("pca", d, m, seed, c, damping, coordinates) for c in calibrations]
+    return [make_projection(kind, d, m, seed + s, coordinates=coordinates) for s in range(n_sites)]
 
 
 def port_shortcut(S: torch.Tensor, into: PortMaps, out_of: PortMaps) -> torch.Tensor:

@@ -212,6 +212,19 @@ def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.T
 
 
 @torch.no_grad()
+def gain_outliers(model: GPT, count: int) -> tuple[int, ...]:
+    """The ``count`` residual coordinates whose final-norm gain γ_i lies farthest from the median gain (ties: the
+    lower index first). A tied head needs diag(γ)·Tᵀ ≈ Tᵀ·diag(γ′) (``retie_head``); a PCA direction that mixes a
+    coordinate of outlying gain (SmolLM2's γ_247 = −2.1 among gains near +1.8) with the rest cannot be given one
+    gain, so ``--tie_keep`` keeps these coordinates as rows of T of their own (``maps.pca_map``)."""
+    if count <= 0:
+        return ()
+    gain = model.transformer.ln_f.weight.detach().double().cpu()  # count > m is maps.check_coordinates' error
+    spread = (gain - gain.median()).abs()
+    order = sorted(range(len(gain)), key=lambda i: (-spread[i].item(), i))
+    return tuple(order[:count])
+
+
 def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tuple[GPT, dict]:
     """Tie the head of a shrunk model back to its embeddings E′ (V×m) by giving the final norm a per-dimension
     gain γ: the untied head A (V×m, applied to the final norm's output y) is replaced by E′·diag(γ), with γ the

@@ -64,6 +64,8 @@ from maps import (
     CALIB_WEIGHTINGS,
     JL_KINDS,
     KINDS,
+    NO_COORDINATES,
+    Coordinates,
     calibration_points,
     check_coordinates,
     collect_calibration,
@@ -92,7 +94,16 @@ from porting import (
     resolve_porting,
     restore_layernorm,
 )
-from refit import REFIT_MODES, calibration_batches, fit_gains, kl_to_original, learn_map, refit_layers, retie_head
+from refit import (
+    REFIT_MODES,
+    calibration_batches,
+    fit_gains,
+    gain_outliers,
+    kl_to_original,
+    learn_map,
+    refit_layers,
+    retie_head,
+)
 from roles import residual_roles
 
 
@@ -136,6 +147,8 @@ class TransformConfig:
     learn_steps: int = 0  # > 0: learn T (orthonormal rows, m < d) for this many steps of KL(original ‖ new)
     tie_head: bool = False  # a tied model's head stays tied: the final norm gets a per-dimension gain fitted to the
     #                         untied head's logits on calibration text (refit.retie_head); parameters × m/d
+    tie_keep: int = 0  # with tie_head and kind='pca': T keeps the N coordinates whose final-norm gain lies farthest
+    #                    from the median as rows of their own (--pca_keep), so one m-space gain can stand in for it
     learn_lr: float = 1e-3  # Adam learning rate of the learned map
     # calibration: token embeddings + hidden states of every layer on training text (pca, JL bound)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
@@ -149,6 +162,8 @@ class TransformConfig:
     #                                calibration text's own, as SliceGPT's)
     pca_exclude: tuple[int, ...] = ()  # kind='pca': residual coordinates kept out of range(T) (--pca_exclude=507 or
     #                                    =507,199): the same PCA on the stream with those coordinates removed
+    pca_keep: tuple[int, ...] = ()  # kind='pca': residual coordinates kept in range(T) as rows e_iᵀ of their own
+    #                                 (--pca_keep=247,17); the rest is the PCA of the stream without them
     block_size: int = 0  # tokens per calibration / evaluation window (0: the model's context, which for an imported
     #                      Llama or Qwen, 32k–128k, can exceed a small corpus)
     pca_damping: float = 1e-6  # relative ridge added to the second-moment matrix before eigh
@@ -195,10 +210,15 @@ class TransformConfig:
 
     def check_calibration(self) -> None:
         """The PCA-only settings ask for kind='pca' (sequential_calibration also for porting='per_block')."""
-        if self.pca_exclude and (self.kind != "pca" or self.map_file):
-            raise ConfigError(f"pca_exclude keeps coordinates out of a PCA map's range; kind={self.kind!r}"
-                              + (" with a map file" if self.map_file else "") + ": use --kind=pca without "
-                              "--map_file or drop --pca_exclude")
+        for name, what in (("pca_exclude", "keeps coordinates out of a PCA map's range"),
+                           ("pca_keep", "keeps coordinates in a PCA map's range"),
+                           ("tie_keep", "keeps the final gain's outlying coordinates in a PCA map's range")):
+            if getattr(self, name) and (self.kind != "pca" or self.map_file):
+                raise ConfigError(f"{name} {what}; kind={self.kind!r}" + (" with a map file" if self.map_file else "")
+                                  + f": use --kind=pca without --map_file or drop --{name}")
+        if self.tie_keep < 0 or self.tie_keep and not self.tie_head:
+            raise ConfigError(f"tie_keep={self.tie_keep} chooses coordinates for a head kept tied: give a count >= 0 "
+                              "with --tie_head=True, or drop --tie_keep")
         if self.sequential_calibration and (self.porting != "per_block" or self.kind != "pca"):
             raise ConfigError("sequential_calibration orders the per-site PCAs of porting='per_block' with kind='pca'; "
                               "add --porting=per_block --kind=pca or drop --sequential_calibration")
@@ -333,10 +353,13 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     depth_mode: str = "interleave", grow_reader_std: float = 0.0, grow_mask_iters: int = 0,
                     rms_preserve: bool = False, tie_head: bool = False,
                     calib_weighting: str = "unit", sequential_calibration: bool = False,
-                    calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = ()) -> tuple[GPT, dict]:
+                    calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
+                    tie_keep: int = 0) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
-    ``pca_exclude``: coordinates kept out of a PCA map's range (``maps.make_projection``);
+    ``pca_exclude`` / ``pca_keep``: coordinates kept out of a PCA map's range / in it as rows of their own
+    (``maps.pca_map``); ``tie_keep``: with ``tie_head``, that many of the final gain's outliers kept
+    (``refit.gain_outliers``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -346,9 +369,10 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     d, m = model.config.n_embd, width
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
-    check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer))
-    pca_exclude = tuple(sorted(set(pca_exclude)))
-    check_coordinates(pca_exclude, model.config.n_embd, width, kind, given_map is not None)
+    check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer),
+                   tie_keep)
+    coordinates = Coordinates(pca_exclude, pca_keep + gain_outliers(model, tie_keep)).normalized()
+    check_coordinates(coordinates, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
                          ("learn_steps", learn_steps > 0), ("tie_head", tie_head)):
         if needed and calibration_loader is None:
@@ -358,7 +382,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         return port_per_block_model(model, width, kind, norms, seed, calibration_loader, calib_batches, pca_damping,
                                     given_map, started=started, jl=(jl_eps, jl_delta), weighting=calib_weighting,
                                     sequential=sequential_calibration, vocabulary=calib_vocabulary,
-                                    exclude=pca_exclude)
+                                    coordinates=coordinates)
     check_sequential_calibration(sequential_calibration, porting)
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
@@ -371,7 +395,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)
         calibration = collect_calibration(model_from_state(dict(sd), cfg), calibration_loader, calib_batches, seed,
                                           calib_weighting, calib_vocabulary)
-    T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm, pca_exclude)
+    T, T_pinv = starting_map(given_map, kind, d, m, seed, calibration, pca_damping, keep_layernorm,
+                               coordinates)
     check_orthonormal_growth(T, kind if given_map is None else "file", grow_reader_std, grow_mask_iters)
     kind = "file" if given_map is not None else kind
     device = model.transformer.wte.weight.device
@@ -431,7 +456,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "corrections": corrections, "seconds": time.perf_counter() - started,
-              "calib_vocabulary": calib_vocabulary, "pca_exclude": list(pca_exclude),
+              "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
+              "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
               "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
     record["growth_ramp"] = ramp  # MSG's masks or None: transform_checkpoint stores them beside the weights
     return new_model, record
@@ -440,7 +466,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
 def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
                          calib_batches: int, damping: float, given_map: torch.Tensor | None, started: float,
                          jl: tuple[float, float], weighting: str = "unit", sequential: bool = False,
-                         vocabulary: bool = True, exclude: tuple[int, ...] = ()) -> tuple[GPT, dict]:
+                         vocabulary: bool = True, coordinates: Coordinates = NO_COORDINATES) -> tuple[GPT, dict]:
     """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site (PCA calibrated
     per site on the original's states, or ``sequential``ly on the already cut model's), port; the record's T is
     site 0's map and ``site_maps`` counts them."""
@@ -453,12 +479,13 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
     canonical = model_from_state(dict(sd), cfg)
     calibrations = None
     if sequential:  # transform_model has checked that kind='pca' has calibration data
-        maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping, vocabulary, exclude)
+        maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping, vocabulary,
+                                    coordinates)
         notes.append("per-site PCA calibrated in order (SliceGPT's): each on the states of the model cut before it")
     else:
         calibrations = (collect_site_calibration(canonical, loader, calib_batches, seed, weighting, vocabulary)
                         if kind == "pca" else None)
-        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping, exclude)
+        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping, coordinates)
     device = model.transformer.wte.weight.device
     maps = [(T.to(device), Tp.to(device)) for T, Tp in maps]
     new_sd, new_cfg = port_per_block(sd, cfg, maps)
@@ -475,7 +502,8 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
               "jl_min_width": jl_min_width(n_points, *jl),
               "exact": orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes),
               "notes": notes, "refit": "none", "learn_steps": 0, "corrections": {}, "site_maps": len(maps),
-              "calib_vocabulary": vocabulary, "pca_exclude": list(exclude),
+              "calib_vocabulary": vocabulary, "pca_exclude": list(coordinates.exclude),
+              "pca_keep": list(coordinates.keep), "tie_keep": 0,
               "seconds": time.perf_counter() - started, "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu(),
               "growth_ramp": None}
     return model_from_state(new_sd, new_cfg), record
@@ -617,8 +645,13 @@ def check_sequential_calibration(sequential: bool, porting: str) -> None:
                              "add --porting=per_block or drop it")
 
 
-def check_tie_head(cfg: GPTConfig, tie_head: bool, porting: str, keep_layernorm: bool, grows: bool) -> None:
-    """Raise TransformError unless --tie_head can apply: a tied model, residual porting, no growth."""
+def check_tie_head(cfg: GPTConfig, tie_head: bool, porting: str, keep_layernorm: bool, grows: bool,
+                   tie_keep: int = 0) -> None:
+    """Raise TransformError unless --tie_head (and --tie_keep) can apply: a tied model, residual porting, no
+    growth."""
+    if tie_keep and not tie_head:
+        raise TransformError(f"tie_keep={tie_keep} chooses coordinates for a head kept tied: add --tie_head=True or "
+                             "drop --tie_keep")
     if not tie_head:
         return
     if cfg.head != "tied" or cfg.norm_gain != "vector":
@@ -660,6 +693,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
         calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude,
+        pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

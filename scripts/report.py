@@ -55,6 +55,8 @@ def provenance(r: dict) -> str:
 def missing(name: str) -> str:
     if name in ("real_model_outliers", "real_model_quantization"):
         return f"*Not run yet: `scripts/{name.replace('real_model_', 'real_')}.sh` fills this table (CPU).*"
+    if name == "real_model_tied":
+        return "*Not run yet: `scripts/real_tied_head.sh` fills this table (CPU).*"
     if name.startswith("real_model"):
         part = " --part=recovery" if name.endswith("recovery") else ""
         return f"*Not run yet: `scripts/real_model.sh{part}` fills this table (CPU or GPU).*"
@@ -692,6 +694,8 @@ def equal_parameters_reading(r: dict, bv: float, bg: float) -> list[str]:
                 if abs(x["parameters"] / target - 1) < 0.01 and x["calibration"] == "shakespeare"]
         near += [(f"SliceGPT's own code, m = {x['width']}", x) for x in (sg or {}).get("rows", [])
                  if abs(x["parameters"] / target - 1) < 0.01]
+        near += [(real_model_label(x) + f", m = {x['m']}", x) for x in (load("real_model_tied") or {}).get("rows", [])
+                 if abs(x["parameters"] / target - 1) < 0.01]  # the head kept tied (next section's table)
         if len(near) < 2:
             continue
         near.sort(key=lambda nx: nx[1]["losses"]["val"])
@@ -928,6 +932,69 @@ def real_model_quantization(r: dict) -> str:
     lines += ["" if not r.get("notes") else "", *(f"*{n}*" for n in r.get("notes", [])), "",
               f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s.*"]
     return "\n".join(lines)
+
+
+def real_model_tied(r: dict) -> str:
+    """SmolLM2 shrunk with its head kept tied (--tie_head) by PCA maps that keep the final gain's K most outlying
+    coordinates as rows (--tie_keep), beside the untied and per-block shrinks at the same parameters."""
+    ref = load("real_model") or {"rows": []}
+    if "base" not in ref:
+        return ("*Needs results/real_model (`scripts/real_model.sh`) for the original's losses and the rows it "
+                "compares.*")
+    bv, bg, n0 = ref["base"]["losses"]["val"], ref["base"]["losses"]["general"], ref["base"]["parameters"]
+    plain = next((x for x in ref["rows"] if x.get("options") == ["--tie_head=True"]), None)
+    lines = [f"{r['model']}, shrunk by one PCA map (calibrated as every real-model cell) with its head kept tied "
+             "(`--tie_head=True`: the final norm gets a per-dimension gain fitted to the untied head's logits) and "
+             "the final gain's K most outlying coordinates kept as rows of T (`--tie_keep=K`); **logit residual**: "
+             "the fitted gain's relative error on the untied head's logits over the calibration text (gain 1 → "
+             "fitted). K = 0 is the table above's tied row. Losses over the whole val splits, 256-token windows; "
+             "gaps to the original; n = 1 (deterministic maps, one calibration draw).", "",
+             "| shrink | m | parameters | K | refit | logit residual | val | val gap | general | general gap | "
+             "transform s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in ([dict(plain, tie_keep=0, refit="none")] if plain else []) + r["rows"]:
+        fit = row["corrections"].get("tied_head", {})
+        v, g = row["losses"]["val"], row["losses"]["general"]
+        share = f"{row['parameters'] / n0 - 1:+.0%}"
+        lines.append(f"| pca, tied | {row['m']} | {row['parameters'] / 1e6:.1f} M ({share}) | {row['tie_keep']} | "
+                     f"{row['refit']} | {fit.get('relative_logit_residual_untied_gain', 0):.3f} → "
+                     f"{fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
+                     f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
+    reading = tied_reading(r["rows"], plain, ref, bv, bg)
+    if reading:
+        lines += ["", "**Reading** (generated; n = 1 each, so differences are described, not tested)."] + reading
+    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s "
+              "(the models of results/real_model it quotes not counted).*"]
+    return "\n".join(lines)
+
+
+def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg: float) -> list[str]:
+    """K against the plain tied map, and each width's best tied row against the untied and per-block rows with the
+    same parameters (within 1%)."""
+    out = []
+    zero = [x for x in rows if x["refit"] == "none" and x["m"] == (plain or {}).get("m")]
+    if plain and zero:
+        residual = plain["corrections"]["tied_head"]["relative_logit_residual"]
+        out.append(f"- **Keeping the gain's outliers as rows, m = {plain['m']}:** K = 0 val "
+                   f"{plain['losses']['val']:.4f} (logit residual {residual:.3f}); " + "; ".join(
+                       f"K = {x['tie_keep']} val {x['losses']['val']:.4f} (residual "
+                       f"{x['corrections']['tied_head']['relative_logit_residual']:.3f})"
+                       for x in sorted(zero, key=lambda x: x["tie_keep"])) + ".")
+    for m in dict.fromkeys(x["m"] for x in rows):
+        best = min((x for x in rows if x["m"] == m), key=lambda x: x["losses"]["val"])
+        same = [x for x in ref["rows"] if abs(x["parameters"] / best["parameters"] - 1) < 0.01
+                and x["calibration"] == "shakespeare"]
+        same += [dict(x, kind="SliceGPT's own code", porting="residual", options=[], calibration="—", m=x["width"])
+                 for x in (load("real_model_slicegpt") or {}).get("rows", [])
+                 if abs(x["parameters"] / best["parameters"] - 1) < 0.01]
+        v, g = best["losses"]["val"], best["losses"]["general"]
+        out.append(f"- **Tied, m = {m} ({best['parameters'] / 1e6:.1f} M):** the best, K = {best['tie_keep']}"
+                   f"{', refit readers' if best['refit'] == 'readers' else ''}, val {v:.4f} ({gap_words(v, bv)}), "
+                   f"general {g:.4f} ({gap_words(g, bg)})" + ("; at the same parameters " + "; ".join(
+                       (x["kind"] if x["kind"] == "SliceGPT's own code" else real_model_label(x))
+                       + f", m = {x['m']}: val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), "
+                       f"general {x['losses']['general']:.4f}" for x in sorted(same, key=lambda x: x["losses"]["val"]))
+                       if same else "") + ".")
+    return out
 
 
 def real_model_outliers(r: dict) -> str:
@@ -2098,7 +2165,8 @@ def fill_quotes(text: str) -> tuple[str, list[str]]:
 SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging,
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
                                     grow_recipes, real_model, real_model_recovery, shrink_vs_scratch,
-                                    real_model_geometry, real_model_quantization, real_model_outliers)}
+                                    real_model_geometry, real_model_quantization, real_model_outliers,
+                                    real_model_tied)}
 
 
 def render(name: str) -> str:

@@ -228,6 +228,25 @@ def test_tie_head_is_exact_when_the_map_keeps_every_coordinate(char_data_dir):
     torch.testing.assert_close(outputs(tied, idx), outputs(model, idx), atol=1e-4, rtol=0)
 
 
+def test_tie_keep_keeps_the_gain_outliers_as_rows_and_lowers_the_logit_residual(char_data_dir):
+    """A final gain with two outlying coordinates (negative among positive ones, as SmolLM2's): gain_outliers names
+    them, farthest first; --tie_keep keeps them as rows of T, and the fitted m-space gain then reproduces the
+    untied head's logits better than with the plain PCA map."""
+    model, loader = _tied_model(char_data_dir)
+    with torch.no_grad():
+        gain = model.transformer.ln_f.weight
+        gain.copy_(1.5 + 0.05 * torch.randn(24, generator=torch.Generator().manual_seed(2)))
+        gain[7], gain[19] = -2.0, -1.0
+    assert refit.gain_outliers(model, 2) == (7, 19) and refit.gain_outliers(model, 0) == ()
+    plain = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True)[1]
+    kept = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True,
+                           tie_keep=2)[1]
+    assert kept["pca_keep"] == [7, 19] and kept["tie_keep"] == 2
+    assert kept["T"][:, [7, 19]].abs().max(0).values.min() == 1.0
+    before = plain["corrections"]["tied_head"]["relative_logit_residual"]
+    assert kept["corrections"]["tied_head"]["relative_logit_residual"] < 0.5 * before
+
+
 def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
     from test_transform import random_model
     model, loader = _tied_model(char_data_dir)
@@ -237,3 +256,11 @@ def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
         transform_model(model, 16, kind="gaussian", porting="sandwich", tie_head=True, calibration_loader=loader)
     with pytest.raises(TransformError, match="tie_head needs calibration data"):
         transform_model(model, 16, kind="orthogonal", tie_head=True)
+    with pytest.raises(TransformError, match="tie_keep=2 chooses coordinates for a head kept tied: add --tie_head"):
+        transform_model(model, 16, kind="pca", tie_keep=2, calibration_loader=loader)
+    from transform import TransformConfig
+    for options, message in ((dict(tie_keep=2), "add --tie_head=True|with --tie_head=True"),
+                             (dict(tie_keep=-1, tie_head=True), "give a count >= 0"),
+                             (dict(tie_keep=2, tie_head=True, kind="orthogonal"), "tie_keep keeps the final gain's")):
+        with pytest.raises(ConfigError, match=message):
+            TransformConfig(in_dir="x", out_dir="y", width=8, **dict(dict(kind="pca"), **options)).validate()

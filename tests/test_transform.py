@@ -445,13 +445,13 @@ def test_raw_calibration_weighting_is_the_plain_second_moment(char_data_dir):
 def test_pca_exclude_keeps_the_coordinates_out_of_range_and_is_the_pca_of_the_rest():
     """range(T) ⟂ e_i for every excluded i, and T spans the top-m principal subspace of the data with those
     coordinates zeroed (naive); without the exclusion the dominant coordinate is in range."""
-    from maps import pca_map
+    from maps import Coordinates, pca_map
     g = torch.Generator().manual_seed(0)
     x = torch.randn(400, 12, generator=g, dtype=torch.float64) * torch.linspace(1, 3, 12, dtype=torch.float64)
     x[:, 5] *= 40  # a massive coordinate
     plain = pca_map(x, 12, 6)
     assert plain[:, 5].pow(2).sum() > 0.99
-    T = pca_map(x, 12, 6, damping=0.0, exclude=(2, 5))
+    T = pca_map(x, 12, 6, damping=0.0, coordinates=Coordinates(exclude=(2, 5)))
     assert T[:, [2, 5]].abs().max() < 1e-12
     torch.testing.assert_close(T @ T.T, torch.eye(6, dtype=torch.float64))
     cut = x.clone()
@@ -459,6 +459,30 @@ def test_pca_exclude_keeps_the_coordinates_out_of_range_and_is_the_pca_of_the_re
     _, vectors = torch.linalg.eigh(cut.T @ cut)
     top = vectors[:, -6:]
     torch.testing.assert_close(T.T @ T, top @ top.T, atol=1e-9, rtol=0)
+
+
+def test_pca_keep_puts_the_coordinates_in_range_as_rows_and_is_the_pca_of_the_rest():
+    """T has the row e_iᵀ for every kept i; its other rows span the top principal subspace of the data with the kept
+    and excluded coordinates zeroed (naive); all rows orthonormal, ordered by their variance."""
+    from maps import Coordinates, pca_map
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(500, 10, generator=g, dtype=torch.float64) @ torch.randn(10, 10, generator=g, dtype=torch.float64)
+    T = pca_map(x, 10, 5, damping=0.0, coordinates=Coordinates(exclude=(0,), keep=(3, 8)))
+    torch.testing.assert_close(T @ T.T, torch.eye(5, dtype=torch.float64))
+    for i in (3, 8):
+        hits = [r for r in range(5) if torch.allclose(T[r].abs(), torch.eye(10, dtype=torch.float64)[i])]
+        assert len(hits) == 1 and T[hits[0], i] == 1.0
+    assert T[:, 0].abs().max() < 1e-12
+    rest = T[T[:, [3, 8]].abs().sum(1) < 1e-9]
+    cut = x.clone()
+    cut[:, [0, 3, 8]] = 0
+    _, vectors = torch.linalg.eigh(cut.T @ cut)
+    top = vectors[:, -3:]
+    torch.testing.assert_close(rest.T @ rest, top @ top.T, atol=1e-9, rtol=0)
+    variance = torch.einsum("id,nd->ni", T, x).pow(2).mean(0)
+    assert (variance[:-1] >= variance[1:]).all()
+    only_kept = pca_map(x, 10, 2, coordinates=Coordinates(keep=(8, 3)))  # every row a kept coordinate
+    assert sorted(only_kept.abs().argmax(1).tolist()) == [3, 8]
 
 
 def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
@@ -473,7 +497,11 @@ def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
     cases = [(dict(width=10, pca_exclude=(16,)), "outside this model's residual stream"),
              (dict(width=15, pca_exclude=(1, 2)), "leaves 14 directions for m=15"),
              (dict(width=10, pca_exclude=(1,), kind="orthogonal"), "use kind='pca'"),
-             (dict(width=10, pca_exclude=(1,), given_map=torch.eye(10, 16)), "without a map file")]
+             (dict(width=10, pca_exclude=(1,), given_map=torch.eye(10, 16)), "without a map file"),
+             (dict(width=10, pca_keep=(1, 20)), r"pca_keep names coordinates \[20\]"),
+             (dict(width=10, pca_keep=(1, 2), pca_exclude=(2,)), r"coordinates \[2\] are both in pca_exclude and in"),
+             (dict(width=2, pca_keep=(1, 2, 3)), "pca_keep keeps 3 coordinates as rows of T, more than its m=2"),
+             (dict(width=10, pca_keep=(1,), kind="gaussian"), "pca_keep chooses coordinates of a PCA map's range")]
     for options, message in cases:
         options = dict(dict(kind="pca", calibration_loader=loader, calib_batches=1), **options)
         with pytest.raises(TransformError, match=message):
@@ -481,3 +509,7 @@ def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
     for options in (dict(kind="orthogonal"), dict(kind="pca", map_file="T.pt")):
         with pytest.raises(ConfigError, match="pca_exclude keeps coordinates out of a PCA map's range"):
             TransformConfig(in_dir="x", out_dir="y", width=8, pca_exclude=(1,), **options).validate()
+        with pytest.raises(ConfigError, match="pca_keep keeps coordinates in a PCA map's range"):
+            TransformConfig(in_dir="x", out_dir="y", width=8, pca_keep=(1,), **options).validate()
+    new, record = transform_model(model, 10, kind="pca", calibration_loader=loader, calib_batches=1, pca_keep=(9, 4, 9))
+    assert record["pca_keep"] == [4, 9] and record["T"][:, [4, 9]].abs().max(0).values.min() == 1.0
