@@ -13,7 +13,11 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
 - m = 432, ``--tie_keep`` K = 2, 8, 32 (the K coordinates whose gain lies farthest from the median kept as rows
   of T; K = 0 is results/real_model's tied row, quoted);
 - m = 432, K = 32 with ``--refit=readers`` (the least-squares readers refit, then the tie);
-- m = 288, K = 32, with and without ``--refit=readers``.
+- m = 288, K = 32, with and without ``--refit=readers``;
+- m = 432, K = 32 with the first moment of the calibration text's embeddings only (``--calib_vocabulary=False``,
+  SliceGPT's), and the general case: calibrated on English news (evaluated on Botchan, which neither reads).
+Recovery: the tied m = 432, K = 32 model finetuned with results/real_model_recovery's recipe and LM loss (98,304
+tinyshakespeare train tokens, the same data order; its control is quoted from there).
 Losses: the whole val splits of tinyshakespeare and Botchan, 256-token windows, one thread per process; n = 1
 (the maps are deterministic). Writes results/real_model_tied/results.json after every model.
 """
@@ -24,34 +28,53 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from real_model import RATIOS, cell  # noqa: E402
+from real_model import FINETUNE, RATIOS, cell, finetuned  # noqa: E402
 from real_quantization import save, start  # noqa: E402
 
 TIE = "--tie_head=True"
 READERS = "--refit=readers"
-# (m, tie_keep, more options), the most telling first: a cut-short run still answers the question
-CELLS = [(RATIOS[0.75], 32, ()), (RATIOS[0.75], 2, ()), (RATIOS[0.75], 8, ()), (RATIOS[0.75], 32, (READERS,)),
-         (RATIOS[0.5], 32, ()), (RATIOS[0.5], 32, (READERS,))]
+M = RATIOS[0.75]
+# (m, tie_keep, more options, calibration text), the most telling first: a cut-short run still answers the question
+CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
+         (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
+         (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
+         (M, 32, (), "news")]
+RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 
 
 def options(keep: int, more: tuple[str, ...]) -> tuple[str, ...]:
     return (TIE, f"--tie_keep={keep}", *more)
 
 
+def build(src: str, data: dict[str, str], spec: tuple) -> dict:
+    m, keep, more, calib = spec
+    return cell(src, data, m, "pca", calib=calib, extra=options(keep, more))
+
+
+def recovered(src: str, data: dict[str, str]) -> dict:
+    """RECOVER's model finetuned with the control's recipe and loss (results/real_model_recovery's)."""
+    start = build(src, data, RECOVER)
+    label = f"pca-m{RECOVER[0]}-tied-keep{RECOVER[1]}-lm"
+    return dict(finetuned(start["out_dir"], data, label), zero_shot=start["losses"], recipe=FINETUNE)
+
+
 def main() -> None:
     args, started, src, data = start(__doc__.split("\n\n")[0])
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
-        for m, keep, more in reversed(CELLS):
-            cell(src, data, m, "pca", extra=options(keep, more))
+        recovered(src, data)
+        for spec in reversed(CELLS):
+            build(src, data, spec)
         return
-    rows = []
-    for m, keep, more in CELLS:
-        row = cell(src, data, m, "pca", extra=options(keep, more))
-        rows.append(dict(row, tie_keep=keep, refit="readers" if READERS in more else "none"))
-        print(f"m={m} tie_keep={keep} {' '.join(more)}: val {row['losses']['val']:.4f}, "
+    payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "rows": []}
+    for spec in CELLS:
+        m, keep, more, calib = spec
+        row = build(src, data, spec)
+        payload["rows"].append(dict(row, tie_keep=keep, refit="readers" if READERS in more else "none"))
+        print(f"m={m} tie_keep={keep} {' '.join(more)} ({calib}): val {row['losses']['val']:.4f}, "
               f"general {row['losses']['general']:.4f}", flush=True)
-        save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "rows": rows}, started,
-             "real_model_tied", "scripts/real_tied_head.sh")
+        save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    payload["recovery"] = recovered(src, data)
+    save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
 
 
 if __name__ == "__main__":

@@ -710,7 +710,9 @@ def equal_parameters_reading(r: dict, bv: float, bg: float) -> list[str]:
 def general_case_reading(r: dict, bg: float) -> list[str]:
     """The issue's general case: calibrated on general English (news), evaluated on another (the novel); every
     news-calibrated row at each m, best general first."""
-    news = sorted((x for x in r["rows"] if x["calibration"] == "news" and x.get("source", "imported") == "imported"),
+    tied = (load("real_model_tied") or {}).get("rows", [])  # the head kept tied (its own section)
+    news = sorted((x for x in r["rows"] + tied
+                   if x["calibration"] == "news" and x.get("source", "imported") == "imported"),
                   key=lambda x: (-x["m"], x["losses"]["general"]))
     out = []
     for m in dict.fromkeys(x["m"] for x in news):
@@ -934,6 +936,15 @@ def real_model_quantization(r: dict) -> str:
     return "\n".join(lines)
 
 
+TIED_OPTIONS = ("--tie_head=True", "--tie_keep=", "--refit=")  # the tied table's own columns
+
+
+def tied_extra(row: dict) -> str:
+    """A tied row's options other than the table's columns (tie_head, tie_keep, refit), or —."""
+    rest = [o.lstrip("-") for o in row.get("options", []) if not o.startswith(TIED_OPTIONS)]
+    return ", ".join(rest) or "—"
+
+
 def real_model_tied(r: dict) -> str:
     """SmolLM2 shrunk with its head kept tied (--tie_head) by PCA maps that keep the final gain's K most outlying
     coordinates as rows (--tie_keep), beside the untied and per-block shrinks at the same parameters."""
@@ -942,24 +953,26 @@ def real_model_tied(r: dict) -> str:
         return ("*Needs results/real_model (`scripts/real_model.sh`) for the original's losses and the rows it "
                 "compares.*")
     bv, bg, n0 = ref["base"]["losses"]["val"], ref["base"]["losses"]["general"], ref["base"]["parameters"]
-    plain = next((x for x in ref["rows"] if x.get("options") == ["--tie_head=True"]), None)
+    plain = next((dict(x, tie_keep=0, refit="none") for x in ref["rows"]
+                  if x.get("options") == ["--tie_head=True"]), None)
     lines = [f"{r['model']}, shrunk by one PCA map (calibrated as every real-model cell) with its head kept tied "
              "(`--tie_head=True`: the final norm gets a per-dimension gain fitted to the untied head's logits) and "
              "the final gain's K most outlying coordinates kept as rows of T (`--tie_keep=K`); **logit residual**: "
              "the fitted gain's relative error on the untied head's logits over the calibration text (gain 1 → "
              "fitted). K = 0 is the table above's tied row. Losses over the whole val splits, 256-token windows; "
              "gaps to the original; n = 1 (deterministic maps, one calibration draw).", "",
-             "| shrink | m | parameters | K | refit | logit residual | val | val gap | general | general gap | "
-             "transform s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in ([dict(plain, tie_keep=0, refit="none")] if plain else []) + r["rows"]:
+             "| calibrated on | m | parameters | K | refit | other options | logit residual | val | val gap | "
+             "general | general gap | transform s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in ([plain] if plain else []) + r["rows"]:
         fit = row["corrections"].get("tied_head", {})
         v, g = row["losses"]["val"], row["losses"]["general"]
         share = f"{row['parameters'] / n0 - 1:+.0%}"
-        lines.append(f"| pca, tied | {row['m']} | {row['parameters'] / 1e6:.1f} M ({share}) | {row['tie_keep']} | "
-                     f"{row['refit']} | {fit.get('relative_logit_residual_untied_gain', 0):.3f} → "
-                     f"{fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
+        text = "Shakespeare" if row["calibration"] == "shakespeare" else "English news"
+        lines.append(f"| {text} | {row['m']} | {row['parameters'] / 1e6:.1f} M ({share}) | {row['tie_keep']} | "
+                     f"{row['refit']} | {tied_extra(row)} | {fit.get('relative_logit_residual_untied_gain', 0):.3f} "
+                     f"→ {fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
                      f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
-    reading = tied_reading(r["rows"], plain, ref, bv, bg)
+    reading = tied_reading(r["rows"], plain, ref, bv, bg) + tied_recovery_reading(r.get("recovery"))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 each, so differences are described, not tested)."] + reading
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s "
@@ -968,10 +981,12 @@ def real_model_tied(r: dict) -> str:
 
 
 def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg: float) -> list[str]:
-    """K against the plain tied map, and each width's best tied row against the untied and per-block rows with the
-    same parameters (within 1%)."""
+    """K against the plain tied map; each width's best tied row against every row of results/real_model and
+    SliceGPT's code with the same parameters (within 1%); the calibration choices one factor at a time."""
     out = []
-    zero = [x for x in rows if x["refit"] == "none" and x["m"] == (plain or {}).get("m")]
+    shakespeare = [x for x in rows if x["calibration"] == "shakespeare"]
+    zero = [x for x in shakespeare
+            if x["refit"] == "none" and tied_extra(x) == "—" and x["m"] == (plain or {}).get("m")]
     if plain and zero:
         residual = plain["corrections"]["tied_head"]["relative_logit_residual"]
         out.append(f"- **Keeping the gain's outliers as rows, m = {plain['m']}:** K = 0 val "
@@ -979,22 +994,54 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                        f"K = {x['tie_keep']} val {x['losses']['val']:.4f} (residual "
                        f"{x['corrections']['tied_head']['relative_logit_residual']:.3f})"
                        for x in sorted(zero, key=lambda x: x["tie_keep"])) + ".")
-    for m in dict.fromkeys(x["m"] for x in rows):
-        best = min((x for x in rows if x["m"] == m), key=lambda x: x["losses"]["val"])
+    for m in dict.fromkeys(x["m"] for x in shakespeare):
+        best = min((x for x in shakespeare if x["m"] == m), key=lambda x: x["losses"]["val"])
         same = [x for x in ref["rows"] if abs(x["parameters"] / best["parameters"] - 1) < 0.01
-                and x["calibration"] == "shakespeare"]
+                and x["calibration"] == "shakespeare" and "--tie_head=True" not in x.get("options", [])]
         same += [dict(x, kind="SliceGPT's own code", porting="residual", options=[], calibration="—", m=x["width"])
                  for x in (load("real_model_slicegpt") or {}).get("rows", [])
                  if abs(x["parameters"] / best["parameters"] - 1) < 0.01]
         v, g = best["losses"]["val"], best["losses"]["general"]
+        extra = tied_extra(best)
         out.append(f"- **Tied, m = {m} ({best['parameters'] / 1e6:.1f} M):** the best, K = {best['tie_keep']}"
-                   f"{', refit readers' if best['refit'] == 'readers' else ''}, val {v:.4f} ({gap_words(v, bv)}), "
-                   f"general {g:.4f} ({gap_words(g, bg)})" + ("; at the same parameters " + "; ".join(
+                   f"{', refit readers' if best['refit'] == 'readers' else ''}{', ' + extra if extra != '—' else ''}, "
+                   f"val {v:.4f} ({gap_words(v, bv)}), general {g:.4f} ({gap_words(g, bg)})"
+                   + ("; at the same parameters " + "; ".join(
                        (x["kind"] if x["kind"] == "SliceGPT's own code" else real_model_label(x))
                        + f", m = {x['m']}: val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), "
                        f"general {x['losses']['general']:.4f}" for x in sorted(same, key=lambda x: x["losses"]["val"]))
                        if same else "") + ".")
+    for x in rows:
+        twin = next((y for y in shakespeare if y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
+                     and y["refit"] == x["refit"] and tied_extra(y) == "—"), None)
+        if twin is None or x is twin:
+            continue
+        what = ("calibrated on English news instead of Shakespeare" if x["calibration"] == "news"
+                else f"with {tied_extra(x)}")
+        out.append(f"- **One factor, m = {x['m']}, K = {x['tie_keep']}, {what}:** val {x['losses']['val']:.4f}, "
+                   f"general {x['losses']['general']:.4f}, against {twin['losses']['val']:.4f} / "
+                   f"{twin['losses']['general']:.4f}" + (" (the general case: the novel is neither calibration text)"
+                                                          if x["calibration"] == "news" else "") + ".")
     return out
+
+
+def tied_recovery_reading(rec: dict | None) -> list[str]:
+    """The tied model finetuned with the control's recipe, against the control and the per-block arm of
+    results/real_model_recovery (full-split val losses: the tied run has no fixed-batch curve of the control)."""
+    control = load("real_model_recovery")
+    if not rec or not control:
+        return []
+    c = control["control"]["losses"]
+    v, g, z = rec["losses"]["val"], rec["losses"]["general"], rec["zero_shot"]
+    line = (f"- **Recovery, the same recipe as the control** ({control['tokens']:,} tokens, LM loss): zero-shot val "
+            f"{z['val']:.4f} → {v:.4f}, general {z['general']:.4f} → {g:.4f}; the control (results/"
+            f"real_model_recovery) ends at {c['val']:.4f} / {c['general']:.4f}, so the tied model is "
+            f"{gap_words(v, c['val'])} above it on val (full split)")
+    arm = next((a for a in control["arms"] if a.get("key") == "per_block"), None)
+    if arm:
+        line += (f", the per-block −25% model {gap_words(arm['losses']['val'], c['val'])} "
+                 f"({arm['losses']['val']:.4f})")
+    return [line + f"; {rec['step']['seconds'] / 60:.0f} single-core minutes."]
 
 
 def real_model_outliers(r: dict) -> str:

@@ -313,7 +313,8 @@ def test_the_outliers_table_and_reading_come_from_the_rows():
 def test_the_equal_parameters_reading_lists_only_rows_within_one_percent_best_first(monkeypatch):
     monkeypatch.setattr(report, "load", lambda name: {"rows": [
         {"width": 288, "parameters": 101.0e6, "losses": {"val": 4.6, "general": 5.8}},
-        {"width": 432, "parameters": 140.7e6, "losses": {"val": 4.0, "general": 4.9}}]})
+        {"width": 432, "parameters": 140.7e6, "losses": {"val": 4.0, "general": 4.9}}]}
+        if name == "real_model_slicegpt" else None)
     row = {"kind": "pca", "porting": "per_block", "calibration": "shakespeare", "options": [], "source": "imported"}
     r = {"base": {"parameters": 134.5e6}, "rows": [
         dict(row, m=333, parameters=100.9e6, losses={"val": 4.5, "general": 5.7}),
@@ -330,10 +331,53 @@ def test_the_equal_parameters_reading_lists_only_rows_within_one_percent_best_fi
     assert half.index("m = 227 val 5.5000") < half.index("m = 238 val 6.0000")
 
 
-def test_the_general_case_reading_takes_only_news_calibrated_rows_best_general_first():
+def test_the_general_case_reading_takes_only_news_calibrated_rows_best_general_first(monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: None)
     row = {"kind": "pca", "porting": "residual", "options": [], "source": "imported", "parameters": 122.1e6}
     r = {"rows": [dict(row, m=432, calibration="news", losses={"val": 5.4, "general": 5.17}),
                   dict(row, m=432, calibration="news", porting="per_block", losses={"val": 5.9, "general": 5.16}),
                   dict(row, m=432, calibration="shakespeare", losses={"val": 4.3, "general": 4.9})]}
     (line,) = report.general_case_reading(r, 3.79)
     assert line.index("general 5.1600") < line.index("general 5.1700") and "4.9000" not in line
+
+
+def tied_row(m: int, keep: int, val: float, general: float, parameters: float = 100.9e6, options: tuple = (),
+             calibration: str = "shakespeare", residual: float = 0.001) -> dict:
+    return {"kind": "pca", "porting": "residual", "source": "imported", "m": m, "tie_keep": keep,
+            "refit": "readers" if "--refit=readers" in options else "none", "calibration": calibration,
+            "options": ["--tie_head=True", f"--tie_keep={keep}", *options], "parameters": parameters,
+            "losses": {"val": val, "general": general}, "step": {"seconds": 240.0},
+            "corrections": {"tied_head": {"relative_logit_residual_untied_gain": 0.96,
+                                          "relative_logit_residual": residual}}}
+
+
+def test_the_tied_head_table_and_reading_come_from_the_rows(monkeypatch):
+    """K = 0 is quoted from results/real_model; each width's best tied row is set beside every row with the same
+    parameters there and SliceGPT's; one-factor rows name their factor; recovery reads the control's losses."""
+    plain = dict(tied_row(432, 0, 10.45, 11.2, residual=0.25), options=["--tie_head=True"])
+    untied = {"kind": "pca", "porting": "per_block", "calibration": "shakespeare", "options": [], "m": 333,
+              "source": "imported", "parameters": 100.8e6, "losses": {"val": 4.376, "general": 5.54}}
+    loads = {"real_model": {"base": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6},
+                            "rows": [plain, untied]},
+             "real_model_slicegpt": {"rows": [{"width": 288, "parameters": 101.1e6,
+                                               "losses": {"val": 4.5694, "general": 5.803}}]},
+             "real_model_recovery": {"tokens": 98304, "control": {"losses": {"val": 3.3224, "general": 3.8585}},
+                                     "arms": [{"key": "per_block", "losses": {"val": 3.8842, "general": 5.2}}]}}
+    monkeypatch.setattr(report, "load", loads.get)
+    rows = [tied_row(432, 32, 4.30, 4.95), tied_row(432, 2, 4.60, 5.10, residual=0.03),
+            tied_row(432, 32, 4.20, 4.90, options=("--refit=readers",)),
+            tied_row(432, 32, 5.40, 5.17, calibration="news")]
+    r = {"model": "m", "rows": rows, "meta": {"command": "c", "hardware": "h", "seconds": 1},
+         "recovery": {"losses": {"val": 3.70, "general": 4.60}, "zero_shot": {"val": 4.30, "general": 4.95},
+                      "step": {"seconds": 1380.0}}}
+    text = report.real_model_tied(r)
+    assert "| Shakespeare | 432 | 100.9 M (-25%) | 32 | none | — | 0.960 → 0.001 | 4.3000 | +14.4% |" in text
+    assert "| Shakespeare | 432 | 100.9 M (-25%) | 0 | none | — | 0.960 → 0.250 | 10.4500 |" in text
+    assert "K = 0 val 10.4500 (logit residual 0.250); K = 2 val 4.6000 (residual 0.030); K = 32 val 4.3000" in text
+    line = next(x for x in text.splitlines() if x.startswith("- **Tied, m = 432"))
+    assert "the best, K = 32, refit readers, val 4.2000 (+11.7%)" in line
+    assert line.index("per_block (calibrated on Shakespeare), m = 333: val 4.3760") < line.index(
+        "SliceGPT's own code, m = 288: val 4.5694")
+    assert "10.4500" not in line  # K = 0 is a tied row, not one of the rows compared at equal parameters
+    assert "calibrated on English news instead of Shakespeare:** val 5.4000, general 5.1700, against 4.3000" in text
+    assert "the tied model is +11.4% above it on val (full split), the per-block −25% model +16.9%" in text
