@@ -607,3 +607,23 @@ def test_every_config_key_mutated_gives_a_clear_line_or_the_model_transformers_l
                 assert rc == 1 and len(err) == 1 and err[0].startswith("error:"), (key, what, err)
                 assert not os.path.exists(f"{case}-out"), (key, what)
     assert outcomes["imported"] and outcomes["refused"] > 20  # both paths were exercised
+
+
+def test_a_shrink_that_keeps_the_head_tied_exports_as_a_tied_llama(char_data_dir, idx, tmp_path):
+    """--tie_head with --tie_keep shrinks a tied Llama (one outlying final gain, as SmolLM2's) to a model that
+    transformers loads as a tied LlamaForCausalLM of the new width, with the same log-probs."""
+    from dataset import BatchLoader
+    from transform import transform_model
+    hf = llama(n_head=4, n_kv_head=2, tied=True)
+    with torch.no_grad():
+        hf.model.norm.weight[5] = -2.0
+    ours = model_from_hf_model(hf.eval())
+    ours.config.block_size = 32
+    shrunk, record = transform_model(ours, 48, kind="pca", tie_head=True, tie_keep=1, calib_batches=2,
+                                     calibration_loader=BatchLoader(char_data_dir, 32, 4, "cpu"))
+    assert record["pca_keep"] == [5] and shrunk.config.head == "tied"
+    assert export_hf(shrunk, str(tmp_path / "back")) == "LlamaForCausalLM"
+    back = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
+    assert back.config.tie_word_embeddings and back.config.hidden_size == 48
+    assert back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()
+    assert_logprobs_close(hf_logprobs(back, idx[:, :32]), our_logprobs(shrunk, idx[:, :32]))
