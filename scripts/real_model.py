@@ -143,11 +143,12 @@ def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: 
 
 
 def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual", calib: str = "shakespeare",
-         extra: tuple[str, ...] = ()) -> dict:
-    """One transform of ``src`` (the step, timed) and its zero-shot losses."""
-    out, result = transformed(src, data, width, kind, porting, calib, extra)
+         extra: tuple[str, ...] = (), seed: int = 0) -> dict:
+    """One transform of ``src`` (the step, timed) and its zero-shot losses; ``seed`` draws the calibration batches
+    (and a random map)."""
+    out, result = transformed(src, data, width, kind, porting, calib, extra, seed)
     return dict(result, losses=losses(out, data), kind=kind, porting=porting, m=width, calibration=calib,
-                options=list(extra), out_dir=out)
+                options=list(extra), out_dir=out, seed=seed)
 
 
 FT_ITERS = 48  # 48 × 8 × 256 = 98,304 training tokens: the issue's ≤ 100 k

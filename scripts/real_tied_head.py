@@ -16,6 +16,9 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
 - m = 288, K = 32, with and without ``--refit=readers``;
 - m = 432, K = 32 with the first moment of the calibration text's embeddings only (``--calib_vocabulary=False``,
   SliceGPT's), and the general case: calibrated on English news (evaluated on Botchan, which neither reads).
+Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
+choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
+two are compared with n = 3 draws, paired by seed.
 Recovery: the tied m = 432, K = 32 model finetuned with results/real_model_recovery's recipe and LM loss (98,304
 tinyshakespeare train tokens, the same data order; its control is quoted from there).
 Losses: the whole val splits of tinyshakespeare and Botchan, 256-token windows, one thread per process; n = 1
@@ -23,12 +26,14 @@ Losses: the whole val splits of tinyshakespeare and Botchan, 256-token windows, 
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from real_model import FINETUNE, RATIOS, cell, finetuned  # noqa: E402
+from harness import RESULTS  # noqa: E402
+from real_model import FINETUNE, PER_BLOCK_EQUAL_PARAMETERS_M, RATIOS, SLICEGPT_CHOICES, cell, finetuned  # noqa: E402
 from real_quantization import save, start  # noqa: E402
 
 TIE = "--tie_head=True"
@@ -39,6 +44,7 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
          (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
          (M, 32, (), "news")]
+SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 
 
@@ -46,9 +52,31 @@ def options(keep: int, more: tuple[str, ...]) -> tuple[str, ...]:
     return (TIE, f"--tie_keep={keep}", *more)
 
 
-def build(src: str, data: dict[str, str], spec: tuple) -> dict:
+def build(src: str, data: dict[str, str], spec: tuple, seed: int = 0) -> dict:
     m, keep, more, calib = spec
-    return cell(src, data, m, "pca", calib=calib, extra=options(keep, more))
+    return cell(src, data, m, "pca", calib=calib, extra=options(keep, more), seed=seed)
+
+
+def per_block(src: str, data: dict[str, str], seed: int) -> dict:
+    """results/real_model's best −25%-parameter row (per-block maps with SliceGPT's choices) with calibration seed."""
+    return cell(src, data, PER_BLOCK_EQUAL_PARAMETERS_M, "pca", "per_block", extra=SLICEGPT_CHOICES, seed=seed)
+
+
+def quoted_per_block() -> dict:
+    """Seed 0 of ``per_block``, as results/real_model holds it (its model is not rebuilt)."""
+    with open(os.path.join(RESULTS, "real_model", "results.json")) as f:
+        rows = json.load(f)["rows"]
+    return next(x for x in rows if x["porting"] == "per_block" and x["m"] == PER_BLOCK_EQUAL_PARAMETERS_M
+                and x["options"] == list(SLICEGPT_CHOICES) and x["calibration"] == "shakespeare")
+
+
+def draws(src: str, data: dict[str, str], rows: list[dict]) -> dict:
+    """val and general losses of both arms over calibration seeds 0, 1, 2 (seed 0: the table's row and the quote)."""
+    tied = [rows[0]] + [build(src, data, CELLS[0], seed) for seed in SEEDS]
+    blocks = [quoted_per_block()] + [per_block(src, data, seed) for seed in SEEDS]
+    return {"seeds": [0, *SEEDS], **{name: [{k: x["losses"][k] for k in ("val", "general")} for x in arm]
+                                     for name, arm in (("tied", tied), ("per_block", blocks))},
+            "per_block_parameters": blocks[-1]["parameters"]}
 
 
 def recovered(src: str, data: dict[str, str]) -> dict:
@@ -62,6 +90,9 @@ def main() -> None:
     args, started, src, data = start(__doc__.split("\n\n")[0])
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         recovered(src, data)
+        for seed in reversed(SEEDS):
+            per_block(src, data, seed)
+            build(src, data, CELLS[0], seed)
         for spec in reversed(CELLS):
             build(src, data, spec)
         return
@@ -73,6 +104,8 @@ def main() -> None:
         print(f"m={m} tie_keep={keep} {' '.join(more)} ({calib}): val {row['losses']['val']:.4f}, "
               f"general {row['losses']['general']:.4f}", flush=True)
         save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    payload["draws"] = draws(src, data, payload["rows"])
+    save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     payload["recovery"] = recovered(src, data)
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
 

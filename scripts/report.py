@@ -972,7 +972,8 @@ def real_model_tied(r: dict) -> str:
                      f"{row['refit']} | {tied_extra(row)} | {fit.get('relative_logit_residual_untied_gain', 0):.3f} "
                      f"→ {fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
                      f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
-    reading = tied_reading(r["rows"], plain, ref, bv, bg) + tied_recovery_reading(r.get("recovery"))
+    reading = (tied_reading(r["rows"], plain, ref, bv, bg) + tied_draws_reading(r.get("draws"))
+               + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 each, so differences are described, not tested)."] + reading
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s "
@@ -1023,6 +1024,22 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                    f"{twin['losses']['general']:.4f}" + (" (the general case: the novel is neither calibration text)"
                                                           if x["calibration"] == "news" else "") + ".")
     return out
+
+
+def tied_draws_reading(draws: dict | None) -> list[str]:
+    """The tied map against the per-block maps at the same parameters over calibration draws, paired by seed."""
+    if not draws:
+        return []
+    out = []
+    for text in ("val", "general"):
+        tied, blocks = ([x[text] for x in draws[arm]] for arm in ("tied", "per_block"))
+        v = verdict(tied, blocks, paired=True)
+        p = f", p = {v['p']:.2g}" if v["p"] is not None else ""
+        out.append(f"{text} {statistics.fmean(tied):.4f} ± {statistics.stdev(tied):.4f} against "
+                   f"{statistics.fmean(blocks):.4f} ± {statistics.stdev(blocks):.4f}: {v['words']} ({v['test']}{p})")
+    return [f"- **Calibration draws** (seeds {', '.join(map(str, draws['seeds']))}; n = {len(draws['seeds'])} each, "
+            "paired by seed): the tied map at m = 432 against the per-block maps with SliceGPT's choices at the same "
+            f"parameters (m = 333, {draws['per_block_parameters'] / 1e6:.1f} M): " + "; ".join(out) + "."]
 
 
 def tied_recovery_reading(rec: dict | None) -> list[str]:

@@ -369,7 +369,12 @@ def test_the_tied_head_table_and_reading_come_from_the_rows(monkeypatch):
             tied_row(432, 32, 5.40, 5.17, calibration="news")]
     r = {"model": "m", "rows": rows, "meta": {"command": "c", "hardware": "h", "seconds": 1},
          "recovery": {"losses": {"val": 3.70, "general": 4.60}, "zero_shot": {"val": 4.30, "general": 4.95},
-                      "step": {"seconds": 1380.0}}}
+                      "step": {"seconds": 1380.0}},
+         "draws": {"seeds": [0, 1, 2], "per_block_parameters": 100.8e6,
+                   "tied": [{"val": 4.30, "general": 4.96}, {"val": 4.31, "general": 4.95},
+                            {"val": 4.29, "general": 4.97}],
+                   "per_block": [{"val": 4.38, "general": 5.54}, {"val": 4.40, "general": 5.50},
+                                 {"val": 4.37, "general": 5.58}]}}
     text = report.real_model_tied(r)
     assert "| Shakespeare | 432 | 100.9 M (-25%) | 32 | none | — | 0.960 → 0.001 | 4.3000 | +14.4% |" in text
     assert "| Shakespeare | 432 | 100.9 M (-25%) | 0 | none | — | 0.960 → 0.250 | 10.4500 |" in text
@@ -381,3 +386,6 @@ def test_the_tied_head_table_and_reading_come_from_the_rows(monkeypatch):
     assert "10.4500" not in line  # K = 0 is a tied row, not one of the rows compared at equal parameters
     assert "calibrated on English news instead of Shakespeare:** val 5.4000, general 5.1700, against 4.3000" in text
     assert "the tied model is +11.4% above it on val (full split), the per-block −25% model +16.9%" in text
+    assert "val 4.3000 ± 0.0100 against 4.3833 ± 0.0153: lower (paired t, p = 0.0" in text
+    r["draws"]["tied"][1] = {"val": 4.45, "general": 5.5}  # one draw above the per-block maps: no difference
+    assert "val 4.3467 ± 0.0896 against 4.3833 ± 0.0153: no difference (paired t" in report.real_model_tied(r)
