@@ -10,7 +10,7 @@ GGUF). Folding the final norm's per-dimension gain γ into the head unties it; k
 diag(γ)·Tᵀ ≈ Tᵀ·diag(γ′), which fails for a PCA map that mixes SmolLM2's two negative gains (γ_247 = −2.1,
 γ_17 = −1.3) with the rest (median +1.8): results/real_model's tied row, val 10.45. One factor at a time, every
 map the same PCA calibration as results/real_model (32,768 tinyshakespeare train tokens, unit weighting):
-- m = 432, ``--tie_keep`` K = 2, 8, 32 (the K coordinates whose gain lies farthest from the median kept as rows
+- m = 432, ``--tie_keep`` K = 2, 8, 32, 64 (the K coordinates whose gain lies farthest from the median kept as rows
   of T; K = 0 is results/real_model's tied row, quoted);
 - m = 432, K = 32 with ``--refit=readers`` (the least-squares readers refit, then the tie);
 - m = 288, K = 32, with and without ``--refit=readers``;
@@ -43,7 +43,7 @@ M = RATIOS[0.75]
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
          (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
          (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
-         (M, 32, (), "news")]
+         (M, 32, (), "news"), (M, 64, (), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 
@@ -62,10 +62,14 @@ def per_block(src: str, data: dict[str, str], seed: int) -> dict:
     return cell(src, data, PER_BLOCK_EQUAL_PARAMETERS_M, "pca", "per_block", extra=SLICEGPT_CHOICES, seed=seed)
 
 
+def real_model_results() -> dict:
+    with open(os.path.join(RESULTS, "real_model", "results.json")) as f:
+        return json.load(f)
+
+
 def quoted_per_block() -> dict:
     """Seed 0 of ``per_block``, as results/real_model holds it (its model is not rebuilt)."""
-    with open(os.path.join(RESULTS, "real_model", "results.json")) as f:
-        rows = json.load(f)["rows"]
+    rows = real_model_results()["rows"]
     return next(x for x in rows if x["porting"] == "per_block" and x["m"] == PER_BLOCK_EQUAL_PARAMETERS_M
                 and x["options"] == list(SLICEGPT_CHOICES) and x["calibration"] == "shakespeare")
 
@@ -96,7 +100,9 @@ def main() -> None:
         for spec in reversed(CELLS):
             build(src, data, spec)
         return
-    payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "rows": []}
+    base = real_model_results()["base"]  # the original's losses and parameters, quoted: gaps are read against them
+    payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "rows": [],
+               "base": {"losses": base["losses"], "parameters": base["parameters"]}}
     for spec in CELLS:
         m, keep, more, calib = spec
         row = build(src, data, spec)
