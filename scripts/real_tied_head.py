@@ -15,7 +15,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
 - m = 432, K = 32 with ``--refit=readers`` (the least-squares readers refit, then the tie);
 - m = 288, K = 32, with and without ``--refit=readers``;
 - m = 432, K = 32 with the first moment of the calibration text's embeddings only (``--calib_vocabulary=False``,
-  SliceGPT's), and the general case: calibrated on English news (evaluated on Botchan, which neither reads).
+  SliceGPT's), without and with ``--refit=readers``, and the general case: calibrated on English news
+  (evaluated on Botchan, which neither reads).
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
 two are compared with n = 3 draws, paired by seed.
@@ -43,7 +44,8 @@ M = RATIOS[0.75]
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
          (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
          (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
-         (M, 32, (), "news"), (M, 64, (), "shakespeare")]
+         (M, 32, (), "news"), (M, 64, (), "shakespeare"),
+         (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 

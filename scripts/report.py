@@ -975,9 +975,11 @@ def real_model_tied(r: dict) -> str:
     reading = (tied_reading(r["rows"], plain, ref, bv, bg) + tied_draws_reading(r.get("draws"))
                + tied_recovery_reading(r.get("recovery")))
     if reading:
-        lines += ["", "**Reading** (generated; n = 1 each, so differences are described, not tested)."] + reading
-    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']} in {r['meta']['seconds']} s "
-              "(the models of results/real_model it quotes not counted).*"]
+        lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
+                  "the calibration draws are n = 3 and tested)."] + reading
+    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
+              "(cached models not rebuilt; each row's transform s is its own; the models of results/real_model it "
+              "quotes not counted).*"]
     return "\n".join(lines)
 
 
@@ -1012,6 +1014,15 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                        + f", m = {x['m']}: val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), "
                        f"general {x['losses']['general']:.4f}" for x in sorted(same, key=lambda x: x["losses"]["val"]))
                        if same else "") + ".")
+    for x in (x for x in shakespeare if x["refit"] == "readers" and tied_extra(x) == "—"):
+        twin = next((y for y in shakespeare if y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
+                     and y["refit"] == "none" and tied_extra(y) == "—"), None)
+        if twin:
+            out.append(f"- **The readers' refit, m = {x['m']}, K = {x['tie_keep']}:** val {twin['losses']['val']:.4f} "
+                       f"→ {x['losses']['val']:.4f}, general {twin['losses']['general']:.4f} → "
+                       f"{x['losses']['general']:.4f}; the refit head is a general matrix, so tying it back leaves a "
+                       f"logit residual of {x['corrections']['tied_head']['relative_logit_residual']:.3f} (without the "
+                       f"refit {twin['corrections']['tied_head']['relative_logit_residual']:.4f}).")
     for x in rows:
         twin = next((y for y in shakespeare if y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
                      and y["refit"] == x["refit"] and tied_extra(y) == "—"), None)
@@ -1019,7 +1030,8 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
             continue
         what = ("calibrated on English news instead of Shakespeare" if x["calibration"] == "news"
                 else f"with {tied_extra(x)}")
-        out.append(f"- **One factor, m = {x['m']}, K = {x['tie_keep']}, {what}:** val {x['losses']['val']:.4f}, "
+        refit = ", refit readers" if x["refit"] == "readers" else ""
+        out.append(f"- **One factor, m = {x['m']}, K = {x['tie_keep']}{refit}, {what}:** val {x['losses']['val']:.4f}, "
                    f"general {x['losses']['general']:.4f}, against {twin['losses']['val']:.4f} / "
                    f"{twin['losses']['general']:.4f}" + (" (the general case: the novel is neither calibration text)"
                                                           if x["calibration"] == "news" else "") + ".")

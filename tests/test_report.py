@@ -386,6 +386,7 @@ def test_the_tied_head_table_and_reading_come_from_the_rows(monkeypatch):
     assert "10.4500" not in line  # K = 0 is a tied row, not one of the rows compared at equal parameters
     assert "calibrated on English news instead of Shakespeare:** val 5.4000, general 5.1700, against 4.3000" in text
     assert "the tied model is +11.4% above it on val (full split), the per-block −25% model +16.9%" in text
+    assert "The readers' refit, m = 432, K = 32:** val 4.3000 → 4.2000, general 4.9500 → 4.9000" in text
     assert "val 4.3000 ± 0.0100 against 4.3833 ± 0.0153: lower (paired t, p = 0.0" in text
     r["draws"]["tied"][1] = {"val": 4.45, "general": 5.5}  # one draw above the per-block maps: no difference
     assert "val 4.3467 ± 0.0896 against 4.3833 ± 0.0153: no difference (paired t" in report.real_model_tied(r)
