@@ -270,8 +270,8 @@ def check_coordinates(coordinates: Coordinates, d: int, m: int, kind: str = "pca
         raise TransformError(f"pca_exclude keeps {excluded} of d={d} coordinates out of range(T), which "
                              f"leaves {d - excluded} directions for m={m}: exclude fewer or shrink more")
     if kept > m:
-        raise TransformError(f"pca_keep keeps {kept} coordinates as rows of T, more than its m={m} rows: keep fewer "
-                             "or shrink less")
+        raise TransformError(f"pca_keep (with tie_keep's coordinates) keeps {kept} coordinates as rows of T, more "
+                             f"than its m={m} rows: keep fewer or shrink less")
 
 
 def mean_preserving(T: torch.Tensor) -> torch.Tensor:

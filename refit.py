@@ -220,9 +220,8 @@ def gain_outliers(model: GPT, count: int) -> tuple[int, ...]:
     if count <= 0:
         return ()
     gain = model.transformer.ln_f.weight.detach().double().cpu()  # count > m is maps.check_coordinates' error
-    spread = (gain - gain.median()).abs()
-    order = sorted(range(len(gain)), key=lambda i: (-spread[i].item(), i))
-    return tuple(order[:count])
+    order = torch.argsort(-(gain - gain.median()).abs(), stable=True)
+    return tuple(order[:count].tolist())
 
 
 def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tuple[GPT, dict]:

@@ -33,9 +33,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import torch  # noqa: E402
+
+from checkpoint import load_model  # noqa: E402
 from harness import RESULTS  # noqa: E402
 from real_model import FINETUNE, PER_BLOCK_EQUAL_PARAMETERS_M, RATIOS, SLICEGPT_CHOICES, cell, finetuned  # noqa: E402
 from real_quantization import save, start  # noqa: E402
+from refit import gain_outliers  # noqa: E402
 
 TIE = "--tie_head=True"
 READERS = "--refit=readers"
@@ -62,6 +66,16 @@ def build(src: str, data: dict[str, str], spec: tuple, seed: int = 0) -> dict:
 def per_block(src: str, data: dict[str, str], seed: int) -> dict:
     """results/real_model's best −25%-parameter row (per-block maps with SliceGPT's choices) with calibration seed."""
     return cell(src, data, PER_BLOCK_EQUAL_PARAMETERS_M, "pca", "per_block", extra=SLICEGPT_CHOICES, seed=seed)
+
+
+def final_gain(src: str, outliers: int = 4) -> dict:
+    """What --tie_keep reads: the final norm's gain γ (median, 5th and 95th percentiles) and its most outlying
+    coordinates, farthest from the median first (refit.gain_outliers' order)."""
+    model, _ = load_model(src)
+    gain = model.transformer.ln_f.weight.detach().double()
+    low, median, high = torch.quantile(gain, torch.tensor([0.05, 0.5, 0.95], dtype=gain.dtype)).tolist()
+    return {"median": median, "p05": low, "p95": high, "outliers": [
+        {"coordinate": i, "gain": gain[i].item()} for i in gain_outliers(model, outliers)]}
 
 
 def real_model_results() -> dict:
@@ -104,7 +118,7 @@ def main() -> None:
         return
     base = real_model_results()["base"]  # the original's losses and parameters, quoted: gaps are read against them
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "rows": [],
-               "base": {"losses": base["losses"], "parameters": base["parameters"]}}
+               "base": {"losses": base["losses"], "parameters": base["parameters"]}, "final_gain": final_gain(src)}
     for spec in CELLS:
         m, keep, more, calib = spec
         row = build(src, data, spec)

@@ -238,6 +238,8 @@ def test_tie_keep_keeps_the_gain_outliers_as_rows_and_lowers_the_logit_residual(
         gain.copy_(1.5 + 0.05 * torch.randn(24, generator=torch.Generator().manual_seed(2)))
         gain[7], gain[19] = -2.0, -1.0
     assert refit.gain_outliers(model, 2) == (7, 19) and refit.gain_outliers(model, 0) == ()
+    with pytest.raises(TransformError, match=r"tie_keep's coordinates\) keeps 17 coordinates as rows of T, more than"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, tie_head=True, tie_keep=17)
     plain = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True)[1]
     kept = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True,
                            tie_keep=2)[1]
