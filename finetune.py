@@ -141,7 +141,8 @@ def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run,
 # the settings that make two finetunes comparable step for step (same data order, eval batches and schedule)
 RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "learning_rate", "min_lr", "warmup_iters",
           "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
-          "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir", "init_state", "rewarm_iters")
+          "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir", "init_state", "rewarm_iters",
+          "distill", "distill_alpha", "distill_temperature")  # the loss too: a distilled run's control is distilled
 
 
 def load_teacher(cfg: FinetuneConfig, ckpt: dict):

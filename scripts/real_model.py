@@ -158,12 +158,15 @@ FINETUNE = [f"--block_size={BLOCK}", "--batch_size=8", f"--max_iters={FT_ITERS}"
             f"--threads={THREADS}"]
 
 
-def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...] = ()) -> dict:
-    """One recovery finetune (the one recipe above, on tinyshakespeare's train split), timed, with the full-split
-    losses of its final model; ``extra``: the arm's own options (distillation, the control to compare with)."""
-    args = ["finetune.py", f"--in_dir={src}", f"--data_dir={data['shakespeare']}", *FINETUNE, *extra]
+def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...] = (),
+              recipe: list[str] = FINETUNE) -> dict:
+    """One recovery finetune (``recipe``, by default the one above, on tinyshakespeare's train split), timed, with
+    the full-split losses of its final model; ``extra``: the arm's own options (distillation, the control to compare
+    with)."""
+    args = ["finetune.py", f"--in_dir={src}", f"--data_dir={data['shakespeare']}", *recipe, *extra]
+    paths = ("--in_dir", "--data_dir", "--control_dir", "--teacher_dir")
     spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
-                     if a.startswith(("--in_dir", "--data_dir", "--control_dir")) else a for a in args], "v": 1}
+                     if a.startswith(paths) else a for a in args], "v": 1}
 
     def build(out: str) -> dict:
         step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
@@ -178,13 +181,15 @@ def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...]
 
 def recovery(src: str, data: dict[str, str]) -> dict:
     """The control (the untransformed model in canonical form — its final gain folded into an untied head, as the
-    shrink does — finetuned on LM loss) and PCA at m/d = 0.75 finetuned two ways, by distillation from the original
-    and by the control's LM loss, with the identical recipe, data order and eval batches; n = 1 (one data order)."""
+    shrink does — finetuned on LM loss) and PCA at m/d = 0.75 finetuned by the control's LM loss with the identical
+    recipe, data order and eval batches, and by distillation from the original (the same data and schedule, another
+    loss: not measured against this control); n = 1 (one data order)."""
     canonical = cell(src, data, 576, "truncate")  # T = I: the same function, the same form as the shrunk model
     shrunk = cell(src, data, RATIOS[0.75], "pca")
     control = finetuned(canonical["out_dir"], data, "control")
     versus = f"--control_dir={control['out_dir']}"
-    distilled = finetuned(shrunk["out_dir"], data, "pca-m432-kd", ("--distill=True", versus))
+    # distillation is another recipe than the LM control's: its own control is scripts/real_distill.py's
+    distilled = finetuned(shrunk["out_dir"], data, "pca-m432-kd", ("--distill=True",))
     arms = [dict(distilled, name="pca, m = 432 (calibrated on Shakespeare), distilled from the original", loss="kd")]
     lm = finetuned(shrunk["out_dir"], data, "pca-m432-lm", (versus,))  # the control's own loss: one factor
     arms.append(dict(lm, name="pca, m = 432 (calibrated on Shakespeare), LM loss (as the control)", loss="lm"))

@@ -89,6 +89,11 @@ def test_recovery_is_measured_against_a_control_with_the_identical_recipe(traine
             "--max_iters=20", "--eval_interval=10", "--seed=8", "--eval_seed=3", f"--in_dir={tmp_path / 'shrunk'}",
             f"--out_dir={tmp_path / 'other'}", f"--control_dir={tmp_path / 'control'}"]))
     assert not os.path.exists(tmp_path / "other")  # checked before any work
+    with pytest.raises(ConfigError, match="ran another recipe .*distill: False there vs True here"):
+        finetune(load_config(FinetuneConfig, recipe + [  # distillation against a control finetuned on the LM loss
+            "--distill=True", f"--in_dir={tmp_path / 'shrunk'}", f"--out_dir={tmp_path / 'kd'}",
+            f"--control_dir={tmp_path / 'control'}"]))
+    assert not os.path.exists(tmp_path / "kd")
     with pytest.raises(ConfigError, match="holds no finetune.json"):
         finetune(load_config(FinetuneConfig, recipe + [f"--in_dir={tmp_path / 'shrunk'}",
                                                        f"--out_dir={tmp_path / 'x'}", f"--control_dir={tmp_path}"]))

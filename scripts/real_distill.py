@@ -1,0 +1,123 @@
+"""
+Recovery by distillation against its own control (issue #40): SmolLM2-135M shrunk to −25% parameters with its head
+kept tied (m = 432, ``--tie_keep=32``: results/real_model_tied's model), distilled from the original.
+
+    python scripts/real_distill.py [--part=arms|all] [--reverse]       (scripts/real_distill.sh)
+
+The recipe is results/real_model_recovery's (98,304 tinyshakespeare train tokens: 48 steps × 8 × 256, AdamW without
+weight decay, 4 warmup steps, cosine decay to a tenth of the rate, the same data order and eval batches) with the loss
+replaced by pure distillation (α = 1, τ = 1: the KL from the original's next-token distribution), at each
+learning rate in ``LRS`` (the tuning effort: those values, nothing else). Each rate's control is the original
+distilled from itself with the identical recipe, run rather than assumed to be the original untouched: a model equal
+to its teacher has a zero KL gradient only up to float noise, which Adam's normalised steps can scale up to the size
+of the learning rate (the results say how far it moved). Nor is the control results/real_model_recovery's, which
+finetunes on the LM loss — another recipe.
+
+At the rate whose distilled model ends lowest on the whole val split, two more data orders (``DATA_SEEDS``, arm
+and control each: n = 3, paired by order), and the same tied map with the least-squares readers refit
+(``--refit=readers``, results/real_model_tied's best −25% row) distilled with that recipe (its control: the same).
+Losses over the whole val splits of tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1
+(one data order) except the draws. ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the
+default) builds everything and writes results/real_model_distill/results.json as it goes (two processes, one with
+--reverse, share the cache: scripts/real_distill.sh).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+from real_tied_head import RECOVER, build  # noqa: E402
+
+from harness import RESULTS  # noqa: E402
+from real_model import BLOCK, FINETUNE, FT_ITERS, TEXTS, finetuned, imported, losses, parameters, prepared  # noqa: E402
+from real_quantization import save  # noqa: E402
+
+LRS = (3e-5, 1e-4, 3e-4)  # the rates tried, each with its own control (3e-5: the LM recipe's)
+DATA_SEEDS = (1, 2)  # more data orders at the chosen rate, arm and control each (0: the rates' runs)
+DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
+
+
+def recipe(lr: float, data_seed: int = 0) -> list[str]:
+    """results/real_model_recovery's recipe at learning rate ``lr`` (decayed to lr / 10), its data order moved by
+    ``data_seed`` (the eval batches stay: --eval_seed is fixed)."""
+    seed = int(next(a for a in FINETUNE if a.startswith("--seed=")).split("=")[1]) + data_seed
+    changed = {"--learning_rate": f"{lr:g}", "--min_lr": f"{lr / 10:g}", "--seed": str(seed)}
+    return [a if a.split("=")[0] not in changed else f"{a.split('=')[0]}={changed[a.split('=')[0]]}"
+            for a in FINETUNE]
+
+
+def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: str = "") -> dict:
+    """A shrunk model distilled from the original (the transform record's source) at ``lr``."""
+    label = f"pca-m{RECOVER[0]}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-s{data_seed}" if data_seed else "")
+    return dict(finetuned(start["out_dir"], data, label, DISTILL, recipe(lr, data_seed)), lr=lr)
+
+
+def control(src: str, data: dict[str, str], lr: float, data_seed: int = 0) -> dict:
+    """The original distilled from itself with the arms' recipe at ``lr``."""
+    label = f"original-kd-self-lr{lr:g}" + (f"-s{data_seed}" if data_seed else "")
+    return dict(finetuned(src, data, label, (*DISTILL, f"--teacher_dir={src}"), recipe(lr, data_seed)), lr=lr)
+
+
+def readers_start(src: str, data: dict[str, str]) -> dict:
+    """The same tied map with the least-squares readers refit (results/real_model_tied's best −25% row)."""
+    return build(src, data, (RECOVER[0], RECOVER[1], ("--refit=readers",), RECOVER[3]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("arms", "all"), default="all")
+    parser.add_argument("--reverse", action="store_true", help="build from the end of the list, results not written "
+                        "(a second process on another core meets the first in the middle; results come from the cache)")
+    args = parser.parse_args()
+    started = time.time()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    src, _ = imported()
+    data = {text: prepared(src, text) for text in TEXTS}
+    start = build(src, data, RECOVER)
+    if args.reverse:  # build only, the later parts first (the forward process starts with the rates' arms)
+        if args.part == "all":
+            for lr in reversed(LRS):
+                control(src, data, lr)
+        arms = {lr: arm(data, start, lr) for lr in reversed(LRS)}
+        if args.part == "all":
+            chosen = min(LRS, key=lambda lr: arms[lr]["losses"]["val"])
+            arm(data, readers_start(src, data), chosen, name="-readers")
+            for seed in reversed(DATA_SEEDS):
+                control(src, data, chosen, seed)
+                arm(data, start, chosen, seed)
+        return
+    arms = {lr: arm(data, start, lr) for lr in LRS}
+    if args.part == "arms":
+        return
+    with open(os.path.join(RESULTS, "real_model", "results.json")) as f:
+        base = json.load(f)["base"]  # the original's parameters, quoted
+    payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)",
+               "tokens": FT_ITERS * 8 * BLOCK, "recipe": recipe(LRS[0]), "distill": list(DISTILL), "lrs": list(LRS),
+               "base": {"parameters": base["parameters"]}, "original": losses(src, data),
+               "start": {"m": RECOVER[0], "tie_keep": RECOVER[1], "losses": start["losses"],
+                         "parameters": parameters(start["out_dir"])}, "rows": []}
+    for lr in LRS:
+        payload["rows"].append({"lr": lr, "arm": arms[lr], "control": control(src, data, lr)})
+        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    chosen = payload["chosen_lr"] = min(LRS, key=lambda lr: arms[lr]["losses"]["val"])
+    rows = {"arm": [arms[chosen]], "control": [payload["rows"][LRS.index(chosen)]["control"]]}
+    for seed in DATA_SEEDS:
+        rows["arm"].append(arm(data, start, chosen, seed))
+        rows["control"].append(control(src, data, chosen, seed))
+    payload["draws"] = {"seeds": [0, *DATA_SEEDS], "lr": chosen,
+                        **{k: [x["losses"] for x in v] for k, v in rows.items()}}
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    refit = readers_start(src, data)
+    payload["readers"] = dict(arm(data, refit, chosen, name="-readers"), zero_shot=refit["losses"],
+                              start_parameters=parameters(refit["out_dir"]))
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
+if __name__ == "__main__":
+    main()
