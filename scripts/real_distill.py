@@ -23,20 +23,18 @@ default) builds everything and writes results/real_model_distill/results.json as
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
 from real_tied_head import RECOVER, build  # noqa: E402
 
 from harness import RESULTS  # noqa: E402
-from real_model import BLOCK, FINETUNE, FT_ITERS, TEXTS, finetuned, imported, losses, parameters, prepared  # noqa: E402
+from real_model import BLOCK, FINETUNE, FT_ITERS, finetuned, losses, parameters  # noqa: E402
 from real_quantization import save  # noqa: E402
+from real_quantization import start as begin  # noqa: E402
 
 LRS = (3e-5, 1e-4, 3e-4)  # the rates tried, each with its own control (3e-5: the LM recipe's)
 DATA_SEEDS = (1, 2)  # more data orders at the chosen rate, arm and control each (0: the rates' runs)
@@ -70,15 +68,7 @@ def readers_start(src: str, data: dict[str, str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("arms", "all"), default="all")
-    parser.add_argument("--reverse", action="store_true", help="build from the end of the list, results not written "
-                        "(a second process on another core meets the first in the middle; results come from the cache)")
-    args = parser.parse_args()
-    started = time.time()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    src, _ = imported()
-    data = {text: prepared(src, text) for text in TEXTS}
+    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "all"))
     start = build(src, data, RECOVER)
     if args.reverse:  # build only, the later parts first (the forward process starts with the rates' arms)
         if args.part == "all":

@@ -139,12 +139,15 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def start(description: str) -> tuple[argparse.Namespace, float, str, dict[str, str]]:
-    """What every real-model quantization experiment starts with: its --reverse flag, the clock, one thread per
-    process, the imported model and its prepared texts (args, started, model directory, texts)."""
+def start(description: str, parts: tuple[str, ...] = ()) -> tuple[argparse.Namespace, float, str, dict[str, str]]:
+    """What every real-model experiment after real_model.py starts with: its --reverse flag (and --part, default
+    the last of ``parts``, where it has parts), the clock, one thread per process, the imported model and its
+    prepared texts (args, started, model directory, texts)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reverse", action="store_true", help="build the models from the end of the list (a "
                         "second process on another core meets the first in the middle; results come from the cache)")
+    if parts:
+        parser.add_argument("--part", choices=parts, default=parts[-1])
     args = parser.parse_args()
     started = time.time()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
