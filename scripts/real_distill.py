@@ -7,19 +7,19 @@ kept tied (m = 432, ``--tie_keep=32``: results/real_model_tied's model), distill
 The recipe is results/real_model_recovery's (98,304 tinyshakespeare train tokens: 48 steps × 8 × 256, AdamW without
 weight decay, 4 warmup steps, cosine decay to a tenth of the rate, the same data order and eval batches) with the loss
 replaced by pure distillation (α = 1, τ = 1: the KL from the original's next-token distribution), at each
-learning rate in ``LRS`` (the tuning effort: those values, nothing else). Each rate's control is the original
-distilled from itself with the identical recipe, run rather than assumed to be the original untouched: a model equal
-to its teacher has a zero KL gradient only up to float noise, which Adam's normalised steps can scale up to the size
-of the learning rate (the results say how far it moved). Nor is the control results/real_model_recovery's, which
-finetunes on the LM loss — another recipe.
+learning rate in ``LRS`` (the tuning effort: those values, nothing else). The control is the original distilled from
+itself with the identical recipe — not results/real_model_recovery's control, which finetunes on the LM loss, another
+recipe. A model equal to its teacher has a zero KL gradient (exactly: distill.TeacherKL), so AdamW without weight
+decay takes no step and the control is the original bit for bit at every rate and data order
+(tests/test_distill.py); it is run once, at the chosen rate, and its weights are compared with the original's.
 
-At the rate whose distilled model ends lowest on the whole val split, two more data orders (``DATA_SEEDS``, arm
-and control each: n = 3, paired by order), and the same tied map with the least-squares readers refit
-(``--refit=readers``, results/real_model_tied's best −25% row) distilled with that recipe (its control: the same).
-Losses over the whole val splits of tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1
-(one data order) except the draws. ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the
-default) builds everything and writes results/real_model_distill/results.json as it goes (two processes, one with
---reverse, share the cache: scripts/real_distill.sh).
+At the rate whose distilled model ends lowest on the whole val split, two more data orders (``DATA_SEEDS``: n = 3),
+and the same tied map with the least-squares readers refit (``--refit=readers``, results/real_model_tied's best
+−25% row) distilled with that recipe. Losses over the whole val splits of tinyshakespeare and Botchan (256-token
+windows), one thread per process; n = 1 (one data order) except the draws. ``--part=arms`` builds the rates'
+distilled models only; ``--part=all`` (the default) builds everything and writes
+results/real_model_distill/results.json as it goes (two processes, one with --reverse, share the cache:
+scripts/real_distill.sh).
 """
 from __future__ import annotations
 
@@ -29,15 +29,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import torch  # noqa: E402
 from real_tied_head import RECOVER, build  # noqa: E402
 
+from checkpoint import load_model  # noqa: E402
 from harness import RESULTS  # noqa: E402
 from real_model import BLOCK, FINETUNE, FT_ITERS, finetuned, losses, parameters  # noqa: E402
 from real_quantization import save  # noqa: E402
 from real_quantization import start as begin  # noqa: E402
 
-LRS = (3e-5, 1e-4, 3e-4)  # the rates tried, each with its own control (3e-5: the LM recipe's)
-DATA_SEEDS = (1, 2)  # more data orders at the chosen rate, arm and control each (0: the rates' runs)
+LRS = (3e-5, 1e-4, 3e-4)  # the rates tried (3e-5: the LM recipe's)
+DATA_SEEDS = (1, 2)  # more data orders at the chosen rate (0: the rates' runs)
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
 
 
@@ -56,10 +58,10 @@ def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: 
     return dict(finetuned(start["out_dir"], data, label, DISTILL, recipe(lr, data_seed)), lr=lr)
 
 
-def control(src: str, data: dict[str, str], lr: float, data_seed: int = 0) -> dict:
+def control(src: str, data: dict[str, str], lr: float) -> dict:
     """The original distilled from itself with the arms' recipe at ``lr``."""
-    label = f"original-kd-self-lr{lr:g}" + (f"-s{data_seed}" if data_seed else "")
-    return dict(finetuned(src, data, label, (*DISTILL, f"--teacher_dir={src}"), recipe(lr, data_seed)), lr=lr)
+    return dict(finetuned(src, data, f"original-kd-self-lr{lr:g}", (*DISTILL, f"--teacher_dir={src}"), recipe(lr)),
+                lr=lr)
 
 
 def readers_start(src: str, data: dict[str, str]) -> dict:
@@ -67,41 +69,37 @@ def readers_start(src: str, data: dict[str, str]) -> dict:
     return build(src, data, (RECOVER[0], RECOVER[1], ("--refit=readers",), RECOVER[3]))
 
 
+def unchanged(a: str, b: str) -> bool:
+    """Whether two checkpoints hold the same weights, bit for bit."""
+    x, y = load_model(a)[0].state_dict(), load_model(b)[0].state_dict()
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
 def main() -> None:
     args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "all"))
     start = build(src, data, RECOVER)
-    if args.reverse:  # build only, the later parts first (the forward process starts with the rates' arms)
-        if args.part == "all":
-            for lr in reversed(LRS):
-                control(src, data, lr)
-        arms = {lr: arm(data, start, lr) for lr in reversed(LRS)}
-        if args.part == "all":
-            chosen = min(LRS, key=lambda lr: arms[lr]["losses"]["val"])
-            arm(data, readers_start(src, data), chosen, name="-readers")
-            for seed in reversed(DATA_SEEDS):
-                control(src, data, chosen, seed)
-                arm(data, start, chosen, seed)
-        return
-    arms = {lr: arm(data, start, lr) for lr in LRS}
+    arms = {lr: arm(data, start, lr) for lr in (reversed(LRS) if args.reverse else LRS)}
     if args.part == "arms":
+        return
+    chosen = min(LRS, key=lambda lr: arms[lr]["losses"]["val"])
+    if args.reverse:  # build only, the later parts first (the forward process goes on with the control)
+        arm(data, readers_start(src, data), chosen, name="-readers")
+        for seed in reversed(DATA_SEEDS):
+            arm(data, start, chosen, seed)
         return
     with open(os.path.join(RESULTS, "real_model", "results.json")) as f:
         base = json.load(f)["base"]  # the original's parameters, quoted
+    ctrl = control(src, data, chosen)
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)",
-               "tokens": FT_ITERS * 8 * BLOCK, "recipe": recipe(LRS[0]), "distill": list(DISTILL), "lrs": list(LRS),
-               "base": {"parameters": base["parameters"]}, "original": losses(src, data),
+               "tokens": FT_ITERS * 8 * BLOCK, "recipe": recipe(chosen), "distill": list(DISTILL), "lrs": list(LRS),
+               "chosen_lr": chosen, "base": {"parameters": base["parameters"]}, "original": losses(src, data),
+               "control": dict(ctrl, unchanged=unchanged(src, ctrl["out_dir"])),
                "start": {"m": RECOVER[0], "tie_keep": RECOVER[1], "losses": start["losses"],
-                         "parameters": parameters(start["out_dir"])}, "rows": []}
-    for lr in LRS:
-        payload["rows"].append({"lr": lr, "arm": arms[lr], "control": control(src, data, lr)})
-        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
-    chosen = payload["chosen_lr"] = min(LRS, key=lambda lr: arms[lr]["losses"]["val"])
-    rows = {"arm": [arms[chosen]], "control": [payload["rows"][LRS.index(chosen)]["control"]]}
-    for seed in DATA_SEEDS:
-        rows["arm"].append(arm(data, start, chosen, seed))
-        rows["control"].append(control(src, data, chosen, seed))
-    payload["draws"] = {"seeds": [0, *DATA_SEEDS], "lr": chosen,
-                        **{k: [x["losses"] for x in v] for k, v in rows.items()}}
+                         "parameters": parameters(start["out_dir"])},
+               "rows": [{"lr": lr, "arm": arms[lr]} for lr in LRS]}
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    draws = [arms[chosen]] + [arm(data, start, chosen, seed) for seed in DATA_SEEDS]
+    payload["draws"] = {"seeds": [0, *DATA_SEEDS], "lr": chosen, "arm": [x["losses"] for x in draws]}
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
     refit = readers_start(src, data)
     payload["readers"] = dict(arm(data, refit, chosen, name="-readers"), zero_shot=refit["losses"],
