@@ -60,8 +60,9 @@ class GPTConfig:
     global_every: int = 0  # with attn_window: every global_every-th block (i + 1 ≡ 0) attends to all positions
     rope_local_base: float | None = None  # RoPE base of the windowed blocks (Gemma 3: 10,000); None: rope_base
     embed_scale: float = 1.0  # token embeddings × this on the way in (Gemma: √d); the tied head reads E unscaled
-    shortcuts: bool = False  # an m×m matrix on each sublayer's residual path, h ← S·h + f(norm(h)) (SliceGPT's
-    #                          per-block maps: transform.py --porting=per_block writes them; identity at init)
+    shortcuts: bool | tuple[int, ...] = False  # an m×m matrix on each sublayer's residual path, h ← S·h + f(norm(h))
+    #   (SliceGPT's per-block maps: transform.py --porting=per_block writes them; identity at init); a tuple: only on
+    #   these paths, 2·layer for a block's attention and 2·layer + 1 for its MLP (--map_groups: sites that share a map)
 
     def __post_init__(self) -> None:
         """Check every field and fill the derived widths; raises ValueError naming the field and the fix."""
@@ -116,8 +117,27 @@ class GPTConfig:
         self._check_attention()
         if not self.embed_scale > 0:
             raise ValueError(f"embed_scale must be > 0, got {self.embed_scale}")
-        if not isinstance(self.shortcuts, bool) or not isinstance(self.qk_norm, bool):
-            raise ValueError(f"shortcuts and qk_norm must be True or False, got {self.shortcuts!r}, {self.qk_norm!r}")
+        if not isinstance(self.qk_norm, bool):
+            raise ValueError(f"qk_norm must be True or False, got {self.qk_norm!r}")
+        self._check_shortcuts()
+
+    def _check_shortcuts(self) -> None:
+        """shortcuts: a bool, or the sorted distinct residual paths (0 … 2·n_layer − 1) that carry a matrix."""
+        if isinstance(self.shortcuts, (list, tuple)):  # a list after a round trip through JSON
+            paths = tuple(self.shortcuts)
+            if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 2 * self.n_layer for p in paths) \
+                    or list(paths) != sorted(set(paths)):
+                raise ValueError(f"shortcuts must be True, False or sorted distinct paths in 0 … {2 * self.n_layer - 1}"
+                                 f" (2·layer: attention, 2·layer + 1: MLP), got {self.shortcuts!r}")
+            self.shortcuts = paths if paths else False
+        elif not isinstance(self.shortcuts, bool):
+            raise ValueError(f"shortcuts must be True, False or a tuple of residual paths, got {self.shortcuts!r}")
+
+    def has_shortcut(self, layer: int, which: int) -> bool:
+        """Whether sublayer ``which`` (1: attention, 2: MLP) of block ``layer`` has a shortcut matrix."""
+        if isinstance(self.shortcuts, tuple):
+            return 2 * layer + which - 1 in self.shortcuts
+        return self.shortcuts
 
     def _check_attention(self) -> None:
         if self.attn_window < 0 or self.global_every < 0:
@@ -371,13 +391,14 @@ class Block(nn.Module):
         if self.peri:
             self.ln_1_out = make_norm(config)
             self.ln_2_out = make_norm(config)
-        if config.shortcuts:
-            self.shortcut_1 = nn.Linear(config.n_embd, config.n_embd, bias=False)
-            self.shortcut_2 = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        for which in (1, 2):
+            if config.has_shortcut(layer, which):
+                setattr(self, f"shortcut_{which}", nn.Linear(config.n_embd, config.n_embd, bias=False))
 
     def skip(self, x: torch.Tensor, which: int) -> torch.Tensor:
-        """The residual path of sublayer ``which`` (1: attention, 2: MLP): x, or S·x with shortcuts."""
-        return getattr(self, f"shortcut_{which}")(x) if hasattr(self, "shortcut_1") else x
+        """The residual path of sublayer ``which`` (1: attention, 2: MLP): x, or S·x where it has a shortcut."""
+        shortcut = getattr(self, f"shortcut_{which}", None)
+        return x if shortcut is None else shortcut(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.peri:

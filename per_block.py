@@ -82,10 +82,48 @@ def sublayer_parts(block: torch.nn.Module, which: int) -> tuple[torch.nn.Module,
     return norm, f, getattr(block, f"ln_{which}_out") if block.peri else None
 
 
+def site_groups(n_sites: int, groups: int) -> list[int]:
+    """The group of each site: ``groups`` runs of consecutive sites, as equal as they come (the first ones a site
+    longer), each with one map (``--map_groups``); 0: a group per site, SliceGPT's construction."""
+    if groups == 0:
+        return list(range(n_sites))
+    if not 1 <= groups <= n_sites:
+        raise TransformError(f"map_groups must lie in 1 … {n_sites} (the model's sites) or be 0 (a map per site), got "
+                             f"{groups}")
+    return [g for g in range(groups) for _ in range(n_sites // groups + (g < n_sites % groups))]
+
+
+def grouped(calibrations: list[Calibration], group_of: list[int]) -> list[Calibration]:
+    """One moment per group: its sites' moments averaged with their token counts as weights."""
+    out = []
+    for g in range(group_of[-1] + 1):
+        members = [c for c, h in zip(calibrations, group_of) if h == g]
+        count = sum(c.count for c in members)
+        out.append(Calibration(sum(c.second_moment * c.count for c in members) / count, count))
+    return out
+
+
+def advance(model: GPT, states: list[torch.Tensor], pending: tuple | None, site: int, P: torch.Tensor | None
+            ) -> tuple[list[torch.Tensor], tuple | None]:
+    """Carry the calibration states through site ``site``'s sublayer, the site cut to range(T_s) by P_s = T_s⁺·T_s
+    (None: uncut). ``pending``: peri-LN's outputs still before their output norm, which reads them in this site's
+    basis. Returns the states entering the next site and its pending outputs."""
+    if pending is not None:
+        states = [r + pending[1](y if P is None else y @ P) for r, y in zip(states, pending[0])]
+    if P is not None:
+        states = [h @ P for h in states]
+    norm, f, out_norm = sublayer_parts(model.transformer.h[site // 2], site % 2 + 1)
+    outputs = [f(norm(h)) for h in states]
+    if out_norm is None:
+        return [h + y for h, y in zip(states, outputs)], None
+    return states, (outputs, out_norm)
+
+
 @torch.no_grad()
 def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, seed: int = 0,
                          weighting: str = "unit", damping: float = 1e-6, vocabulary: bool = True,
-                         coordinates: Coordinates = NO_COORDINATES) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                         coordinates: Coordinates = NO_COORDINATES, groups: int = 0
+                         ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """SliceGPT's sequential calibration: site s's PCA is taken on the states of the model whose earlier sites are
     already cut. With P_s = T_s⁺·T_s, the ported model computes in d-space, exactly (the norms' √(d/m) gains and d/m
     ε make norm_m(T_s·h) read as norm_d(P_s·h)),
@@ -97,48 +135,54 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
     ``vocabulary`` is off; ``coordinates``: kept out of or in every range, ``maps.pca_map``), so the
     error of every earlier cut is in the data the next map is fitted to. Peri-LN's output norm reads the output
     already in the next site's basis, which is not known before that site's PCA: the PCA sees norm_out(f) uncut,
-    the states carried on are the model's own. One sublayer at a time over the whole calibration set (its states
-    held in memory: batches × batch × block × d floats, twice for peri-LN)."""
+    the states carried on are the model's own. With ``groups`` (``site_groups``) a group's one map is the PCA of
+    all its sites' states, carried through the group uncut from the cut states entering it. One sublayer at a time
+    over the whole calibration set (its states held in memory: batches × batch × block × d floats, twice for
+    peri-LN, twice again while a group of several sites is fitted)."""
     model.eval()
     cfg = model.config
     like = model.transformer.wte.weight
     states = [model.embed(loader.get_batch("train", seed=seed + k)[0]) for k in range(batches)]
     pending: tuple[list[torch.Tensor], torch.nn.Module] | None = None  # peri-LN: outputs before their output norm
     n_sites = 2 * cfg.n_layer + 1
+    group_of = site_groups(n_sites, groups)
     maps = []
-    for s in progress(range(n_sites), "calibrate per site, in order", unit="site"):
-        fit_on = states if pending is None else [r + pending[1](y) for r, y in zip(states, pending[0])]
-        total, count = vocabulary_moment(model, weighting, vocabulary) if s == 0 else (0, 0)
-        for h in fit_on:
-            moment, n = unit_second_moment(h, weighting)
-            total, count = total + moment, count + n
+    for g in progress(range(group_of[-1] + 1), "calibrate per site, in order", unit="group" if groups else "site"):
+        sites = [s for s in range(n_sites) if group_of[s] == g]
+        total, count = vocabulary_moment(model, weighting, vocabulary) if sites[0] == 0 else (0, 0)
+        h, carried = states, pending
+        for s in sites:  # fit: the group's sites uncut, from the cut states entering it
+            fit_on = h if carried is None else [r + carried[1](y) for r, y in zip(h, carried[0])]
+            for x in fit_on:
+                moment, n = unit_second_moment(x, weighting)
+                total, count = total + moment, count + n
+            if s != sites[-1]:
+                h, carried = advance(model, h, carried, s, None)
         T, T_pinv = make_projection("pca", cfg.n_embd, m, seed, Calibration(total / count, count), damping,
                                     coordinates)
-        maps.append((T, T_pinv))
-        if s == n_sites - 1:
-            break
         P = (T_pinv @ T).to(like)  # symmetric: PCA's T has orthonormal rows and T⁺ = Tᵀ
-        if pending is not None:  # the cut model's output norm reads the output already cut to this site
-            states = [r + pending[1](y @ P) for r, y in zip(states, pending[0])]
-        states = [h @ P for h in states]
-        norm, f, out_norm = sublayer_parts(model.transformer.h[s // 2], s % 2 + 1)
-        outputs = [f(norm(h)) for h in states]
-        if out_norm is None:
-            states, pending = [h + y for h, y in zip(states, outputs)], None
-        else:
-            pending = (outputs, out_norm)
+        for s in sites:  # carry on: the group's sites cut
+            maps.append((T, T_pinv))
+            if s < n_sites - 1:
+                states, pending = advance(model, states, pending, s, P)
     return maps
 
 
 def site_maps(kind: str, d: int, m: int, n_sites: int, seed: int, calibrations: list[Calibration] | None,
-              damping: float, coordinates: Coordinates = NO_COORDINATES) -> list[tuple[torch.Tensor, torch.Tensor]]:
+              damping: float, coordinates: Coordinates = NO_COORDINATES, groups: int = 0
+              ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(T_s, T_s⁺) for every site: PCA of that site's calibration (``coordinates``: kept out of or in its
-    range, ``maps.pca_map``), or the kind's map drawn with seed + s."""
+    range, ``maps.pca_map``), or the kind's map drawn with seed + s; with ``groups`` (``site_groups``) one map per
+    group, the PCA of its sites' moments together or drawn with seed + group."""
+    group_of = site_groups(n_sites, groups)
     if kind == "pca":
         if calibrations is None:
             raise TransformError("kind='pca' with porting='per_block' needs calibration data (one moment per site)")
-        return [make_projection("pca", d, m, seed, c, damping, coordinates) for c in calibrations]
-    return [make_projection(kind, d, m, seed + s, coordinates=coordinates) for s in range(n_sites)]
+        per_group = [make_projection("pca", d, m, seed, c, damping, coordinates)
+                     for c in grouped(calibrations, group_of)]
+    else:
+        per_group = [make_projection(kind, d, m, seed + g, coordinates=coordinates) for g in range(group_of[-1] + 1)]
+    return [per_group[g] for g in group_of]
 
 
 def port_shortcut(S: torch.Tensor, into: PortMaps, out_of: PortMaps) -> torch.Tensor:
@@ -149,7 +193,9 @@ def port_shortcut(S: torch.Tensor, into: PortMaps, out_of: PortMaps) -> torch.Te
 def port_per_block(sd: dict, cfg: GPTConfig, maps: list[tuple[torch.Tensor, torch.Tensor]]
                    ) -> tuple[dict, GPTConfig]:
     """Port a canonical (state_dict, config) with one map per site (``site_norms`` order); ``sd`` is consumed. Norm
-    gains × √(d/m) and ε × d/m as in ``porting.port_weights``; the head is untied; shortcuts are added."""
+    gains × √(d/m) and ε × d/m as in ``porting.port_weights``; the head is untied; shortcuts are added, except on a
+    plain residual path between two sites with the same map (``site_groups``): there T·I·T⁺ acts as I on the stream,
+    which stays in range(T), so the path stays plain."""
     if cfg.norm_gain == "vector":
         raise TransformError("port_per_block needs scalar norm gains; run canonicalize first")
     if cfg.head == "knn":
@@ -167,6 +213,7 @@ def port_per_block(sd: dict, cfg: GPTConfig, maps: list[tuple[torch.Tensor, torc
         if name in sd:
             out[name] = port_embedding(sd.pop(name), at[0])
     eye = torch.eye(d, dtype=like.dtype, device=like.device)
+    paths = []  # the residual paths that carry a shortcut matrix
     for i in range(cfg.n_layer):
         b = f"transformer.h.{i}"
         for j, (norm, reader, writer) in enumerate((("ln_1", "attn.c_attn", "attn.c_proj"),
@@ -179,14 +226,18 @@ def port_per_block(sd: dict, cfg: GPTConfig, maps: list[tuple[torch.Tensor, torc
                     out[f"{b}.{writer}.{leaf}"] = port_writer(sd.pop(f"{b}.{writer}.{leaf}"), there)
             if f"{b}.{norm}_out.weight" in sd:  # peri-LN: the output norm writes into the next site
                 out[f"{b}.{norm}_out.weight"] = scale_gain(sd.pop(f"{b}.{norm}_out.weight"), there)
-            S = sd.pop(f"{b}.shortcut_{j + 1}.weight", eye)
-            out[f"{b}.shortcut_{j + 1}.weight"] = port_shortcut(S, there, here)
+            S = sd.pop(f"{b}.shortcut_{j + 1}.weight", None)
+            if S is None and torch.equal(maps[2 * i + j][0], maps[2 * i + j + 1][0]):
+                continue  # one map on both sides of a plain residual path (--map_groups): it stays plain
+            out[f"{b}.shortcut_{j + 1}.weight"] = port_shortcut(eye if S is None else S, there, here)
+            paths.append(2 * i + j)
     out["transformer.ln_f.weight"] = scale_gain(sd.pop("transformer.ln_f.weight"), at[-1])
     out["lm_head.weight"] = port_reader(sd.pop("lm_head.weight"), at[-1])
     out.update({name: t.clone() for name, t in sd.items()})  # outside the residual: reader biases, head bias
     sd.clear()
     cfg = copy.deepcopy(cfg)
-    cfg.n_embd, cfg.head, cfg.shortcuts = m, "linear", True
+    cfg.n_embd, cfg.head = m, "linear"
+    cfg.shortcuts = True if len(paths) == 2 * cfg.n_layer else tuple(paths) or False
     cfg.norm_eps = cfg.norm_eps * d / m
     return out, cfg
 

@@ -43,5 +43,5 @@ def residual_roles(cfg: GPTConfig) -> ResidualRoles:
         output_norms=tuple(f"{b}.{n}" for b in blocks for n in ("ln_1_out", "ln_2_out")) if peri else (),
         writers=tuple(f"{b}.{s}.c_proj" for b in blocks for s in ("attn", "mlp")),
         attention=tuple(f"{b}.attn" for b in blocks),
-        shortcuts=tuple(f"{b}.shortcut_{j}" for b in blocks for j in (1, 2)) if cfg.shortcuts else (),
+        shortcuts=tuple(f"{b}.shortcut_{j}" for i, b in enumerate(blocks) for j in (1, 2) if cfg.has_shortcut(i, j)),
     )

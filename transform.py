@@ -160,6 +160,8 @@ class TransformConfig:
     #                                       model already cut before it (SliceGPT's order; per_block.py)
     calib_vocabulary: bool = True  # the first site's moment also counts every token embedding (False: only the
     #                                calibration text's own, as SliceGPT's)
+    map_groups: int = 0  # porting='per_block': G maps, each shared by a run of consecutive sites (a shortcut matrix
+    #                      only where the map changes: G − 1 of them); 0: a map per site, SliceGPT's construction
     pca_exclude: tuple[int, ...] = ()  # kind='pca': residual coordinates kept out of range(T) (--pca_exclude=507 or
     #                                    =507,199): the same PCA on the stream with those coordinates removed
     pca_keep: tuple[int, ...] = ()  # kind='pca': residual coordinates kept in range(T) as rows e_iᵀ of their own
@@ -222,6 +224,9 @@ class TransformConfig:
         if self.sequential_calibration and (self.porting != "per_block" or self.kind != "pca"):
             raise ConfigError("sequential_calibration orders the per-site PCAs of porting='per_block' with kind='pca'; "
                               "add --porting=per_block --kind=pca or drop --sequential_calibration")
+        if self.map_groups < 0 or self.map_groups and self.porting != "per_block":
+            raise ConfigError(f"map_groups={self.map_groups} shares per-block maps between consecutive sites: give a "
+                              "count >= 0 with --porting=per_block, or drop --map_groups")
 
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
@@ -354,6 +359,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     rms_preserve: bool = False, tie_head: bool = False,
                     calib_weighting: str = "unit", sequential_calibration: bool = False,
                     calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
+                    map_groups: int = 0,
                     tie_keep: int = 0) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
@@ -382,8 +388,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         return port_per_block_model(model, width, kind, norms, seed, calibration_loader, calib_batches, pca_damping,
                                     given_map, started=started, jl=(jl_eps, jl_delta), weighting=calib_weighting,
                                     sequential=sequential_calibration, vocabulary=calib_vocabulary,
-                                    coordinates=coordinates)
-    check_sequential_calibration(sequential_calibration, porting)
+                                    coordinates=coordinates, groups=map_groups)
+    check_per_block_options(sequential_calibration, map_groups, porting)
     if porting == "paper_code":  # the paper's code neither folds nor canonicalizes anything
         sd, cfg, notes = dict(model.state_dict()), copy.deepcopy(model.config), ["paper_code: weights mapped by "
                                                                                  "shape, architecture kept"]
@@ -466,10 +472,11 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
 def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
                          calib_batches: int, damping: float, given_map: torch.Tensor | None, started: float,
                          jl: tuple[float, float], weighting: str = "unit", sequential: bool = False,
-                         vocabulary: bool = True, coordinates: Coordinates = NO_COORDINATES) -> tuple[GPT, dict]:
-    """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site (PCA calibrated
-    per site on the original's states, or ``sequential``ly on the already cut model's), port; the record's T is
-    site 0's map and ``site_maps`` counts them."""
+                         vocabulary: bool = True, coordinates: Coordinates = NO_COORDINATES, groups: int = 0
+                         ) -> tuple[GPT, dict]:
+    """``transform_model`` for porting='per_block' (per_block.py): canonicalize, one map per site or per group of
+    ``groups`` (PCA calibrated per site on the original's states, or ``sequential``ly on the already cut model's),
+    port; the record's T is site 0's map, ``site_maps`` counts the sites and ``map_groups`` the distinct maps."""
     if given_map is not None:
         raise TransformError("porting='per_block' draws one map per site; a map file gives one: drop --map_file")
     if sequential and kind != "pca":
@@ -480,17 +487,18 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
     calibrations = None
     if sequential:  # transform_model has checked that kind='pca' has calibration data
         maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping, vocabulary,
-                                    coordinates)
+                                    coordinates, groups)
         notes.append("per-site PCA calibrated in order (SliceGPT's): each on the states of the model cut before it")
     else:
         calibrations = (collect_site_calibration(canonical, loader, calib_batches, seed, weighting, vocabulary)
                         if kind == "pca" else None)
-        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping, coordinates)
+        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping, coordinates, groups)
     device = model.transformer.wte.weight.device
     maps = [(T.to(device), Tp.to(device)) for T, Tp in maps]
     new_sd, new_cfg = port_per_block(sd, cfg, maps)
-    notes.append(f"per-block maps (SliceGPT): {len(maps)} sites, {2 * cfg.n_layer} shortcut matrices of {m}×{m}; "
-                 "the head is untied")
+    shortcuts = sum(new_cfg.has_shortcut(i, j) for i in range(cfg.n_layer) for j in (1, 2))
+    notes.append(f"per-block maps (SliceGPT): {len(maps)} sites" + (f" in {groups} groups" if groups else "")
+                 + f", {shortcuts} shortcut matrices of {m}×{m}; the head is untied")
     eye = torch.eye(d, dtype=torch.float64, device=device)
     orthonormal = m >= d and all(torch.allclose(T.T @ T, eye, atol=1e-9) for T, _ in maps)
     n_points = (calibrations[0].count if calibrations
@@ -502,6 +510,7 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
               "jl_min_width": jl_min_width(n_points, *jl),
               "exact": orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes),
               "notes": notes, "refit": "none", "learn_steps": 0, "corrections": {}, "site_maps": len(maps),
+              "map_groups": groups,
               "calib_vocabulary": vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": 0,
               "seconds": time.perf_counter() - started, "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu(),
@@ -639,10 +648,14 @@ def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Te
     return new
 
 
-def check_sequential_calibration(sequential: bool, porting: str) -> None:
+def check_per_block_options(sequential: bool, map_groups: int, porting: str) -> None:
+    """Raise TransformError for a per-block option (sequential_calibration, map_groups) without per-block maps."""
     if sequential and porting != "per_block":
         raise TransformError("sequential_calibration orders the per-site PCAs of porting='per_block'; "
                              "add --porting=per_block or drop it")
+    if map_groups and porting != "per_block":
+        raise TransformError(f"map_groups={map_groups} shares per-block maps between consecutive sites; add "
+                             "--porting=per_block or drop it")
 
 
 def check_tie_head(cfg: GPTConfig, tie_head: bool, porting: str, keep_layernorm: bool, grows: bool,
@@ -692,7 +705,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         restore_attn_scale=cfg.restore_attn_scale, refit=cfg.refit, refit_ridge=cfg.refit_ridge,
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
-        calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude,
+        calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude, map_groups=cfg.map_groups,
         pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,

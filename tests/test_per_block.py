@@ -6,9 +6,16 @@ import torch
 
 from dataset import BatchLoader
 from errors import ConfigError, TransformError
-from maps import PortMaps, make_projection, unit_second_moment
+from maps import Calibration, PortMaps, make_projection, unit_second_moment
 from model import GPT, GPTConfig
-from per_block import collect_site_calibration, port_shortcut, sequential_site_maps, site_norms
+from per_block import (
+    collect_site_calibration,
+    port_shortcut,
+    sequential_site_maps,
+    site_groups,
+    site_maps,
+    site_norms,
+)
 from porting import canonicalize, model_from_state
 from test_transform import outputs, random_model
 from transform import TransformConfig, transform_model
@@ -197,3 +204,120 @@ def test_what_per_block_refuses(options, words, char_data_dir):
         transform_model(random_model(4, head="knn", norm_gain="scalar"), 16, kind="orthogonal", porting="per_block")
     with pytest.raises(ConfigError, match="carry_optimizer"):
         TransformConfig(in_dir="x", out_dir="y", width=8, porting="per_block", carry_optimizer=True).validate()
+
+
+# ----------------------------------------------------------------------------------------------
+# A few maps (--map_groups): runs of consecutive sites share one map, a shortcut only where the map changes
+
+
+def test_site_groups_are_runs_of_consecutive_sites_as_equal_as_they_come():
+    assert site_groups(9, 0) == list(range(9))
+    assert site_groups(9, 4) == [0, 0, 0, 1, 1, 2, 2, 3, 3]
+    assert site_groups(9, 1) == [0] * 9 and site_groups(9, 9) == list(range(9))
+    for bad in (-1, 10):
+        with pytest.raises(TransformError, match="map_groups must lie in 1 … 9"):
+            site_groups(9, bad)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_grouped_orthonormal_maps_keep_the_function_with_a_shortcut_only_where_the_map_changes(arch):
+    model = random_model(0, **ARCHITECTURES[arch])
+    n_layer = model.config.n_layer
+    new, record = transform_model(model, 24, kind="orthogonal", porting="per_block", seed=3, map_groups=3)
+    assert record["exact"] and record["map_groups"] == 3
+    paths = [p for p in range(2 * n_layer) if site_groups(2 * n_layer + 1, 3)[p] != site_groups(2 * n_layer + 1, 3)
+             [p + 1]]
+    assert new.config.shortcuts == tuple(paths) and len(paths) == 2
+    assert sum(p.numel() for n, p in new.named_parameters() if ".shortcut_" in n) == 2 * 24 * 24
+    torch.testing.assert_close(outputs(new, IDX), outputs(model, IDX), atol=2e-5, rtol=0)
+    again, _ = transform_model(new, 32, kind="orthogonal", porting="residual", seed=5)  # a partial set ports too
+    torch.testing.assert_close(outputs(again, IDX), outputs(model, IDX), atol=3e-5, rtol=0)
+
+
+def test_a_group_per_site_is_the_per_site_construction(char_data_dir):
+    model = random_model(3, vocab_size=65, block_size=16, norm_type="rmsnorm")
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    common = dict(kind="pca", porting="per_block", calibration_loader=loader, calib_batches=2)
+    per_site, _ = transform_model(model, 12, **common)
+    groups, _ = transform_model(model, 12, map_groups=2 * model.config.n_layer + 1, **common)
+    assert groups.config.shortcuts is True
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(outputs(groups, idx), outputs(per_site, idx), atol=0, rtol=0)
+
+
+def test_a_groups_pca_is_that_of_its_sites_moments_weighted_by_their_counts(char_data_dir):
+    model = random_model(3, vocab_size=65, block_size=16, norm_type="rmsnorm")
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    sites = collect_site_calibration(model, loader, batches=2)
+    maps = site_maps("pca", 16, 12, len(sites), 0, sites, 1e-6, groups=2)
+    first = [c for c, g in zip(sites, site_groups(len(sites), 2)) if g == 0]
+    moment = sum(c.second_moment * c.count for c in first) / sum(c.count for c in first)
+    T, _ = make_projection("pca", 16, 12, 0, Calibration(moment, sum(c.count for c in first)), 1e-6)
+    torch.testing.assert_close(maps[0][0], T)
+    assert all(torch.equal(maps[s][0], maps[0][0]) for s in range(len(first)))
+    assert not torch.equal(maps[-1][0], maps[0][0])
+
+
+def grouped_projected_logits(model: GPT, calibration: list[torch.Tensor], idx: torch.Tensor, m: int,
+                             groups: int) -> torch.Tensor:
+    """The naive sequential fit with groups, pre-LN: each group's P = TᵀT is the PCA of the states at all its sites,
+    carried through the group uncut from the cut states entering it; then the group's sites are cut by P."""
+    sd, cfg, _ = canonicalize(model.state_dict(), model.config, "fold")
+    canon = model_from_state(sd, cfg).eval()
+    n_sites = 2 * cfg.n_layer + 1
+    of = site_groups(n_sites, groups)
+
+    def step(h: torch.Tensor, site: int) -> torch.Tensor:
+        block, which = canon.transformer.h[site // 2], site % 2 + 1
+        norm, f = (block.ln_1, block.attn) if which == 1 else (block.ln_2, block.mlp)
+        return h + f(norm(h))
+
+    with torch.no_grad():
+        h_cal, h = torch.cat([canon.embed(x) for x in calibration]), canon.embed(idx)
+        for g in range(groups):
+            sites = [s for s in range(n_sites) if of[s] == g]
+            moment, n, fit = 0, 0, h_cal
+            for s in sites:
+                a, b = unit_second_moment(fit, "unit")
+                moment, n = moment + a, n + b
+                if s == 0:
+                    e, ne = unit_second_moment(canon.transformer.wte.weight, "unit")
+                    moment, n = moment + e, n + ne
+                fit = step(fit, s) if s < n_sites - 1 else fit
+            T, _ = make_projection("pca", cfg.n_embd, m, 0, moment / n)
+            P = (T.T @ T).float()
+            for s in sites:
+                h_cal, h = h_cal @ P, h @ P
+                if s == n_sites - 1:
+                    return canon.lm_head(canon.transformer.ln_f(h))
+                h_cal, h = step(h_cal, s), step(h, s)
+
+
+def test_grouped_sequential_calibration_fits_each_group_to_the_model_already_cut(char_data_dir):
+    model = random_model(5, vocab_size=65, block_size=16, norm_type="rmsnorm")
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    calibration = [loader.get_batch("train", seed=k)[0] for k in range(2)]
+    idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    new, record = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
+                                  calib_batches=2, sequential_calibration=True, map_groups=2)
+    assert any("in 2 groups, 1 shortcut matrices" in note for note in record["notes"])
+    torch.testing.assert_close(outputs(new, idx), grouped_projected_logits(model, calibration, idx, 10, 2),
+                               atol=1e-4, rtol=1e-4)
+    assert (grouped_projected_logits(model, calibration, idx, 10, 3) - outputs(new, idx)).abs().max() > 1e-3
+
+
+def test_map_groups_is_refused_without_per_block_maps_and_shortcut_paths_are_checked():
+    with pytest.raises(ConfigError, match="map_groups=2 shares per-block maps"):
+        TransformConfig(in_dir="x", out_dir="y", width=8, map_groups=2).validate()
+    with pytest.raises(ConfigError, match="map_groups=-1"):
+        TransformConfig(in_dir="x", out_dir="y", width=8, porting="per_block", map_groups=-1).validate()
+    with pytest.raises(TransformError, match="map_groups=2 shares per-block maps"):
+        transform_model(random_model(7), 8, kind="orthogonal", map_groups=2)
+    with pytest.raises(TransformError, match="map_groups must lie in 1 … "):
+        transform_model(random_model(7), 8, kind="orthogonal", porting="per_block", map_groups=99)
+    for bad in ((3, 1), (0, 0), (0, 99), (True,)):
+        with pytest.raises(ValueError, match="shortcuts must be"):
+            GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=bad)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=[1, 2])  # JSON's list
+    assert cfg.shortcuts == (1, 2) and [cfg.has_shortcut(i, j) for i in (0, 1) for j in (1, 2)] == [
+        False, True, True, False]
