@@ -55,8 +55,9 @@ def provenance(r: dict) -> str:
 def missing(name: str) -> str:
     if name in ("real_model_outliers", "real_model_quantization"):
         return f"*Not run yet: `scripts/{name.replace('real_model_', 'real_')}.sh` fills this table (CPU).*"
-    if name in ("real_model_tied", "real_model_distill"):
-        script = {"real_model_tied": "real_tied_head", "real_model_distill": "real_distill"}[name]
+    if name in ("real_model_tied", "real_model_distill", "real_model_hybrid"):
+        script = {"real_model_tied": "real_tied_head", "real_model_distill": "real_distill",
+                  "real_model_hybrid": "real_hybrid"}[name]
         return f"*Not run yet: `scripts/{script}.sh` fills this table (CPU).*"
     if name.startswith("real_model"):
         part = " --part=recovery" if name.endswith("recovery") else ""
@@ -1166,6 +1167,64 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    "distribution: "
                    + ("distillation ends lower on the general text." if a["general"] < tied["losses"]["general"]
                       else "the LM loss ends lower on the general text too."))
+    return out
+
+
+SLICEGPT_CHOICES = ["--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False"]
+
+
+def real_model_hybrid(r: dict) -> str:
+    """SmolLM2 shrunk by per-block PCA maps in G groups of consecutive sites (--map_groups), SliceGPT's choices;
+    G = 61 (a map per site) quoted from results/real_model."""
+    bv, bg, n0 = r["base"]["losses"]["val"], r["base"]["losses"]["general"], r["base"]["parameters"]
+    per_site = [dict(x, groups=61) for x in (load("real_model") or {}).get("rows", [])
+                if x["porting"] == "per_block" and x.get("options") == SLICEGPT_CHOICES
+                and x["calibration"] == "shakespeare"]
+    rows = sorted(r["rows"] + per_site, key=lambda x: (-x["m"], x["groups"]))
+    lines = [f"{r['model']}, shrunk by per-block PCA maps shared by G runs of consecutive sites (`--map_groups=G`; a "
+             "shortcut matrix only where the map changes, G − 1 of them; the head untied), every other choice "
+             "SliceGPT's (`" + " ".join(r["choices"]) + "`), calibrated on 32,768 tinyshakespeare train tokens. "
+             "G = 61 is a map per site (results/real_model's rows, quoted). Losses over the whole val splits; gaps to "
+             "the original; n = 1 per row (deterministic maps, one calibration draw).", "",
+             "| G (maps) | m | parameters | shortcut matrices | val | val gap | general | general gap | transform s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for x in rows:
+        v, g = x["losses"]["val"], x["losses"]["general"]
+        lines.append(f"| {x['groups']} | {x['m']} | {x['parameters'] / 1e6:.1f} M ({x['parameters'] / n0 - 1:+.0%}) "
+                     f"| {x['groups'] - 1 if x['groups'] < 61 else 60} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
+                     f"{gap_words(g, bg)} | {x['step']['seconds']:.0f} |")
+    lines += ["", "**Reading** (generated; n = 1 per row, so differences are described, not tested)."]
+    lines += hybrid_reading(rows, bv, n0)
+    lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
+              "(cached models not rebuilt; each row's transform s is its own).*"]
+    return "\n".join(lines)
+
+
+def hybrid_reading(rows: list[dict], bv: float, n0: float) -> list[str]:
+    """At m = 432, the loss by G and the share of the per-site maps' gain over one map that G maps get; at −25%
+    parameters, every hybrid row against results/real_model_tied's tied global map and the per-site maps."""
+    out = []
+    wide = {x["groups"]: x["losses"]["val"] for x in rows if x["m"] == 432}
+    if wide:
+        words = ", ".join(f"G = {g} → {v:.4f}" for g, v in sorted(wide.items()))
+        line = f"- **m = 432, val by the number of maps:** {words}"
+        if 1 in wide and 61 in wide and wide[1] > wide[61]:
+            shares = ", ".join(f"G = {g} {(wide[1] - v) / (wide[1] - wide[61]):.0%}" for g, v in sorted(wide.items())
+                               if 1 < g < 61)
+            line += f"; of the per-site maps' gain over one map ({wide[1] - wide[61]:.4f} nats), {shares}"
+        out.append(line + ".")
+    quarter = [x for x in rows if abs(x["parameters"] / n0 - 0.75) < 0.01]
+    tied = next((x for x in (load("real_model_tied") or {}).get("rows", []) if x["m"] == 432
+                 and x.get("tie_keep") == 32 and x.get("refit") == "none" and x["calibration"] == "shakespeare"
+                 and tied_extra(x) == "—"), None)
+    if quarter:
+        def name(x: dict) -> str:
+            return "one tied global map (results/real_model_tied, K = 32)" if x is tied else f"G = {x['groups']}"
+
+        ranked = sorted(quarter + ([tied] if tied else []), key=lambda x: x["losses"]["val"])
+        out.append("- **At −25% parameters, best val first:** " + "; ".join(
+            f"{name(x)}, m = {x['m']}: val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), general "
+            f"{x['losses']['general']:.4f}, {x['parameters'] / 1e6:.1f} M" for x in ranked) + ".")
     return out
 
 
@@ -2338,7 +2397,7 @@ SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, a
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
                                     grow_recipes, real_model, real_model_recovery, shrink_vs_scratch,
                                     real_model_geometry, real_model_quantization, real_model_outliers,
-                                    real_model_tied, real_model_distill)}
+                                    real_model_tied, real_model_distill, real_model_hybrid)}
 
 
 def render(name: str) -> str:

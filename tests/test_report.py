@@ -425,3 +425,30 @@ def test_the_distillation_table_reads_each_rate_against_its_own_control(monkeypa
     assert "zero-shot val 4.2473 against 4.3036; after distillation 3.8000 against 3.9290 (+1.1% above" in text
     r["control"]["unchanged"] = False
     assert "not the original's" in report.real_model_distill(r)
+
+
+def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_at_equal_parameters(monkeypatch):
+    """G = 61 comes from results/real_model (SliceGPT's choices only); the share of the per-site gain is
+    (L_1 − L_G) / (L_1 − L_61); at −25% parameters the tied global map joins the ranking."""
+    def row(m: int, val: float, parameters: float, groups: int | None = None, options: tuple = ()) -> dict:
+        out = {"kind": "pca", "porting": "per_block", "calibration": "shakespeare", "m": m, "parameters": parameters,
+               "options": list(options), "losses": {"val": val, "general": val + 0.8}, "step": {"seconds": 200.0}}
+        return out if groups is None else dict(out, groups=groups)
+
+    choices = tuple(report.SLICEGPT_CHOICES)
+    loads = {"real_model": {"rows": [row(432, 4.05, 133.3e6, options=choices), row(333, 4.376, 100.8e6,
+                                                                                   options=choices),
+                                     row(432, 4.13, 133.3e6, options=choices[:2])]},
+             "real_model_tied": {"rows": [dict(tied_row(432, 32, 4.3036, 4.9613), m=432)]}}
+    monkeypatch.setattr(report, "load", loads.get)
+    r = {"model": "m", "choices": list(choices), "meta": {"command": "c", "hardware": "h", "seconds": 1},
+         "base": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6},
+         "rows": [row(432, 4.15, 122.3e6, 4), row(432, 4.25, 122.1e6, 1), row(356, 4.50, 101.0e6, 4)]}
+    text = report.real_model_hybrid(r)
+    assert "| 4 | 432 | 122.3 M (-9%) | 3 | 4.1500 |" in text and "| 61 | 432 | 133.3 M (-1%) | 60 | 4.0500 |" in text
+    assert "4.1300" not in text  # a per-block row with other choices is not G = 61
+    assert "G = 1 → 4.2500, G = 4 → 4.1500, G = 61 → 4.0500; of the per-site maps' gain over one map (0.2000 " \
+           "nats), G = 4 50%." in text
+    line = next(x for x in text.splitlines() if x.startswith("- **At −25% parameters"))
+    assert line.index("one tied global map (results/real_model_tied, K = 32), m = 432: val 4.3036") < line.index(
+        "G = 61, m = 333: val 4.3760") < line.index("G = 4, m = 356: val 4.5000")
