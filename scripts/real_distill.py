@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -99,7 +100,10 @@ def main() -> None:
                "rows": [{"lr": lr, "arm": arms[lr]} for lr in LRS]}
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
     draws = [arms[chosen]] + [arm(data, start, chosen, seed) for seed in DATA_SEEDS]
-    payload["draws"] = {"seeds": [0, *DATA_SEEDS], "lr": chosen, "arm": [x["losses"] for x in draws]}
+    gaps = {text: [x["losses"][text] / ctrl["losses"][text] - 1 for x in draws] for text in ("val", "general")}
+    payload["draws"] = {"seeds": [0, *DATA_SEEDS], "lr": chosen, "arm": [x["losses"] for x in draws],
+                        "gap": {text: {"mean": statistics.fmean(g), "std": statistics.stdev(g), "each": g}
+                                for text, g in gaps.items()}}
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
     refit = readers_start(src, data)
     payload["readers"] = dict(arm(data, refit, chosen, name="-readers"), zero_shot=refit["losses"],

@@ -1148,11 +1148,14 @@ def real_model_distill_reading(r: dict) -> list[str]:
     readers = r.get("readers")
     if readers:
         plain = next(x for x in r["rows"] if x["lr"] == readers["lr"])["arm"]["losses"]
+        spread = statistics.stdev(a["val"] for a in draws["arm"]) if draws and len(draws["arm"]) > 1 else None
+        same = spread is not None and abs(readers["losses"]["val"] - plain["val"]) < 2 * spread
         out.append(f"- **A better start, one factor** (the readers' refit before distilling, learning rate "
                    f"{readers['lr']:g}): zero-shot val {readers['zero_shot']['val']:.4f} against {z['val']:.4f}; "
                    f"after distillation {readers['losses']['val']:.4f} against {plain['val']:.4f} "
-                   f"({gap_words(readers['losses']['val'], c['val'])} above the control), general "
-                   f"{readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
+                   f"({gap_words(readers['losses']['val'], c['val'])} above the control"
+                   + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
+                   + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:
