@@ -1215,6 +1215,11 @@ def hybrid_reading(rows: list[dict], bv: float, n0: float) -> list[str]:
             shares = ", ".join(f"G = {g} {(wide[1] - v) / (wide[1] - wide[61]):.0%}" for g, v in sorted(wide.items())
                                if 1 < g < 61)
             line += f"; of the per-site maps' gain over one map ({wide[1] - wide[61]:.4f} nats), {shares}"
+        worse = [g for g, v in sorted(wide.items()) if 1 < g < 61 and 1 in wide and v > wide[1]]
+        if worse:
+            line += (f". Not monotonic in G: G = {', '.join(map(str, worse))} end above one map, so a map shared by a "
+                     "run of sites, fitted on the group's states carried uncut, can lose more at the group's "
+                     "boundaries and far sites than it gains; not diagnosed further (n = 1)")
         out.append(line + ".")
     quarter = [x for x in rows if abs(x["parameters"] / n0 - 0.75) < 0.01]
     tied = next((x for x in (load("real_model_tied") or {}).get("rows", []) if x["m"] == 432

@@ -453,6 +453,9 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     assert "4.1300" not in text  # a per-block row with other choices is not G = 61
     assert "G = 1 → 4.2500, G = 4 → 4.1500, G = 61 → 4.0500; of the per-site maps' gain over one map (0.2000 " \
            "nats), G = 4 50%." in text
+    assert "Not monotonic" not in text
+    r["rows"].append(row(432, 4.30, 122.5e6, 8))
+    assert "Not monotonic in G: G = 8 end above one map" in report.real_model_hybrid(r)
     line = next(x for x in text.splitlines() if x.startswith("- **At −25% parameters"))
     assert line.index("one tied global map (results/real_model_tied, K = 32), m = 432: val 4.3036") < line.index(
         "G = 61, m = 333: val 4.3760") < line.index("G = 4, m = 356: val 4.5000")
