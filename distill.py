@@ -22,33 +22,26 @@ from torch.utils.checkpoint import checkpoint
 from model import GPT
 
 
-class TeacherKL(torch.autograd.Function):
-    """Σ τ²·KL(p_t^τ ‖ p_s^τ) over rows, with its exact gradient τ·(p_s^τ − p_t^τ) with respect to the student's
-    logits. Autograd through log_softmax gives −p_t + p_s·Σp_t instead, and Σp_t is 1 only up to rounding: a student
-    equal to its teacher then gets a gradient of ~1e-8 that always points the same way, which Adam's normalised
-    steps turn into steps of the learning rate's size — distilling a model from itself moved it. Here that gradient
-    is exactly zero."""
-
-    @staticmethod
-    def forward(ctx, student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-        log_p_teacher = F.log_softmax(teacher / temperature, dim=-1)
-        log_p_student = F.log_softmax(student / temperature, dim=-1)
-        p_teacher = log_p_teacher.exp()
-        ctx.save_for_backward(log_p_student, p_teacher)
-        ctx.temperature = temperature
-        return (p_teacher * (log_p_teacher - log_p_student)).sum() * temperature ** 2
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        log_p_student, p_teacher = ctx.saved_tensors
-        return grad * ctx.temperature * (log_p_student.exp() - p_teacher), None, None
+def teacher_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Σ τ²·KL(p_t^τ ‖ p_s^τ) over rows, whose gradient with respect to the student's logits is exactly
+    τ·(p_s^τ − p_t^τ). Autograd through log_softmax gives −p_t + p_s·Σp_t instead, and Σp_t is 1 only up to
+    rounding: a student equal to its teacher then got a gradient of ~1e-8 that always points the same way, which
+    Adam's normalised steps turned into steps of the learning rate's size — distilling a model from itself moved
+    it. Here the value is the KL and the gradient flows through g·z with g = τ·(p_s − p_t) held fixed, so it is
+    exactly zero at a student equal to its teacher (plain ops: activation checkpointing recomputes it as is)."""
+    log_p_teacher = F.log_softmax(teacher / temperature, dim=-1)
+    log_p_student = F.log_softmax(student.detach() / temperature, dim=-1)
+    p_teacher = log_p_teacher.exp()
+    value = (p_teacher * (log_p_teacher - log_p_student)).sum() * temperature ** 2
+    pull = (temperature * (log_p_student.exp() - p_teacher) * student).sum()
+    return (pull - pull.detach()) + value  # exactly the value: x − x is 0 in floating point
 
 
 def distillation_terms(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
                        temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(Σ τ²·KL(p_t^τ ‖ p_s^τ), Σ CE) over the positions of one chunk (logits (N, V), targets (N,))."""
     s = student_logits.float()
-    kl = TeacherKL.apply(s, teacher_logits.float().detach(), temperature)
+    kl = teacher_kl(s, teacher_logits.float().detach(), temperature)
     ce = F.cross_entropy(s, targets, ignore_index=-1, reduction="sum")
     return kl, ce
 

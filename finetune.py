@@ -63,6 +63,8 @@ class FinetuneConfig(TrainConfig):
     recover_tol: float = 0.01  # recovered when val ≤ (1 + tol) × reference val loss
     reference_val_loss: float | None = None  # None: evaluate the reference named in the transform record
     control_dir: str = ""  # a finished finetune of the untransformed model with this recipe: recovery vs control
+    control_any_loss: bool = False  # accept a control finetuned with another loss (the distill settings), to read
+    #                                 several losses against one LM-finetuned control (the toy recovery experiments)
     # distillation from the original model (distill.py)
     distill: bool = False  # train on α·τ²·KL(teacher ‖ student) + (1 − α)·CE instead of CE alone
     teacher_dir: str = ""  # the teacher ('' → the transform record's source model)
@@ -143,6 +145,7 @@ RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "lear
           "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
           "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir", "init_state", "rewarm_iters",
           "distill", "distill_alpha", "distill_temperature")  # the loss too: a distilled run's control is distilled
+LOSS = ("distill", "distill_alpha", "distill_temperature")  # what --control_any_loss lets differ
 
 
 def load_teacher(cfg: FinetuneConfig, ckpt: dict):
@@ -179,10 +182,12 @@ def read_control(cfg: FinetuneConfig) -> list:
                        ) if key == "eval_seed" else os.path.abspath(theirs.get("data_dir") or "")
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}  # a control older than a setting
     differ = [f"{k}: {theirs.get(k, defaults[k])!r} there vs {ours[k]!r} here" for k in RECIPE
-              if theirs.get(k, defaults[k]) != ours[k]]
+              if theirs.get(k, defaults[k]) != ours[k] and not (cfg.control_any_loss and k in LOSS)]
     if differ:
+        hint = (" (or --control_any_loss=True to read this loss against it on purpose)"
+                if any(d.split(":")[0] in LOSS for d in differ) else "")
         raise ConfigError(f"--control_dir={cfg.control_dir} ran another recipe ({'; '.join(differ)}); a control "
-                          "must match it exactly")
+                          f"must match it exactly{hint}")
     return control["curve"]
 
 

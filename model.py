@@ -123,8 +123,8 @@ class GPTConfig:
 
     def _check_shortcuts(self) -> None:
         """shortcuts: a bool, or the sorted distinct residual paths (0 … 2·n_layer − 1) that carry a matrix."""
-        if isinstance(self.shortcuts, (list, tuple)):  # a list after a round trip through JSON
-            paths = tuple(self.shortcuts)
+        if isinstance(self.shortcuts, tuple):
+            paths = self.shortcuts
             if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 2 * self.n_layer for p in paths) \
                     or list(paths) != sorted(set(paths)):
                 raise ValueError(f"shortcuts must be True, False or sorted distinct paths in 0 … {2 * self.n_layer - 1}"

@@ -292,7 +292,8 @@ def recovery(s: Setting, src: str, control_src: str, seeds: tuple[int, ...] | No
     measured against the control of the same seed."""
     def pair(seed: int) -> tuple[dict, dict]:
         control = finetuned(s, control_src, seed)
-        return control, finetuned(s, src, seed, control=control["out_dir"], extra=extra)
+        other_loss = ("--control_any_loss=True",) if "--distill=True" in extra else ()  # one LM control for all
+        return control, finetuned(s, src, seed, control=control["out_dir"], extra=(*extra, *other_loss))
 
     runs = []
     for seed, (control, run) in zip(seeds or s.seeds, each(seeds or s.seeds, pair)):

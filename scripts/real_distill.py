@@ -9,7 +9,7 @@ weight decay, 4 warmup steps, cosine decay to a tenth of the rate, the same data
 replaced by pure distillation (α = 1, τ = 1: the KL from the original's next-token distribution), at each
 learning rate in ``LRS`` (the tuning effort: those values, nothing else). The control is the original distilled from
 itself with the identical recipe — not results/real_model_recovery's control, which finetunes on the LM loss, another
-recipe. A model equal to its teacher has a zero KL gradient (exactly: distill.TeacherKL), so AdamW without weight
+recipe. A model equal to its teacher has a zero KL gradient (exactly: distill.teacher_kl), so AdamW without weight
 decay takes no step and the control is the original bit for bit at every rate and data order
 (tests/test_distill.py); it is run once, at the chosen rate, and its weights are compared with the original's.
 

@@ -167,7 +167,7 @@ def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...]
     paths = ("--in_dir", "--data_dir", "--control_dir", "--teacher_dir")
     spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
                      if a.startswith(paths) else a for a in args], "v": 2 if "--distill=True" in args else 1}
-    # v 2: distillation's KL gradient is exact (distill.TeacherKL); before, a student equal to its teacher moved
+    # v 2: distillation's KL gradient is exact (distill.teacher_kl); before, a student equal to its teacher moved
 
     def build(out: str) -> dict:
         step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from checkpoint import load_model
 from configurator import load_config
 from conftest import ROOT, TINY_MODEL
-from distill import TeacherKL, chunked_distillation, distillation_terms
+from distill import chunked_distillation, distillation_terms, teacher_kl
 from errors import ConfigError
 from finetune import FinetuneConfig, finetune
 from logger import read_metrics
@@ -45,24 +45,24 @@ def test_student_equal_to_teacher_has_zero_kl_and_zero_kl_gradient(trained_dir):
     kl, _ = chunked_distillation(student, teacher, h_s, h_t, x, 1.0, chunk=7)
     kl.backward()
     assert kl.item() == 0
-    assert all(p.grad is None or not p.grad.any() for p in student.parameters())  # exactly: see TeacherKL
+    assert all(p.grad is None or not p.grad.any() for p in student.parameters())  # exactly: see teacher_kl
 
 
 def test_the_kl_gradient_is_the_naive_formulas_and_exactly_zero_at_the_teacher():
-    """TeacherKL's hand-written gradient τ·(p_s − p_t) against autograd through the naive formula (float64); autograd
-    through log_softmax leaves a ~1e-8 gradient at s = t in float32 (Σp_t ≠ 1 in rounding), TeacherKL none."""
+    """teacher_kl's gradient τ·(p_s − p_t) against autograd through the naive formula (float64); autograd
+    through log_softmax leaves a ~1e-8 gradient at s = t in float32 (Σp_t ≠ 1 in rounding), teacher_kl none."""
     g = torch.Generator().manual_seed(2)
     for tau in (1.0, 2.0, 0.5):
         s = torch.randn(5, 11, generator=g, dtype=torch.float64, requires_grad=True)
         t = torch.randn(5, 11, generator=g, dtype=torch.float64)
-        (ours,) = torch.autograd.grad(TeacherKL.apply(s, t, tau) * 1.7, s)
+        (ours,) = torch.autograd.grad(teacher_kl(s, t, tau) * 1.7, s)
         p = torch.softmax(t / tau, -1)
         naive = (p * (p.log() - torch.log_softmax(s / tau, -1))).sum() * tau ** 2 * 1.7
         (reference,) = torch.autograd.grad(naive, s)
         torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12)
     s = torch.randn(64, 50_000, generator=g) * 3
     student = s.clone().requires_grad_(True)
-    (exact,) = torch.autograd.grad(TeacherKL.apply(student, s, 1.0), student)
+    (exact,) = torch.autograd.grad(teacher_kl(student, s, 1.0), student)
     assert not exact.any()
     student = s.clone().requires_grad_(True)
     p = torch.softmax(s, -1)

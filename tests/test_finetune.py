@@ -94,6 +94,10 @@ def test_recovery_is_measured_against_a_control_with_the_identical_recipe(traine
             "--distill=True", f"--in_dir={tmp_path / 'shrunk'}", f"--out_dir={tmp_path / 'kd'}",
             f"--control_dir={tmp_path / 'control'}"]))
     assert not os.path.exists(tmp_path / "kd")
+    kd = finetune(load_config(FinetuneConfig, recipe + [  # read against the LM control on purpose: accepted
+        "--distill=True", "--control_any_loss=True", f"--in_dir={tmp_path / 'shrunk'}",
+        f"--out_dir={tmp_path / 'kd'}", f"--control_dir={tmp_path / 'control'}"]))
+    assert [s for s, _ in kd["gap_to_control"]] == [0, 10, 20]
     with pytest.raises(ConfigError, match="holds no finetune.json"):
         finetune(load_config(FinetuneConfig, recipe + [f"--in_dir={tmp_path / 'shrunk'}",
                                                        f"--out_dir={tmp_path / 'x'}", f"--control_dir={tmp_path}"]))

@@ -315,9 +315,9 @@ def test_map_groups_is_refused_without_per_block_maps_and_shortcut_paths_are_che
         transform_model(random_model(7), 8, kind="orthogonal", map_groups=2)
     with pytest.raises(TransformError, match="map_groups must lie in 1 … "):
         transform_model(random_model(7), 8, kind="orthogonal", porting="per_block", map_groups=99)
-    for bad in ((3, 1), (0, 0), (0, 99), (True,)):
+    for bad in ((3, 1), (0, 0), (0, 99), (True,), [1, 2]):
         with pytest.raises(ValueError, match="shortcuts must be"):
             GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=bad)
-    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=[1, 2])  # JSON's list
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=(1, 2))
     assert cfg.shortcuts == (1, 2) and [cfg.has_shortcut(i, j) for i in (0, 1) for j in (1, 2)] == [
         False, True, True, False]
