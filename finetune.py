@@ -181,13 +181,13 @@ def read_control(cfg: FinetuneConfig) -> list:
         theirs[key] = (theirs.get("seed") if theirs.get("eval_seed", -1) < 0 else theirs["eval_seed"]
                        ) if key == "eval_seed" else os.path.abspath(theirs.get("data_dir") or "")
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}  # a control older than a setting
-    differ = [f"{k}: {theirs.get(k, defaults[k])!r} there vs {ours[k]!r} here" for k in RECIPE
-              if theirs.get(k, defaults[k]) != ours[k] and not (cfg.control_any_loss and k in LOSS)]
+    differ = [k for k in RECIPE if theirs.get(k, defaults[k]) != ours[k] and not (cfg.control_any_loss and k in LOSS)]
     if differ:
         hint = (" (or --control_any_loss=True to read this loss against it on purpose)"
-                if any(d.split(":")[0] in LOSS for d in differ) else "")
-        raise ConfigError(f"--control_dir={cfg.control_dir} ran another recipe ({'; '.join(differ)}); a control "
-                          f"must match it exactly{hint}")
+                if set(differ) & set(LOSS) else "")
+        words = "; ".join(f"{k}: {theirs.get(k, defaults[k])!r} there vs {ours[k]!r} here" for k in differ)
+        raise ConfigError(f"--control_dir={cfg.control_dir} ran another recipe ({words}); a control must match it "
+                          f"exactly{hint}")
     return control["curve"]
 
 

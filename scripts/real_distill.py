@@ -23,7 +23,6 @@ scripts/real_distill.sh).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -34,7 +33,6 @@ import torch  # noqa: E402
 from real_tied_head import RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
-from harness import RESULTS  # noqa: E402
 from real_model import BLOCK, FINETUNE, FT_ITERS, finetuned, losses, parameters  # noqa: E402
 from real_quantization import save  # noqa: E402
 from real_quantization import start as begin  # noqa: E402
@@ -88,12 +86,10 @@ def main() -> None:
         for seed in reversed(DATA_SEEDS):
             arm(data, start, chosen, seed)
         return
-    with open(os.path.join(RESULTS, "real_model", "results.json")) as f:
-        base = json.load(f)["base"]  # the original's parameters, quoted
     ctrl = control(src, data, chosen)
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)",
                "tokens": FT_ITERS * 8 * BLOCK, "recipe": recipe(chosen), "distill": list(DISTILL), "lrs": list(LRS),
-               "chosen_lr": chosen, "base": {"parameters": base["parameters"]}, "original": losses(src, data),
+               "chosen_lr": chosen, "base": {"parameters": parameters(src)}, "original": losses(src, data),
                "control": dict(ctrl, unchanged=unchanged(src, ctrl["out_dir"])),
                "start": {"m": RECOVER[0], "tie_keep": RECOVER[1], "losses": start["losses"],
                          "parameters": parameters(start["out_dir"])},

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from real_tied_head import real_model_results  # noqa: E402
 
+from checkpoint import load_model  # noqa: E402
 from real_model import RATIOS, SLICEGPT_CHOICES, cell  # noqa: E402
 from real_quantization import save, start  # noqa: E402
 
@@ -52,7 +53,9 @@ def main() -> None:
             build(src, data, m, groups)
         return
     ref = real_model_results()
+    sites = 2 * load_model(src)[0].config.n_layer + 1  # a map per site: results/real_model's per-block rows
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "choices": list(SLICEGPT_CHOICES),
+               "sites": sites,
                "base": {"losses": ref["base"]["losses"], "parameters": ref["base"]["parameters"]}, "rows": []}
     for m, groups in todo:
         row = build(src, data, m, groups)

@@ -1,6 +1,7 @@
 """report.py keeps the documents equal to results/: tables, quoted numbers in prose, and the one significance rule."""
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -415,8 +416,11 @@ def test_the_distillation_table_reads_each_rate_against_its_own_control(monkeypa
     assert "val 4.3036 → 3.9290, general 4.9613 → 4.4431: +4.5% above the control on val and +17.3% on the general " \
            "text (the lowest val of the rates)." in text
     assert "learning rate 3e-5, the LM loss" in text and "distillation ends lower on the general text" in text
-    r["draws"] = {"seeds": [0, 1, 2], "lr": 1e-4, "arm": [run(3.85, 4.3)["losses"], run(3.88, 4.31)["losses"],
-                                                          run(3.90, 4.32)["losses"]]}
+    arms = [run(3.85, 4.3)["losses"], run(3.88, 4.31)["losses"], run(3.90, 4.32)["losses"]]
+    gaps = {t: [a[t] / r["control"]["losses"][t] - 1 for a in arms] for t in ("val", "general")}
+    r["draws"] = {"seeds": [0, 1, 2], "lr": 1e-4, "arm": arms,
+                  "gap": {t: {"mean": statistics.fmean(g), "std": statistics.stdev(g), "each": g}
+                          for t, g in gaps.items()}}
     r["readers"] = dict(run(3.80, 4.25), lr=1e-4, zero_shot={"val": 4.2473, "general": 4.8087},
                         start_parameters=100.9e6)
     text = report.real_model_distill(r)
@@ -439,13 +443,13 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
                "options": list(options), "losses": {"val": val, "general": val + 0.8}, "step": {"seconds": 200.0}}
         return out if groups is None else dict(out, groups=groups)
 
-    choices = tuple(report.SLICEGPT_CHOICES)
+    choices = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
     loads = {"real_model": {"rows": [row(432, 4.05, 133.3e6, options=choices), row(333, 4.376, 100.8e6,
                                                                                    options=choices),
                                      row(432, 4.13, 133.3e6, options=choices[:2])]},
              "real_model_tied": {"rows": [dict(tied_row(432, 32, 4.3036, 4.9613), m=432)]}}
     monkeypatch.setattr(report, "load", loads.get)
-    r = {"model": "m", "choices": list(choices), "meta": {"command": "c", "hardware": "h", "seconds": 1},
+    r = {"model": "m", "choices": list(choices), "sites": 61, "meta": {"command": "c", "hardware": "h", "seconds": 1},
          "base": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6},
          "rows": [row(432, 4.15, 122.3e6, 4), row(432, 4.25, 122.1e6, 1), row(356, 4.50, 101.0e6, 4)]}
     text = report.real_model_hybrid(r)
