@@ -159,11 +159,11 @@ FINETUNE = [f"--block_size={BLOCK}", "--batch_size=8", f"--max_iters={FT_ITERS}"
 
 
 def finetuned(src: str, data: dict[str, str], label: str, extra: tuple[str, ...] = (),
-              recipe: list[str] = FINETUNE) -> dict:
-    """One recovery finetune (``recipe``, by default the one above, on tinyshakespeare's train split), timed, with
-    the full-split losses of its final model; ``extra``: the arm's own options (distillation, the control to compare
-    with)."""
-    args = ["finetune.py", f"--in_dir={src}", f"--data_dir={data['shakespeare']}", *recipe, *extra]
+              recipe: list[str] = FINETUNE, text: str = "shakespeare") -> dict:
+    """One recovery finetune (``recipe``, by default the one above, on the train split of ``text``, by default
+    tinyshakespeare's), timed, with the full-split losses of its final model; ``extra``: the arm's own options
+    (distillation, the control to compare with)."""
+    args = ["finetune.py", f"--in_dir={src}", f"--data_dir={data[text]}", *recipe, *extra]
     paths = ("--in_dir", "--data_dir", "--control_dir", "--teacher_dir")
     spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
                      if a.startswith(paths) else a for a in args], "v": 2 if "--distill=True" in args else 1}

@@ -344,3 +344,28 @@ def test_the_quantization_summary_averages_seeds_and_subtracts_the_unrotated_mod
     cell = summary["hadamard"]["settings"]["W4"]
     assert cell["val"]["mean"] == pytest.approx(4.1) and cell["val"]["std"] == pytest.approx(0.1414, abs=1e-4)
     assert cell["val_vs_none"] == pytest.approx(-0.9) and cell["general_vs_none"] == pytest.approx(-0.8)
+
+
+def test_the_distillation_recipe_in_smaller_batches_keeps_the_tokens_and_the_schedule_in_tokens():
+    """real_distill.recipe(batch=b): every step count scales by 8 / b, so the tokens (steps × batch), the warmup's
+    and the decay's share stay and only the optimizer steps change; the recipe's own batch is the recipe unchanged
+    (its cached runs keep their keys); a batch that does not divide 8 is refused."""
+    import real_distill
+
+    def values(recipe: list[str]) -> dict[str, str]:
+        return dict(a.split("=", 1) for a in recipe)
+
+    base = values(real_distill.recipe(1e-4))
+    assert real_distill.recipe(1e-4, batch=real_distill.BATCH) == real_distill.recipe(1e-4)
+    for batch in (4, 2):
+        small = values(real_distill.recipe(1e-4, batch=batch))
+        scale = int(base["--batch_size"]) // batch
+        assert int(small["--batch_size"]) == batch
+        assert int(small["--max_iters"]) * batch == int(base["--max_iters"]) * int(base["--batch_size"])
+        for key in ("--lr_decay_iters", "--warmup_iters", "--eval_interval", "--log_interval"):
+            assert int(small[key]) == int(base[key]) * scale
+        unchanged = set(base) - {"--batch_size", "--max_iters", "--lr_decay_iters", "--warmup_iters",
+                                 "--eval_interval", "--log_interval"}
+        assert {k: small[k] for k in unchanged} == {k: base[k] for k in unchanged}
+    with pytest.raises(ValueError, match="must divide"):
+        real_distill.recipe(1e-4, batch=3)
