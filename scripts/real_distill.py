@@ -20,7 +20,8 @@ batches (``BATCHES``; every step count of the schedule scaled, so the tokens and
 one ends lower than the recipe's batch, its own control (the original distilled from itself in that batch) and two
 more data orders. Last, the general case: the tied map calibrated on English news (results/real_model_tied's row),
 distilled on the news train split (68 k tokens: the 98,304 distilled tokens pass over it about 1.4 times) in the
-best batch, evaluated on the novel (neither text), against the original distilled from itself on the news. Losses
+best batch, evaluated on the novel (neither text), against the original distilled from itself on the news; and
+the tied −50% model (m = 288) distilled with the best recipe, against that recipe's control. Losses
 over the whole val splits of tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (one
 data order) except the draws. ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the
 default) builds everything and writes results/real_model_distill/results.json as it goes (two processes, one with
@@ -39,16 +40,17 @@ from real_tied_head import RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
-from real_model import BLOCK, FINETUNE, FT_ITERS, finetuned, losses, parameters  # noqa: E402
+from real_model import BLOCK, FINETUNE, FT_ITERS, RATIOS, finetuned, losses, parameters  # noqa: E402
 from real_quantization import save  # noqa: E402
 from real_quantization import start as begin  # noqa: E402
 
 LRS = (3e-5, 1e-4, 3e-4)  # the rates tried (3e-5: the LM recipe's)
 DATA_SEEDS = (1, 2)  # more data orders at the chosen rate (0: the rates' runs)
-BATCHES = (4, 2)  # smaller batches at the chosen rate: the same tokens and schedule in tokens, 2× and 4× the steps
+BATCHES = (4, 2, 1)  # smaller batches at the chosen rate: the same tokens and schedule in tokens, 2×, 4×, 8× the steps
 BATCH = 8  # the recipe's own batch
 GENERAL_TEXT = "news"  # the general case: calibrated and distilled on English news, evaluated on the novel
 GENERAL = (RECOVER[0], RECOVER[1], RECOVER[2], GENERAL_TEXT)  # results/real_model_tied's news-calibrated row
+HALF = (RATIOS[0.5], RECOVER[1], RECOVER[2], "shakespeare")  # results/real_model_tied's tied −50% row
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
 
 
@@ -71,9 +73,10 @@ def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
 
 
 def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: str = "", batch: int = BATCH,
-        text: str = "shakespeare") -> dict:
-    """A shrunk model distilled from the original (the transform record's source) at ``lr`` on ``text``."""
-    label = (f"pca-m{RECOVER[0]}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-s{data_seed}" if data_seed else "")
+        text: str = "shakespeare", m: int = RECOVER[0]) -> dict:
+    """A shrunk model (width ``m``) distilled from the original (the transform record's source) at ``lr`` on
+    ``text``."""
+    label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-s{data_seed}" if data_seed else "")
              + (f"-b{batch}" if batch != BATCH else "") + (f"-on-{text}" if text != "shakespeare" else ""))
     return dict(finetuned(start["out_dir"], data, label, DISTILL, recipe(lr, data_seed, batch), text), lr=lr,
                 batch=batch, text=text)
@@ -111,6 +114,7 @@ def main() -> None:
         if best != BATCH:
             for seed in reversed(DATA_SEEDS):
                 arm(data, start, chosen, seed, batch=best)
+        arm(data, build(src, data, HALF), chosen, batch=best, m=HALF[0])
         control(src, data, chosen, best, GENERAL_TEXT)
         arm(data, build(src, data, GENERAL), chosen, name="-news", batch=best, text=GENERAL_TEXT)
         arm(data, readers_start(src, data), chosen, name="-readers")
@@ -153,6 +157,12 @@ def main() -> None:
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
     own = control(src, data, chosen, best, GENERAL_TEXT)
     payload["general_case"]["control"] = dict(own, unchanged=unchanged(src, own["out_dir"]))
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    # −50% parameters: the tied m = 288 model with the best recipe; its control is the best recipe's (the same run)
+    half = build(src, data, HALF)
+    payload["half"] = {"m": HALF[0], "batch": best, "start": {"losses": half["losses"],
+                                                               "parameters": parameters(half["out_dir"])},
+                       "arm": arm(data, half, chosen, batch=best, m=HALF[0])}
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 

@@ -491,6 +491,12 @@ def test_the_distillation_batches_read_against_their_own_control_and_the_recipes
     r["general_case"]["arm"]["losses"]["general"] = 4.10
     assert "+8.2% above its control (the original bit for bit) — within the issue's 10%" in \
         report.real_model_distill(r)
+    # −50%: gaps to the best batch's own control (3.7000 here), its recipe's batch and steps
+    r["half"] = {"m": 288, "batch": 2, "start": {"losses": {"val": 5.5778, "general": 6.4593}, "parameters": 67.3e6},
+                 "arm": dict(run(4.30, 5.10, 67.3e6), lr=1e-4)}
+    text = report.real_model_distill(r)
+    assert "| 0.0001 | tied m = 288, distilled, batch 2 × 192 steps | 67.3 M | 4.3000 | +16.2% | 5.1000 |" in text
+    assert "val 5.5778 → 4.3000, +16.2% above the control; general 6.4593 → 5.1000, +34.6% (n = 1;" in text
 
 
 def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_at_equal_parameters(monkeypatch):
