@@ -1328,27 +1328,50 @@ def real_model_hybrid(r: dict) -> str:
     """SmolLM2 shrunk by per-block PCA maps in G groups of consecutive sites (--map_groups), SliceGPT's choices;
     G = the model's site count (a map per site) quoted from results/real_model."""
     bv, bg, n0 = r["base"]["losses"]["val"], r["base"]["losses"]["general"], r["base"]["parameters"]
-    per_site = [dict(x, groups=r["sites"]) for x in (load("real_model") or {}).get("rows", [])
+    per_site = [dict(x, groups=r["sites"], weighting="raw") for x in (load("real_model") or {}).get("rows", [])
                 if x["porting"] == "per_block" and x.get("options") == r["choices"]
                 and x["calibration"] == "shakespeare"]
-    rows = sorted(r["rows"] + per_site, key=lambda x: (-x["m"], x["groups"]))
+    every = [dict(x, weighting=x.get("weighting", "raw")) for x in r["rows"]] + per_site
+    every.sort(key=lambda x: (x["weighting"] != "raw", -x["m"], x["groups"]))
+    rows = [x for x in every if x["weighting"] == "raw"]
     lines = [f"{r['model']}, shrunk by per-block PCA maps shared by G runs of consecutive sites (`--map_groups=G`; a "
              "shortcut matrix only where the map changes, G − 1 of them; the head untied), every other choice "
              "SliceGPT's (`" + " ".join(r["choices"]) + "`), calibrated on 32,768 tinyshakespeare train tokens. "
              f"G = {r['sites']} is a map per site (results/real_model's rows, quoted). Losses over the whole val "
              "splits; gaps to the original; n = 1 per row (deterministic maps, one calibration draw).", "",
-             "| G (maps) | m | parameters | shortcut matrices | val | val gap | general | general gap | transform s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for x in rows:
+             "| G (maps) | PCA weighting | m | parameters | shortcut matrices | val | val gap | general | general gap "
+             "| transform s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in every:
         v, g = x["losses"]["val"], x["losses"]["general"]
-        lines.append(f"| {x['groups']} | {x['m']} | {x['parameters'] / 1e6:.1f} M ({x['parameters'] / n0 - 1:+.0%}) "
-                     f"| {x['groups'] - 1} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
-                     f"{gap_words(g, bg)} | {x['step']['seconds']:.0f} |")
+        lines.append(f"| {x['groups']} | {WEIGHTING_WORDS[x['weighting']]} | {x['m']} | {x['parameters'] / 1e6:.1f} M "
+                     f"({x['parameters'] / n0 - 1:+.0%}) | {x['groups'] - 1} | {v:.4f} | {gap_words(v, bv)} | "
+                     f"{g:.4f} | {gap_words(g, bg)} | {x['step']['seconds']:.0f} |")
     lines += ["", "**Reading** (generated; n = 1 per row, so differences are described, not tested)."]
     lines += hybrid_reading(rows, bv, n0, r["sites"])
+    lines += weighting_reading(every)
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
               "(cached models not rebuilt; each row's transform s is its own).*"]
     return "\n".join(lines)
+
+
+WEIGHTING_WORDS = {"raw": "state size (SliceGPT's)", "unit": "direction (ours)"}
+
+
+def weighting_reading(rows: list[dict]) -> list[str]:
+    """The diagnosis, one factor: the loss by G at m = 432 under each weighting, and whether each is monotonic."""
+    series = {w: {x["groups"]: x["losses"]["val"] for x in rows if x["m"] == 432 and x["weighting"] == w}
+              for w in ("raw", "unit")}
+    if len(series["unit"]) < 2:
+        return []
+    out = []
+    for w, by_g in series.items():
+        values = [v for _, v in sorted(by_g.items())]
+        rises = [g for (g, v), (_, u) in zip(sorted(by_g.items())[1:], sorted(by_g.items())) if v > u]
+        out.append(f"weighted by {WEIGHTING_WORDS[w]}: " + ", ".join(f"G = {g} → {v:.4f}" for g, v in
+                                                                  sorted(by_g.items()))
+                   + (" (falls with every added map)" if not rises and len(values) > 1
+                      else f" (rises at G = {', '.join(map(str, rises))})"))
+    return ["- **The shape in G, one factor — the PCA's weighting, m = 432:** " + "; ".join(out) + "."]
 
 
 def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int) -> list[str]:

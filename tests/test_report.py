@@ -517,7 +517,8 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
          "base": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6},
          "rows": [row(432, 4.15, 122.3e6, 4), row(432, 4.25, 122.1e6, 1), row(356, 4.50, 101.0e6, 4)]}
     text = report.real_model_hybrid(r)
-    assert "| 4 | 432 | 122.3 M (-9%) | 3 | 4.1500 |" in text and "| 61 | 432 | 133.3 M (-1%) | 60 | 4.0500 |" in text
+    assert "| 4 | state size (SliceGPT's) | 432 | 122.3 M (-9%) | 3 | 4.1500 |" in text
+    assert "| 61 | state size (SliceGPT's) | 432 | 133.3 M (-1%) | 60 | 4.0500 |" in text
     assert "4.1300" not in text  # a per-block row with other choices is not G = 61
     assert "G = 1 → 4.2500, G = 4 → 4.1500, G = 61 → 4.0500; of the per-site maps' gain over one map (0.2000 " \
            "nats), G = 4 50%." in text
@@ -527,3 +528,12 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     line = next(x for x in text.splitlines() if x.startswith("- **At −25% parameters"))
     assert line.index("one tied global map (results/real_model_tied, K = 32), m = 432: val 4.3036") < line.index(
         "G = 61, m = 333: val 4.3760") < line.index("G = 4, m = 356: val 4.5000")
+    assert "The shape in G" not in text  # no series weighted by direction yet
+    # the diagnosis: the same G at m = 432 weighted by direction; its rows are not the raw series' (G = 61 built)
+    r["rows"] += [dict(row(432, v, 122.3e6, g), weighting="unit") for g, v in ((1, 4.40), (4, 4.30), (61, 4.10))]
+    text = report.real_model_hybrid(r)
+    assert "| 4 | direction (ours) | 432 | 122.3 M (-9%) | 3 | 4.3000 |" in text
+    assert "G = 1 → 4.2500, G = 4 → 4.1500, G = 8 → 4.3000, G = 61 → 4.0500;" in text  # the raw series alone
+    assert ("weighted by state size (SliceGPT's): G = 1 → 4.2500, G = 4 → 4.1500, G = 8 → 4.3000, G = 61 → 4.0500 "
+            "(rises at G = 8); weighted by direction (ours): G = 1 → 4.4000, G = 4 → 4.3000, G = 61 → 4.1000 (falls "
+            "with every added map).") in text
