@@ -2,7 +2,7 @@
 A few maps between one and one per site (issue #40): SmolLM2-135M shrunk by per-block PCA maps shared by runs of
 consecutive sites (``transform.py --porting=per_block --map_groups=G``), a shortcut matrix only where the map changes.
 
-    python scripts/real_hybrid.py [--reverse]            (scripts/real_hybrid.sh; reuses real_model.sh's cache)
+    python scripts/real_hybrid.py [--part=weighting|all] [--reverse]       (scripts/real_hybrid.sh)
 
 One factor, G, everything else SliceGPT's choices as results/real_model's best per-block rows (its order, its
 weighting by state size, its first-site moment: ``real_model.SLICEGPT_CHOICES``), the same calibration (32,768
@@ -13,10 +13,12 @@ the head untied) the width each G can keep, against results/real_model_tied's ti
 of the loss's shape in G, one factor: the same series at m = 432 with each PCA weighted by direction (ours,
 ``--calib_weighting=unit``) instead of by state size (G = 61 built here: results/real_model has no such row). n = 1
 per row (the maps are deterministic, one calibration draw). Writes results/real_model_hybrid/results.json after
-every model.
+every model; ``--part=weighting`` builds only the series weighted by direction and adds it to the rows already
+in results/real_model_hybrid/results.json (its other rows kept as they are).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from real_tied_head import real_model_results  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
+from harness import RESULTS  # noqa: E402
 from real_model import RATIOS, SLICEGPT_CHOICES, cell  # noqa: E402
 from real_quantization import save, start  # noqa: E402
 
@@ -59,9 +62,11 @@ def build(src: str, data: dict[str, str], m: int, groups: int, weighting: str, s
 
 
 def main() -> None:
-    args, started, src, data = start(__doc__.split("\n\n")[0])
+    args, started, src, data = start(__doc__.split("\n\n")[0], ("weighting", "all"))
     sites = 2 * load_model(src)[0].config.n_layer + 1  # a map per site: results/real_model's per-block rows
     todo = cells(sites)
+    if args.part == "weighting":
+        todo = [c for c in todo if c[2] != "raw"]
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         for m, groups, weighting in reversed(todo):
             build(src, data, m, groups, weighting, sites)
@@ -70,6 +75,12 @@ def main() -> None:
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "choices": list(SLICEGPT_CHOICES),
                "sites": sites,
                "base": {"losses": ref["base"]["losses"], "parameters": ref["base"]["parameters"]}, "rows": []}
+    if args.part == "weighting":
+        path = os.path.join(RESULTS, "real_model_hybrid", "results.json")
+        if not os.path.exists(path):
+            sys.exit(f"{path} is missing: run scripts/real_hybrid.sh (every part) first")
+        with open(path) as f:
+            payload["rows"] = [x for x in json.load(f)["rows"] if x.get("weighting", "raw") == "raw"]
     for m, groups, weighting in todo:
         row = build(src, data, m, groups, weighting, sites)
         payload["rows"].append(dict(row, groups=groups, weighting=weighting))
