@@ -2,7 +2,7 @@
 Recovery by distillation against its own control (issue #40): SmolLM2-135M shrunk to −25% parameters with its head
 kept tied (m = 432, ``--tie_keep=32``: results/real_model_tied's model), distilled from the original.
 
-    python scripts/real_distill.py [--part=arms|all] [--reverse]       (scripts/real_distill.sh)
+    python scripts/real_distill.py [--part=arms|later|all] [--reverse]       (scripts/real_distill.sh)
 
 The recipe is results/real_model_recovery's (98,304 tinyshakespeare train tokens: 48 steps × 8 × 256, AdamW without
 weight decay, 4 warmup steps, cosine decay to a tenth of the rate, the same data order and eval batches) with the loss
@@ -21,14 +21,18 @@ one ends lower than the recipe's batch, its own control (the original distilled 
 more data orders. Last, the general case: the tied map calibrated on English news (results/real_model_tied's row),
 distilled on the news train split (68 k tokens: the 98,304 distilled tokens pass over it about 1.4 times) in the
 best batch, evaluated on the novel (neither text), against the original distilled from itself on the news; and
-the tied −50% model (m = 288) distilled with the best recipe, against that recipe's control. Losses
-over the whole val splits of tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (one
-data order) except the draws. ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the
+the tied −50% model (m = 288) distilled with the best recipe, against that recipe's control; and, where a smaller
+batch won, the other rates in that batch (one factor: the rates were tried in the recipe's batch), two more data
+orders for the one that ends lowest if it is not the chosen rate. Losses over the whole val splits of
+tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (one data order) except the draws. ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the
 default) builds everything and writes results/real_model_distill/results.json as it goes (two processes, one with
---reverse, share the cache: scripts/real_distill.sh).
+--reverse, share the cache: scripts/real_distill.sh); ``--part=later`` builds only the general case, the −50%
+model and the rates in the best batch, at the rate and batch that results/real_model_distill/results.json already
+chose, and adds them to it (its other parts kept as they are).
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -40,6 +44,7 @@ from real_tied_head import RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
+from harness import RESULTS  # noqa: E402
 from real_model import BLOCK, FINETUNE, FT_ITERS, RATIOS, finetuned, losses, parameters  # noqa: E402
 from real_quantization import save  # noqa: E402
 from real_quantization import start as begin  # noqa: E402
@@ -102,7 +107,21 @@ def unchanged(a: str, b: str) -> bool:
 
 
 def main() -> None:
-    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "all"))
+    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "all"))
+    if args.part == "later":
+        payload = saved_results()
+        chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
+        if args.reverse:  # build only, from the end: the rates at the best batch, then the −50% model
+            start = build(src, data, RECOVER)
+            rates = {lr: arm(data, start, lr, batch=best) for lr in reversed(LRS) if lr != chosen}
+            winner = best_rate(payload, rates)
+            if winner != chosen:
+                for seed in reversed(DATA_SEEDS):
+                    arm(data, start, winner, seed, batch=best)
+            arm(data, build(src, data, HALF), chosen, batch=best, m=HALF[0])
+            return
+        later(src, data, payload, started, chosen, best)
+        return
     start = build(src, data, RECOVER)
     arms = {lr: arm(data, start, lr) for lr in (reversed(LRS) if args.reverse else LRS)}
     if args.part == "arms":
@@ -148,6 +167,24 @@ def main() -> None:
         payload["batches"]["draws"] = draws([batches[best]] + [arm(data, start, chosen, seed, batch=best)
                                                                for seed in DATA_SEEDS], own, chosen)
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    later(src, data, payload, started, chosen, best)
+
+
+def saved_results() -> dict:
+    """results/real_model_distill/results.json, which must already hold the rates and the batches (--part=later)."""
+    path = os.path.join(RESULTS, "real_model_distill", "results.json")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run scripts/real_distill.sh (every part) first")
+    with open(path) as f:
+        payload = json.load(f)
+    if "chosen" not in payload.get("batches", {}):
+        sys.exit(f"{path} has no chosen batch: run scripts/real_distill.sh (every part) first")
+    return payload
+
+
+def later(src: str, data: dict[str, str], payload: dict, started: float, chosen: float, best: int) -> None:
+    """The general case and the −50% model at rate ``chosen`` in batches of ``best``, added to ``payload`` and
+    saved after each model."""
     # the general case: calibrated and distilled on English news, evaluated on the novel (neither text)
     general = build(src, data, GENERAL)
     payload["general_case"] = {"text": GENERAL_TEXT, "batch": best, "recipe": recipe(chosen, batch=best),
@@ -164,6 +201,27 @@ def main() -> None:
                                                                "parameters": parameters(half["out_dir"])},
                        "arm": arm(data, half, chosen, batch=best, m=HALF[0])}
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    if best == BATCH:
+        return
+    # the rate again at the best batch, one factor: the rates were tried in the recipe's batch, and a step count
+    # eight times larger may want another; the winner, if not the chosen rate, gets two more data orders (n = 3)
+    start = build(src, data, RECOVER)
+    rates = {lr: arm(data, start, lr, batch=best) for lr in LRS if lr != chosen}
+    payload["batches"]["rates"] = [{"lr": lr, "arm": rates[lr]} for lr in LRS if lr != chosen]
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    winner = best_rate(payload, rates)
+    if winner != chosen:
+        runs = [rates[winner]] + [arm(data, start, winner, seed, batch=best) for seed in DATA_SEEDS]
+        payload["batches"]["rate_draws"] = draws(runs, payload["batches"]["control"], winner)
+        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
+def best_rate(payload: dict, rates: dict[float, dict]) -> float:
+    """The rate whose model, distilled in the chosen batch, ends lowest on the whole val split (the chosen rate's
+    run, from ``payload``, included)."""
+    batches = payload["batches"]
+    chosen = next(x["arm"] for x in batches["rows"] if x["batch"] == batches["chosen"])
+    return min({payload["chosen_lr"]: chosen, **rates}.items(), key=lambda kv: kv[1]["losses"]["val"])[0]
 
 
 def smallest_batch_loss(recipe_arm: dict, batches: dict[int, dict]) -> int:

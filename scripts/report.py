@@ -1226,10 +1226,12 @@ def distill_batch_rows(r: dict) -> list[str]:
         lines.append(f"| {own['lr']:g} | control, batch {batch} × {steps} steps: original distilled from itself | "
                      f"{own['parameters'] / 1e6:.1f} M | {cv:.4f} | 0 (itself) | {cg:.4f} | 0 (itself) | "
                      f"{own['step']['seconds'] / 60:.0f} |")
-    for row in b["rows"]:
-        a = row["arm"]
-        batch, steps = steps_of(row["recipe"])
-        lines.append(f"| {b['lr']:g} | tied m = {r['start']['m']}, distilled, batch {batch} × {steps} steps | "
+    rows = [(b["lr"], row["arm"], row["recipe"]) for row in b["rows"]]
+    chosen = next(x["recipe"] for x in b["rows"] if x["batch"] == b["chosen"])
+    rows += [(row["lr"], row["arm"], chosen) for row in b.get("rates", [])]
+    for lr, a, recipe in rows:
+        batch, steps = steps_of(recipe)
+        lines.append(f"| {lr:g} | tied m = {r['start']['m']}, distilled, batch {batch} × {steps} steps | "
                      f"{a['parameters'] / 1e6:.1f} M | {a['losses']['val']:.4f} | {gap_words(a['losses']['val'], cv)} "
                      f"| {a['losses']['general']:.4f} | {gap_words(a['losses']['general'], cg)} | "
                      f"{a['step']['seconds'] / 60:.0f} |")
@@ -1321,6 +1323,31 @@ def batch_reading(r: dict) -> list[str]:
             out.append(f"- **Batch {cb} × {cs} against the recipe's {batch} × {steps}, val gap over the data orders** "
                        f"(n = {len(bd['gap']['val']['each'])} each): {100 * bd['gap']['val']['mean']:+.1f}% against "
                        f"{100 * d['gap']['val']['mean']:+.1f}%: {v['words']} ({_p(v)}).")
+        out += rate_in_batch_reading(b, own, f"batch {cb} × {cs} steps")
+    return out
+
+
+def rate_in_batch_reading(b: dict, own: dict, setting: str) -> list[str]:
+    """The other rates in the best batch (n = 1 each) against the chosen rate's run there, and, where one ends lower,
+    its data orders against the chosen rate's (paired: the same orders and eval batches)."""
+    if not b.get("rates"):
+        return []
+    chosen = next(x["arm"]["losses"] for x in b["rows"] if x["batch"] == b["chosen"])
+    cv = own["losses"]["val"]
+    words = "; ".join(f"{x['lr']:g}: val {x['arm']['losses']['val']:.4f} ({gap_words(x['arm']['losses']['val'], cv)})"
+                      for x in b["rates"])
+    lowest = min(b["rates"], key=lambda x: x["arm"]["losses"]["val"])
+    out = [f"- **The rate again, in {setting}** (one factor: the rates were tried in the recipe's batch; n = 1 each): "
+           f"{words}; against {b['lr']:g}'s {chosen['val']:.4f} ({gap_words(chosen['val'], cv)}): "
+           + (f"{lowest['lr']:g} ends lower." if lowest["arm"]["losses"]["val"] < chosen["val"]
+              else f"the chosen rate, {b['lr']:g}, stays lowest.")]
+    rd = b.get("rate_draws")
+    if rd:
+        out += draw_lines(rd, f"{setting}, learning rate {rd['lr']:g}")
+        v = verdict(rd["gap"]["val"]["each"], b["draws"]["gap"]["val"]["each"], paired=True)  # the same orders
+        out.append(f"- **Learning rate {rd['lr']:g} against {b['lr']:g} in {setting}, val gap over the data orders** "
+                   f"(n = {len(rd['gap']['val']['each'])} each): {100 * rd['gap']['val']['mean']:+.1f}% against "
+                   f"{100 * b['draws']['gap']['val']['mean']:+.1f}%: {v['words']} ({_p(v)}).")
     return out
 
 

@@ -369,3 +369,37 @@ def test_the_distillation_recipe_in_smaller_batches_keeps_the_tokens_and_the_sch
         assert {k: small[k] for k in unchanged} == {k: base[k] for k in unchanged}
     with pytest.raises(ValueError, match="must divide"):
         real_distill.recipe(1e-4, batch=3)
+
+
+def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_results(tmp_path, monkeypatch):
+    """real_distill --part=later adds to results/real_model_distill/results.json: without that file, or with one
+    that has not chosen a batch yet, it stops with one line naming the fix; with one, it returns it unchanged."""
+    import json
+
+    import real_distill
+
+    monkeypatch.setattr(real_distill, "RESULTS", str(tmp_path))
+    with pytest.raises(SystemExit, match="is missing: run scripts/real_distill.sh"):
+        real_distill.saved_results()
+    out = tmp_path / "real_model_distill"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"chosen_lr": 1e-4, "batches": {"rows": []}}))
+    with pytest.raises(SystemExit, match="has no chosen batch"):
+        real_distill.saved_results()
+    saved = {"chosen_lr": 1e-4, "batches": {"rows": [], "chosen": 1}}
+    (out / "results.json").write_text(json.dumps(saved))
+    assert real_distill.saved_results() == saved
+
+
+def test_the_best_rate_in_the_chosen_batch_counts_the_chosen_rates_own_run():
+    """real_distill.best_rate: the lowest whole-split val among the other rates' runs in the chosen batch and the
+    chosen rate's run there (read from the saved results), whichever it is."""
+    import real_distill
+
+    def run(val: float) -> dict:
+        return {"losses": {"val": val}}
+
+    payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1, "rows": [{"batch": 4, "arm": run(3.70)},
+                                                                      {"batch": 1, "arm": run(3.88)}]}}
+    assert real_distill.best_rate(payload, {3e-5: run(3.95), 3e-4: run(3.90)}) == 1e-4
+    assert real_distill.best_rate(payload, {3e-5: run(3.95), 3e-4: run(3.85)}) == 3e-4

@@ -537,3 +537,40 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     assert ("weighted by state size (SliceGPT's): G = 1 → 4.2500, G = 4 → 4.1500, G = 8 → 4.3000, G = 61 → 4.0500 "
             "(rises at G = 8); weighted by direction (ours): G = 1 → 4.4000, G = 4 → 4.3000, G = 61 → 4.1000 (falls "
             "with every added map).") in text
+
+
+def test_the_rates_in_the_best_batch_read_against_the_chosen_rate_there(monkeypatch):
+    """The other rates retried in the winning batch get rows with that batch's steps and gaps to its own control;
+    a lower one's data orders are read against the chosen rate's, paired (the same orders and eval batches)."""
+    monkeypatch.setattr(report, "load", lambda name: None)
+
+    def run(val: float, general: float = 4.4) -> dict:
+        return {"losses": {"val": val, "general": general}, "parameters": 100.9e6, "step": {"seconds": 1200.0}}
+
+    def orders(vals: list[float], lr: float) -> dict:
+        gaps = [v / 3.7584 - 1 for v in vals]
+        spread = {"mean": statistics.fmean(gaps), "std": statistics.stdev(gaps), "each": gaps}
+        return {"seeds": [0, 1, 2], "lr": lr, "arm": [{"val": v, "general": 4.4} for v in vals],
+                "gap": {"val": spread, "general": spread}}
+
+    control = dict(run(3.7584, 3.7886), parameters=134.5e6, lr=1e-4, unchanged=True)
+    r = {"model": "m", "tokens": 98304, "recipe": ["--batch_size=8", "--max_iters=48"],
+         "original": {"val": 3.7584, "general": 3.7886}, "base": {"parameters": 134.5e6},
+         "start": {"m": 432, "tie_keep": 32, "parameters": 100.9e6, "losses": {"val": 4.3036, "general": 4.9613}},
+         "control": control, "rows": [{"lr": 1e-4, "arm": run(3.9290)}],
+         "batches": {"lr": 1e-4, "chosen": 1, "control": control, "draws": orders([3.8804, 3.9084, 3.9037], 1e-4),
+                     "rows": [{"batch": 1, "recipe": ["--batch_size=1", "--max_iters=384"], "arm": run(3.8804)}],
+                     "rates": [{"lr": 3e-5, "arm": run(3.9500)}, {"lr": 3e-4, "arm": run(3.9900)}]},
+         "meta": {"command": "c", "hardware": "h", "seconds": 1}}
+    text = report.real_model_distill(r)
+    assert "| 3e-05 | tied m = 432, distilled, batch 1 × 384 steps | 100.9 M | 3.9500 | +5.1% |" in text
+    assert ("The rate again, in batch 1 × 384 steps** (one factor: the rates were tried in the recipe's batch; n = 1 "
+            "each): 3e-05: val 3.9500 (+5.1%); 0.0003: val 3.9900 (+6.2%); against 0.0001's 3.8804 (+3.2%): the "
+            "chosen rate, 0.0001, stays lowest.") in text
+    r["batches"]["rates"][1]["arm"] = run(3.8500)
+    r["batches"]["rate_draws"] = orders([3.8500, 3.8790, 3.8740], 3e-4)
+    text = report.real_model_distill(r)
+    assert "against 0.0001's 3.8804 (+3.2%): 0.0003 ends lower." in text
+    assert "(batch 1 × 384 steps, learning rate 0.0003; orders 0, 1, 2; n = 3): gap to the control +2.9%" in text
+    assert "Learning rate 0.0003 against 0.0001 in batch 1 × 384 steps, val gap over the data orders** (n = 3 " \
+           "each): +2.9% against +3.7%: lower (paired t" in text
