@@ -24,10 +24,11 @@ best batch, evaluated on the novel (neither text), against the original distille
 the tied −50% model (m = 288) distilled with the best recipe, against that recipe's control; and, where a smaller
 batch won, the other rates in that batch (one factor: the rates were tried in the recipe's batch), two more data
 orders for the one that ends lowest if it is not the chosen rate. Losses over the whole val splits of
-tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (one data order) except the draws. ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the
-default) builds everything and writes results/real_model_distill/results.json as it goes (two processes, one with
---reverse, share the cache: scripts/real_distill.sh); ``--part=later`` builds only the general case, the −50%
-model and the rates in the best batch, at the rate and batch that results/real_model_distill/results.json already
+tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (one data order) except the draws.
+``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the default) builds everything and writes
+results/real_model_distill/results.json as it goes (two processes, one with --reverse, share the cache:
+scripts/real_distill.sh); ``--part=later`` builds only the general case, the −50% model and the rates in the best
+batch, at the rate and batch that results/real_model_distill/results.json already
 chose, and adds them to it (its other parts kept as they are).
 """
 from __future__ import annotations
