@@ -1185,9 +1185,10 @@ def general_case_rows(r: dict) -> list[str]:
              f"{batch} × {steps} steps) | {a['parameters'] / 1e6:.1f} M | {gaps(a['losses'])} | "
              f"{a['step']['seconds'] / 60:.0f} |"]
     if own:
+        x = own["losses"]
         lines.append(f"| {own['lr']:g} | control on {g['text']} (batch {batch} × {steps} steps): original distilled "
-                     f"from itself | {own['parameters'] / 1e6:.1f} M | {gaps(own['losses'])} | "
-                     f"{own['step']['seconds'] / 60:.0f} |")
+                     f"from itself | {own['parameters'] / 1e6:.1f} M | {x['val']:.4f} | 0 (itself) | "
+                     f"{x['general']:.4f} | 0 (itself) | {own['step']['seconds'] / 60:.0f} |")
     return lines
 
 
@@ -1204,7 +1205,25 @@ def distilled_general_case_reading(r: dict) -> list[str]:
             f"{gap_words(a['general'], own['losses']['general'])} above its control ("
             + ("the original bit for bit" if own["unchanged"] else "not the original's weights")
             + f") — {'within' if gap <= GENERAL_GOAL else 'not within'} the issue's {GENERAL_GOAL:.0%}; val "
-            f"(Shakespeare, read by neither step) {z['val']:.4f} → {a['val']:.4f} (n = 1)."]
+            f"(Shakespeare, read by neither step) {z['val']:.4f} → {a['val']:.4f} (n = 1)."] + shakespeare_on_novel(r)
+
+
+def shakespeare_on_novel(r: dict) -> list[str]:
+    """The general case beside the same recipe calibrated and distilled on Shakespeare (order 0), on the novel that
+    neither reads: does a general calibration text help a general text more than Shakespeare does?"""
+    g, b = r["general_case"], r.get("batches") or {}
+    same = next((x["arm"] for x in b.get("rows", []) if x["batch"] == g["batch"]), None)
+    if g["batch"] == steps_of(r["recipe"])[0]:  # the recipe's own batch won: its run at that rate
+        same = next(x["arm"] for x in r["rows"] if x["lr"] == g["arm"]["lr"])
+    if not same:
+        return []
+    own = g["control"]["losses"]["general"]
+    a, s = g["arm"]["losses"]["general"], same["losses"]["general"]
+    zs = r["start"]["losses"]["general"]
+    return [f"- **News or Shakespeare, on the novel** (the same map and recipe, one factor: the text it is calibrated "
+            f"and distilled on; n = 1 each): zero-shot {g['start']['losses']['general']:.4f} (news) against "
+            f"{zs:.4f} (Shakespeare); distilled {a:.4f} ({gap_words(a, own)}) against {s:.4f} ({gap_words(s, own)}): "
+            + ("the news helps the novel more." if a < s else "Shakespeare helps the novel more than the news does.")]
 
 
 def steps_of(recipe: list[str]) -> tuple[int, int]:

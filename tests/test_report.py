@@ -474,7 +474,8 @@ def test_the_distillation_batches_read_against_their_own_control_and_the_recipes
     assert "Batch 2 × 192 against the recipe's 8 × 48, val gap over the data orders** (n = 3 each): +4.3% against " \
            "+4.5%: no difference (Welch" in text
     # the general case: gaps to its own control on the news, none before it has run; the goal is +10%
-    r["general_case"] = {"text": "news", "train_tokens": 68179, "recipe": ["--batch_size=2", "--max_iters=192"],
+    r["general_case"] = {"text": "news", "batch": 2, "train_tokens": 68179,
+                         "recipe": ["--batch_size=2", "--max_iters=192"],
                          "start": {"losses": {"val": 5.2606, "general": 5.1217}, "parameters": 100.9e6},
                          "arm": dict(run(4.60, 4.20), lr=1e-4)}
     text = report.real_model_distill(r)
@@ -488,9 +489,18 @@ def test_the_distillation_batches_read_against_their_own_control_and_the_recipes
     assert ("98,304 distilled tokens pass over its 68,179-token train split 1.4 times; evaluated on the novel, "
             "neither text): general 5.1217 → 4.2000, +10.9% above its control (the original bit for bit) — not within "
             "the issue's 10%; val (Shakespeare, read by neither step) 5.2606 → 4.6000 (n = 1).") in text
+    assert "| 0.0001 | control on news (batch 2 × 192 steps): original distilled from itself | 134.5 M | 3.7584 | " \
+           "0 (itself) | 3.7886 | 0 (itself) |" in text
+    # beside the same recipe on Shakespeare (the batch-2 run: 4.38 on the novel)
+    assert "zero-shot 5.1217 (news) against 4.9613 (Shakespeare); distilled 4.2000 (+10.9%) against 4.3800 " \
+           "(+15.6%): the news helps the novel more." in text
     r["general_case"]["arm"]["losses"]["general"] = 4.10
     assert "+8.2% above its control (the original bit for bit) — within the issue's 10%" in \
         report.real_model_distill(r)
+    r["general_case"]["arm"]["losses"]["general"] = 4.50
+    assert "against 4.3800 (+15.6%): Shakespeare helps the novel more than the news does." in \
+        report.real_model_distill(r)
+    r["general_case"]["arm"]["losses"]["general"] = 4.10
     # −50%: gaps to the best batch's own control (3.7000 here), its recipe's batch and steps
     r["half"] = {"m": 288, "batch": 2, "start": {"losses": {"val": 5.5778, "general": 6.4593}, "parameters": 67.3e6},
                  "arm": dict(run(4.30, 5.10, 67.3e6), lr=1e-4)}
