@@ -1393,8 +1393,8 @@ def real_model_hybrid(r: dict) -> str:
                      f"({x['parameters'] / n0 - 1:+.0%}) | {x['groups'] - 1} | {v:.4f} | {gap_words(v, bv)} | "
                      f"{g:.4f} | {gap_words(g, bg)} | {x['step']['seconds']:.0f} |")
     lines += ["", "**Reading** (generated; n = 1 per row, so differences are described, not tested)."]
-    lines += hybrid_reading(rows, bv, n0, r["sites"])
-    lines += weighting_reading(every)
+    diagnosis = weighting_reading(every)
+    lines += hybrid_reading(rows, bv, n0, r["sites"], diagnosed=bool(diagnosis)) + diagnosis
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
               "(cached models not rebuilt; each row's transform s is its own).*"]
     return "\n".join(lines)
@@ -1420,7 +1420,7 @@ def weighting_reading(rows: list[dict]) -> list[str]:
     return ["- **The shape in G, one factor — the PCA's weighting, m = 432:** " + "; ".join(out) + "."]
 
 
-def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int) -> list[str]:
+def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int, diagnosed: bool = False) -> list[str]:
     """At m = 432, the loss by G and the share of the per-site maps' gain over one map that G maps get; at −25%
     parameters, every hybrid row against results/real_model_tied's tied global map and the per-site maps."""
     out = []
@@ -1436,7 +1436,9 @@ def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int) -> list[s
         if worse:
             line += (f". Not monotonic in G: G = {', '.join(map(str, worse))} end above one map, so a map shared by a "
                      "run of sites, fitted on the group's states carried uncut, can lose more at the group's "
-                     "boundaries and far sites than it gains; not diagnosed further (n = 1)")
+                     "boundaries and far sites than it gains (n = 1)"
+                     + ("; the next line tests one cause, the PCA's weighting" if diagnosed else
+                        "; not diagnosed further"))
         out.append(line + ".")
     quarter = [x for x in rows if abs(x["parameters"] / n0 - 0.75) < 0.01]
     tied = next((x for x in (load("real_model_tied") or {}).get("rows", []) if x["m"] == 432

@@ -535,6 +535,7 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     assert "Not monotonic" not in text
     r["rows"].append(row(432, 4.30, 122.5e6, 8))
     assert "Not monotonic in G: G = 8 end above one map" in report.real_model_hybrid(r)
+    assert "than it gains (n = 1); not diagnosed further." in report.real_model_hybrid(r)
     line = next(x for x in text.splitlines() if x.startswith("- **At −25% parameters"))
     assert line.index("one tied global map (results/real_model_tied, K = 32), m = 432: val 4.3036") < line.index(
         "G = 61, m = 333: val 4.3760") < line.index("G = 4, m = 356: val 4.5000")
@@ -547,6 +548,7 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     assert ("weighted by state size (SliceGPT's): G = 1 → 4.2500, G = 4 → 4.1500, G = 8 → 4.3000, G = 61 → 4.0500 "
             "(rises at G = 8); weighted by direction (ours): G = 1 → 4.4000, G = 4 → 4.3000, G = 61 → 4.1000 (falls "
             "with every added map).") in text
+    assert "than it gains (n = 1); the next line tests one cause, the PCA's weighting." in text
 
 
 def test_the_rates_in_the_best_batch_read_against_the_chosen_rate_there(monkeypatch):
