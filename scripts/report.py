@@ -1417,7 +1417,13 @@ def weighting_reading(rows: list[dict]) -> list[str]:
                                                                   sorted(by_g.items()))
                    + (" (falls with every added map)" if not rises and len(values) > 1
                       else f" (rises at G = {', '.join(map(str, rises))})"))
-    return ["- **The shape in G, one factor — the PCA's weighting, m = 432:** " + "; ".join(out) + "."]
+    both = sorted(set(series["raw"]) & set(series["unit"]))
+    lower = [g for g in both if series["unit"][g] < series["raw"][g]]
+    higher = [g for g in both if series["unit"][g] > series["raw"][g]]
+    side = "; ".join(f"{words} at G = {', '.join(map(str, gs))}" for words, gs in
+                     (("lower", lower), ("higher", higher)) if gs)
+    return ["- **The shape in G, one factor — the PCA's weighting, m = 432:** " + "; ".join(out)
+            + (f". Weighted by direction, the loss is {side} than weighted by state size" if side else "") + "."]
 
 
 def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int, diagnosed: bool = False) -> list[str]:

@@ -547,7 +547,11 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     assert "G = 1 → 4.2500, G = 4 → 4.1500, G = 8 → 4.3000, G = 61 → 4.0500;" in text  # the raw series alone
     assert ("weighted by state size (SliceGPT's): G = 1 → 4.2500, G = 4 → 4.1500, G = 8 → 4.3000, G = 61 → 4.0500 "
             "(rises at G = 8); weighted by direction (ours): G = 1 → 4.4000, G = 4 → 4.3000, G = 61 → 4.1000 (falls "
-            "with every added map).") in text
+            "with every added map). Weighted by direction, the loss is higher at G = 1, 4, 61 than weighted by state "
+            "size.") in text
+    r["rows"][-2] = dict(row(432, 4.12, 122.3e6, 4), weighting="unit")  # G = 4 now below the raw series' 4.15
+    assert "the loss is lower at G = 4; higher at G = 1, 61 than weighted by state size." in \
+        report.real_model_hybrid(r)
     assert "than it gains (n = 1); the next line tests one cause, the PCA's weighting." in text
 
 
