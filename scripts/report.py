@@ -1383,7 +1383,10 @@ def real_model_hybrid(r: dict) -> str:
     lines = [f"{r['model']}, shrunk by per-block PCA maps shared by G runs of consecutive sites (`--map_groups=G`; a "
              "shortcut matrix only where the map changes, G − 1 of them; the head untied), every other choice "
              "SliceGPT's (`" + " ".join(r["choices"]) + "`), calibrated on 32,768 tinyshakespeare train tokens. "
-             f"G = {r['sites']} is a map per site (results/real_model's rows, quoted). Losses over the whole val "
+             f"G = {r['sites']} is a map per site (results/real_model's rows, quoted)"
+             + (" — except the rows weighted by direction, the diagnosis (`--calib_weighting=unit`, one factor; "
+                f"their G = {r['sites']} built here)" if any(x["weighting"] == "unit" for x in every) else "")
+             + ". Losses over the whole val "
              "splits; gaps to the original; n = 1 per row (deterministic maps, one calibration draw).", "",
              "| G (maps) | PCA weighting | m | parameters | shortcut matrices | val | val gap | general | general gap "
              "| transform s |", "|---|---|---|---|---|---|---|---|---|---|"]
