@@ -28,12 +28,11 @@ tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (
 ``--part=arms`` builds the rates' distilled models only; ``--part=all`` (the default) builds everything and writes
 results/real_model_distill/results.json as it goes (two processes, one with --reverse, share the cache:
 scripts/real_distill.sh); ``--part=later`` builds only the general case, the −50% model and the rates in the best
-batch, at the rate and batch that results/real_model_distill/results.json already
-chose, and adds them to it (its other parts kept as they are).
+batch, at the rate and batch that results/real_model_distill/results.json already chose, and adds them to it
+(its other parts kept as they are).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -45,9 +44,8 @@ from real_tied_head import RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
-from harness import RESULTS  # noqa: E402
 from real_model import BLOCK, FINETUNE, FT_ITERS, RATIOS, finetuned, losses, parameters  # noqa: E402
-from real_quantization import save  # noqa: E402
+from real_quantization import save, saved  # noqa: E402
 from real_quantization import start as begin  # noqa: E402
 
 LRS = (3e-5, 1e-4, 3e-4)  # the rates tried (3e-5: the LM recipe's)
@@ -112,13 +110,14 @@ def main() -> None:
     if args.part == "later":
         payload = saved_results()
         chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
-        if args.reverse:  # build only, from the end: the rates at the best batch, then the −50% model
-            start = build(src, data, RECOVER)
-            rates = {lr: arm(data, start, lr, batch=best) for lr in reversed(LRS) if lr != chosen}
-            winner = best_rate(payload, rates)
-            if winner != chosen:
-                for seed in reversed(DATA_SEEDS):
-                    arm(data, start, winner, seed, batch=best)
+        if args.reverse:  # build only, from the end: the rates in the best batch, then the −50% model
+            if best != BATCH:
+                start = build(src, data, RECOVER)
+                rates = {lr: arm(data, start, lr, batch=best) for lr in reversed(LRS) if lr != chosen}
+                winner = best_rate(payload, rates)
+                if winner != chosen:
+                    for seed in reversed(DATA_SEEDS):
+                        arm(data, start, winner, seed, batch=best)
             arm(data, build(src, data, HALF), chosen, batch=best, m=HALF[0])
             return
         later(src, data, payload, started, chosen, best)
@@ -173,19 +172,16 @@ def main() -> None:
 
 def saved_results() -> dict:
     """results/real_model_distill/results.json, which must already hold the rates and the batches (--part=later)."""
-    path = os.path.join(RESULTS, "real_model_distill", "results.json")
-    if not os.path.exists(path):
-        sys.exit(f"{path} is missing: run scripts/real_distill.sh (every part) first")
-    with open(path) as f:
-        payload = json.load(f)
+    payload = saved("real_model_distill", "scripts/real_distill.sh")
     if "chosen" not in payload.get("batches", {}):
-        sys.exit(f"{path} has no chosen batch: run scripts/real_distill.sh (every part) first")
+        sys.exit("results/real_model_distill/results.json has no chosen batch: run scripts/real_distill.sh (every "
+                 "part) first")
     return payload
 
 
 def later(src: str, data: dict[str, str], payload: dict, started: float, chosen: float, best: int) -> None:
-    """The general case and the −50% model at rate ``chosen`` in batches of ``best``, added to ``payload`` and
-    saved after each model."""
+    """The general case and the −50% model at rate ``chosen`` in batches of ``best`` and, where ``best`` is not the
+    recipe's batch, the other rates in it; added to ``payload`` and saved after each model."""
     # the general case: calibrated and distilled on English news, evaluated on the novel (neither text)
     general = build(src, data, GENERAL)
     payload["general_case"] = {"text": GENERAL_TEXT, "batch": best, "recipe": recipe(chosen, batch=best),

@@ -18,7 +18,6 @@ in results/real_model_hybrid/results.json (its other rows kept as they are).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -27,9 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from real_tied_head import real_model_results  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
-from harness import RESULTS  # noqa: E402
 from real_model import RATIOS, SLICEGPT_CHOICES, cell  # noqa: E402
-from real_quantization import save, start  # noqa: E402
+from real_quantization import save, saved, start  # noqa: E402
 
 UNTIED_PER_M = 282_624  # parameters per residual dimension with the head untied (embedding, 30 blocks, head)
 
@@ -76,11 +74,8 @@ def main() -> None:
                "sites": sites,
                "base": {"losses": ref["base"]["losses"], "parameters": ref["base"]["parameters"]}, "rows": []}
     if args.part == "weighting":
-        path = os.path.join(RESULTS, "real_model_hybrid", "results.json")
-        if not os.path.exists(path):
-            sys.exit(f"{path} is missing: run scripts/real_hybrid.sh (every part) first")
-        with open(path) as f:
-            payload["rows"] = [x for x in json.load(f)["rows"] if x.get("weighting", "raw") == "raw"]
+        payload["rows"] = [x for x in saved("real_model_hybrid", "scripts/real_hybrid.sh")["rows"]
+                           if x.get("weighting", "raw") == "raw"]
     for m, groups, weighting in todo:
         row = build(src, data, m, groups, weighting, sites)
         payload["rows"].append(dict(row, groups=groups, weighting=weighting))

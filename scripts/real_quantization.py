@@ -190,6 +190,16 @@ def main() -> None:
                   "summary": summary(rows), "notes": notes}, started)
 
 
+def saved(experiment: str, command: str) -> dict:
+    """results/<experiment>/results.json as an earlier run of ``command`` wrote it (what a part that adds to it
+    starts from); stops with one line naming the fix where there is none."""
+    path = os.path.join(RESULTS, experiment, "results.json")
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run {command} (every part) first")
+    with open(path) as f:
+        return json.load(f)
+
+
 def save(payload: dict, started: float, experiment: str = "real_model_quantization",
          command: str = "scripts/real_quantization.sh") -> None:
     """results/<experiment>/results.json with the run's seconds, hardware and command, written atomically."""

@@ -378,7 +378,9 @@ def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_
 
     import real_distill
 
-    monkeypatch.setattr(real_distill, "RESULTS", str(tmp_path))
+    import real_quantization
+
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))  # where the one results loader reads
     with pytest.raises(SystemExit, match="is missing: run scripts/real_distill.sh"):
         real_distill.saved_results()
     out = tmp_path / "real_model_distill"

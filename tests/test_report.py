@@ -473,6 +473,8 @@ def test_the_distillation_batches_read_against_their_own_control_and_the_recipes
     assert "(batch 2 × 192 steps, learning rate 0.0001; orders 0, 1, 2; n = 3): gap to the control +4.3% ± 0.3" in text
     assert "Batch 2 × 192 against the recipe's 8 × 48, val gap over the data orders** (n = 3 each): +4.3% against " \
            "+4.5%: no difference (Welch" in text
+    assert f": {report.batch_verdict(r)}." in text  # the README's quote is the Reading's verdict
+    assert report.batch_verdict(dict(r, draws=None)) == "not measured"
     # the general case: gaps to its own control on the news, none before it has run; the goal is +10%
     r["general_case"] = {"text": "news", "batch": 2, "train_tokens": 68179,
                          "recipe": ["--batch_size=2", "--max_iters=192"],
