@@ -2,6 +2,12 @@
 Recovery by distillation (``finetune.py --distill=True``): the student learns from the original model.
 
     loss = α·τ²·KL(p_teacher^τ ‖ p_student^τ) + (1 − α)·CE(student, next token)     (+ the student's norm_reg)
+           + β·H                                                          (``--distill_hidden=β``, 0 by default)
+
+H is the hidden-state term: the residual stream after every block of the student against the teacher's carried
+by the transform's own map T (``hidden_state_loss``). A width transform makes h_student ≈ T·h_teacher at every
+layer by construction, so T is the target map and no projection has to be learned (feature distillation à la
+TinyBERT / MiniLM needs one); with no transform record (a control: the original distilled from itself) T = I.
 
 p^τ = softmax(logits / τ); both terms are means over tokens; τ² keeps the KL's gradient scale independent of τ
 (Hinton et al.). Forward KL at τ = 1 is what Minitron found best for recovering pruned models.
@@ -46,6 +52,22 @@ def distillation_terms(student_logits: torch.Tensor, teacher_logits: torch.Tenso
     return kl, ce
 
 
+def hidden_state_loss(student_hidden: list[torch.Tensor], teacher_hidden: list[torch.Tensor],
+                      T: torch.Tensor | None) -> torch.Tensor:
+    """H = mean over blocks l = 1..L and tokens of ‖h_s^l − T·h_t^l‖² / ‖T·h_t^l‖².
+
+    Relative per token, because a real model's residual norms span orders of magnitude (the attention-sink
+    positions carry coordinates near 10⁴): an absolute error would be the sinks' alone. The embedding (l = 0) is
+    left out: in a tied model it is the head too, which the KL trains. T = None is the identity, applied as no
+    product at all, so a student equal to its teacher has H = 0 and a gradient of exactly 0."""
+    terms = []
+    for h_s, h_t in zip(student_hidden[1:], teacher_hidden[1:], strict=True):
+        target = h_t.float() if T is None else h_t.float() @ T.t()
+        error = (h_s.float() - target).pow(2).sum(-1)
+        terms.append((error / target.pow(2).sum(-1).clamp_min(1e-12)).mean())
+    return torch.stack(terms).mean()
+
+
 def chunked_distillation(student: GPT, teacher: GPT, student_state: torch.Tensor, teacher_state: torch.Tensor,
                          targets: torch.Tensor, temperature: float, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean KL and mean CE over all positions, the heads applied ``chunk`` positions at a time, each chunk
@@ -66,21 +88,28 @@ def chunked_distillation(student: GPT, teacher: GPT, student_state: torch.Tensor
     return kl / len(y), ce / count
 
 
-def distillation_loss(teacher: GPT, alpha: float, temperature: float, chunk: int) -> Callable:
-    """``make_loss`` for train(): the micro-batch loss α·KD + (1 − α)·CE (+ norm_reg) of the student in ``run``."""
+def distillation_loss(teacher: GPT, alpha: float, temperature: float, chunk: int, hidden_weight: float = 0.0,
+                      target_map: torch.Tensor | None = None) -> Callable:
+    """``make_loss`` for train(): the micro-batch loss α·KD + (1 − α)·CE + β·H (+ norm_reg) of the student in ``run``
+    (β = ``hidden_weight``; H = ``hidden_state_loss`` through ``target_map``, m×d, None for the identity)."""
     teacher.eval().requires_grad_(False)
 
     def make(run) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         student = run.model
         teacher.to(run.rt.device)  # this process's device (under DDP: its own GPU)
+        T = None if target_map is None else target_map.to(run.rt.device, torch.float32)
 
         def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             state, hidden = run.train_model(x, features=True)  # through the DDP wrapper when there is one
             with torch.no_grad():
-                teacher_state, _ = teacher(x, features=True)
+                teacher_state, teacher_hidden = teacher(x, features=True)
             kl, ce = chunked_distillation(student, teacher, state, teacher_state, y, temperature, chunk)
             loss = alpha * kl + (1 - alpha) * ce
             terms = {"kd": kl.detach(), "lm": ce.detach()}
+            if hidden_weight > 0:
+                h = hidden_state_loss(hidden, teacher_hidden, T)
+                loss = loss + hidden_weight * h
+                terms["hidden"] = h.detach()
             if student.config.norm_reg > 0:
                 reg = student.norm_regularizer(hidden[1:])
                 loss = loss + reg

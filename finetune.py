@@ -71,6 +71,7 @@ class FinetuneConfig(TrainConfig):
     distill_alpha: float = 1.0  # weight α of the KL term (1: pure distillation, 0: plain LM loss)
     distill_temperature: float = 1.0  # τ of both softmaxes
     distill_chunk: int = 1024  # positions whose logits are held at once (memory, not results)
+    distill_hidden: float = 0.0  # weight β of the hidden-state term: every block's output against T·(the teacher's)
     dataset: str = ""  # '' → the dataset recorded in in_dir's checkpoint
     learning_rate: float = 3e-4
     min_lr: float = 3e-5
@@ -99,6 +100,12 @@ class FinetuneConfig(TrainConfig):
             raise ConfigError(f"distill_alpha must lie in [0, 1], got {self.distill_alpha}")
         if self.distill_temperature <= 0 or self.distill_chunk <= 0:
             raise ConfigError("distill_temperature and distill_chunk must be > 0")
+        if self.distill_hidden < 0:
+            raise ConfigError(f"distill_hidden must be >= 0 (the weight of the hidden-state term), got "
+                              f"{self.distill_hidden}")
+        if self.distill_hidden and not self.distill:
+            raise ConfigError("distill_hidden is set but distill is off: add --distill=True (or drop "
+                              "--distill_hidden)")
         if self.teacher_dir and not self.distill:
             raise ConfigError("teacher_dir is set but distill is off: add --distill=True (or drop --teacher_dir)")
         if self.recover_tol < 0:
@@ -144,8 +151,9 @@ def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run,
 RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "learning_rate", "min_lr", "warmup_iters",
           "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
           "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir", "init_state", "rewarm_iters",
-          "distill", "distill_alpha", "distill_temperature")  # the loss too: a distilled run's control is distilled
-LOSS = ("distill", "distill_alpha", "distill_temperature")  # what --control_any_loss lets differ
+          "distill", "distill_alpha", "distill_temperature", "distill_hidden")  # the loss too: a distilled run's
+#                                                                          control is distilled with the same loss
+LOSS = ("distill", "distill_alpha", "distill_temperature", "distill_hidden")  # what --control_any_loss lets differ
 
 
 def load_teacher(cfg: FinetuneConfig, ckpt: dict):
@@ -164,6 +172,26 @@ def load_teacher(cfg: FinetuneConfig, ckpt: dict):
                           f"vs {ckpt['model_args']['vocab_size']} tokens); distil from a model of the student's "
                           "tokenizer")
     return teacher, source
+
+
+def hidden_target_map(ckpt: dict, teacher) -> torch.Tensor | None:
+    """T of the student's transform record, the map --distill_hidden carries the teacher's states by (None: the
+    identity, for a model of the teacher's own width with no transform, e.g. a control)."""
+    record = ckpt.get("transform") or {}
+    width, teacher_width = ckpt["model_args"]["n_embd"], teacher.config.n_embd
+    if record.get("porting") == "per_block":
+        raise ConfigError("--distill_hidden needs one global map T, but this model was shrunk with a map per site "
+                          "(porting=per_block): drop --distill_hidden")
+    T = record.get("T")
+    if T is None:
+        if width != teacher_width:
+            raise ConfigError(f"--distill_hidden needs the map from the teacher's width {teacher_width} to the "
+                              f"student's {width}, but the checkpoint records no transform T: drop --distill_hidden")
+        return None
+    if tuple(T.shape) != (width, teacher_width):
+        raise ConfigError(f"--distill_hidden: the recorded T is {tuple(T.shape)}, not (student width {width}, teacher "
+                          f"width {teacher_width}): the teacher is not the model this one was transformed from")
+    return T
 
 
 def read_control(cfg: FinetuneConfig) -> list:
@@ -273,7 +301,9 @@ def finetune(cfg: FinetuneConfig) -> dict:
     make_loss = None
     if cfg.distill:
         teacher, teacher_source = load_teacher(cfg, ckpt)
-        make_loss = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk)
+        target_map = hidden_target_map(ckpt, teacher) if cfg.distill_hidden else None
+        make_loss = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk,
+                                      cfg.distill_hidden, target_map)
     record = ckpt.get("finetune") if resume else None
     new_record = record is None
     if new_record:

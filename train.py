@@ -560,9 +560,9 @@ def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> Non
               "tokens_per_s": run.tokens_per_iter / dt}
     line = f"iter {run.state.iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, " \
            f"{run.tokens_per_iter / dt:,.0f} tok/s"
-    for name in ("kd", "norm_reg"):  # distillation's KL term, the norm regularizer
+    for name in ("kd", "hidden", "norm_reg"):  # distillation's KL and hidden-state terms, the norm regularizer
         if name in terms:
-            record[f"train/{name}" + ("_loss" if name == "kd" else "")] = terms[name]
+            record[f"train/{name}" + ("_loss" if name in ("kd", "hidden") else "")] = terms[name]
             line += f", {name} {terms[name]:.4f}"
     if run.rt.peak_flops:
         record["mfu"] = run.model.estimate_mfu(run.cfg.batch_size * run.grad_accum, dt, run.rt.peak_flops)  # per GPU

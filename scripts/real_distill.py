@@ -29,7 +29,10 @@ tinyshakespeare and Botchan (256-token windows), one thread per process; n = 1 (
 results/real_model_distill/results.json as it goes (two processes, one with --reverse, share the cache:
 scripts/real_distill.sh); ``--part=later`` builds only the general case, the −50% model and the rates in the best
 batch, at the rate and batch that results/real_model_distill/results.json already chose, and adds them to it
-(its other parts kept as they are).
+(its other parts kept as they are). ``--part=features`` adds the hidden-state term (``finetune.py
+--distill_hidden=β``: every block's output against T·(the original's), T the transform's own map) to the best
+recipe, one factor: β in ``HIDDEN`` (the tuning effort: those values), data order 0; the control distilled from
+itself with the lowest β's loss; and, if that β ends below the KL alone, two more data orders (n = 3).
 """
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ GENERAL_TEXT = "news"  # the general case: calibrated and distilled on English n
 GENERAL = (RECOVER[0], RECOVER[1], RECOVER[2], GENERAL_TEXT)  # results/real_model_tied's news-calibrated row
 HALF = (RATIOS[0.5], RECOVER[1], RECOVER[2], "shakespeare")  # results/real_model_tied's tied −50% row
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
+HIDDEN = (0.1, 1.0)  # β of the hidden-state term tried (--part=features); its value at the start is ≈ 0.12 per block
 
 
 def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
@@ -76,22 +80,30 @@ def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
             for a in FINETUNE]
 
 
+def loss_args(hidden: float) -> tuple[str, ...]:
+    """The distillation loss's options, with the hidden-state term of weight ``hidden`` where it is > 0."""
+    return (*DISTILL, f"--distill_hidden={hidden:g}") if hidden else DISTILL
+
+
 def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: str = "", batch: int = BATCH,
-        text: str = "shakespeare", m: int = RECOVER[0]) -> dict:
+        text: str = "shakespeare", m: int = RECOVER[0], hidden: float = 0.0) -> dict:
     """A shrunk model (width ``m``) distilled from the original (the transform record's source) at ``lr`` on
-    ``text``."""
-    label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-s{data_seed}" if data_seed else "")
-             + (f"-b{batch}" if batch != BATCH else "") + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(start["out_dir"], data, label, DISTILL, recipe(lr, data_seed, batch), text), lr=lr,
-                batch=batch, text=text)
-
-
-def control(src: str, data: dict[str, str], lr: float, batch: int = BATCH, text: str = "shakespeare") -> dict:
-    """The original distilled from itself with the arms' recipe at ``lr`` in batches of ``batch`` on ``text``."""
-    label = (f"original-kd-self-lr{lr:g}" + (f"-b{batch}" if batch != BATCH else "")
+    ``text`` (with the hidden-state term of weight ``hidden``)."""
+    label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
+             + (f"-s{data_seed}" if data_seed else "") + (f"-b{batch}" if batch != BATCH else "")
              + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(src, data, label, (*DISTILL, f"--teacher_dir={src}"), recipe(lr, batch=batch), text),
-                lr=lr, batch=batch, text=text)
+    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden), recipe(lr, data_seed, batch), text),
+                lr=lr, batch=batch, text=text, hidden=hidden)
+
+
+def control(src: str, data: dict[str, str], lr: float, batch: int = BATCH, text: str = "shakespeare",
+            hidden: float = 0.0) -> dict:
+    """The original distilled from itself with the arms' recipe at ``lr`` in batches of ``batch`` on ``text``."""
+    label = (f"original-kd-self-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "") + (f"-b{batch}" if batch != BATCH
+                                                                                  else "")
+             + (f"-on-{text}" if text != "shakespeare" else ""))
+    return dict(finetuned(src, data, label, (*loss_args(hidden), f"--teacher_dir={src}"), recipe(lr, batch=batch),
+                          text), lr=lr, batch=batch, text=text, hidden=hidden)
 
 
 def readers_start(src: str, data: dict[str, str]) -> dict:
@@ -106,7 +118,10 @@ def unchanged(a: str, b: str) -> bool:
 
 
 def main() -> None:
-    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "all"))
+    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "features", "all"))
+    if args.part == "features":
+        features(src, data, saved_results(), started, args.reverse)
+        return
     if args.part == "later":
         payload = saved_results()
         chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
@@ -213,12 +228,50 @@ def later(src: str, data: dict[str, str], payload: dict, started: float, chosen:
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 
+def features(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
+    """The hidden-state term on the best recipe (the chosen rate in the best batch), one factor: β in HIDDEN on data
+    order 0; the control with the lowest β's loss; two more data orders where it ends below the KL alone. Added to
+    ``payload`` as "features" and saved after each model (``reverse``: build only, from the end)."""
+    chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
+    start = build(src, data, RECOVER)
+    weights = tuple(reversed(HIDDEN)) if reverse else HIDDEN
+    rows = {}
+    for beta in weights:
+        rows[beta] = arm(data, start, chosen, batch=best, hidden=beta)
+        if not reverse:
+            payload["features"] = {"lr": chosen, "batch": best, "weights": list(HIDDEN),
+                                   "rows": [{"hidden": b, "arm": rows[b]} for b in HIDDEN if b in rows]}
+            save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    winner = min(HIDDEN, key=lambda b: rows[b]["losses"]["val"])
+    wins = rows[winner]["losses"]["val"] < best_recipe_arm(payload)["losses"]["val"]
+    if reverse:
+        if wins:
+            for seed in reversed(DATA_SEEDS):
+                arm(data, start, chosen, seed, batch=best, hidden=winner)
+        control(src, data, chosen, best, hidden=winner)
+        return
+    own = control(src, data, chosen, best, hidden=winner)
+    payload["features"].update(chosen=winner, control=dict(own, unchanged=unchanged(src, own["out_dir"])))
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    if wins:  # n = 3 where the term ends below the KL alone
+        runs = [rows[winner]] + [arm(data, start, chosen, seed, batch=best, hidden=winner) for seed in DATA_SEEDS]
+        payload["features"]["draws"] = draws(runs, own, chosen)
+        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
+def best_recipe_arm(payload: dict) -> dict:
+    """The saved run of the chosen rate in the chosen batch, data order 0: the KL alone in the best recipe."""
+    batches = payload["batches"]
+    if batches["chosen"] == BATCH:
+        return next(x["arm"] for x in payload["rows"] if x["lr"] == payload["chosen_lr"])
+    return next(x["arm"] for x in batches["rows"] if x["batch"] == batches["chosen"])
+
+
 def best_rate(payload: dict, rates: dict[float, dict]) -> float:
     """The rate whose model, distilled in the chosen batch, ends lowest on the whole val split (the chosen rate's
     run, from ``payload``, included)."""
-    batches = payload["batches"]
-    chosen = next(x["arm"] for x in batches["rows"] if x["batch"] == batches["chosen"])
-    return min({payload["chosen_lr"]: chosen, **rates}.items(), key=lambda kv: kv[1]["losses"]["val"])[0]
+    return min({payload["chosen_lr"]: best_recipe_arm(payload), **rates}.items(),
+               key=lambda kv: kv[1]["losses"]["val"])[0]
 
 
 def smallest_batch_loss(recipe_arm: dict, batches: dict[int, dict]) -> int:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from checkpoint import load_model
 from configurator import load_config
 from conftest import ROOT, TINY_MODEL
-from distill import chunked_distillation, distillation_terms, teacher_kl
+from distill import chunked_distillation, distillation_terms, hidden_state_loss, teacher_kl
 from errors import ConfigError
 from finetune import FinetuneConfig, finetune
 from logger import read_metrics
@@ -155,6 +155,76 @@ def test_a_missing_or_mismatched_teacher_is_one_clear_error(shrunk, trained_dir,
         load_config(FinetuneConfig, [f"--in_dir={shrunk}", "--out_dir=z", f"--teacher_dir={trained_dir}"])
     with pytest.raises(ConfigError, match="distill_alpha must lie in"):
         load_config(FinetuneConfig, [f"--in_dir={shrunk}", "--out_dir=z", "--distill_alpha=1.5"])
+
+
+def test_the_hidden_state_term_matches_the_formula_and_is_exactly_zero_at_the_teacher():
+    g = torch.Generator().manual_seed(3)
+    L, B, n, d, m = 3, 2, 5, 7, 4
+    teacher = [torch.randn(B, n, d, generator=g) for _ in range(L + 1)]
+    student = [torch.randn(B, n, m, generator=g) for _ in range(L + 1)]
+    T = torch.randn(m, d, generator=g)
+    naive = 0.0
+    for layer in range(1, L + 1):  # the embedding (layer 0) is not a term
+        for b in range(B):
+            for i in range(n):
+                target = T @ teacher[layer][b, i]
+                naive += ((student[layer][b, i] - target).norm() ** 2 / target.norm() ** 2).item() / (B * n * L)
+    assert hidden_state_loss(student, teacher, T).item() == pytest.approx(naive, rel=1e-5)
+    student[0] = student[0] * 100
+    assert hidden_state_loss(student, teacher, T).item() == pytest.approx(naive, rel=1e-5)
+    same = [h.clone().requires_grad_(True) for h in teacher]
+    value = hidden_state_loss(same, teacher, None)
+    value.backward()
+    assert value.item() == 0 and all(h.grad is None or not h.grad.any() for h in same)
+
+
+def test_the_hidden_state_term_is_relative_per_token_so_a_sink_does_not_dominate():
+    teacher = [torch.zeros(1, 2, 3), torch.tensor([[[1e4, 0.0, 0.0], [0.0, 1.0, 0.0]]])]
+    off_sink = [teacher[0], teacher[1] + torch.tensor([[[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]])]
+    off_sink_by_as_much = [teacher[0], teacher[1] + torch.tensor([[[0.0, 0.0, 1e4], [0.0, 0.0, 0.0]]])]
+    assert hidden_state_loss(off_sink, teacher, None).item() == pytest.approx(0.5)
+    assert hidden_state_loss(off_sink_by_as_much, teacher, None).item() == pytest.approx(0.5)
+
+
+def test_hidden_state_distillation_uses_the_transforms_map_and_leaves_a_control_exactly_as_it_was(
+        trained_dir, char_data_dir, tmp_path):
+    """The term is the shrunk model's error against T·h_teacher (below 1 at the start: the port applies T to every
+    state), falls as it trains, and the original distilled from itself with it stays the original bit for bit."""
+    rough = tmp_path / "rough"  # a JL map: far from lossless, so there is something to learn
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(rough), width=16, kind="gaussian",
+                                         data_dir=char_data_dir, eval_iters=0))
+    finetune(load_config(FinetuneConfig, FT + [f"--in_dir={rough}", f"--out_dir={tmp_path / 'kd'}",
+                                               "--max_iters=30", "--eval_interval=15", "--distill=True",
+                                               "--distill_hidden=1.0", "--learning_rate=3e-3", "--log_interval=1"]))
+    hidden = [r["train/hidden_loss"] for r in read_metrics(os.path.join(tmp_path, "kd", "metrics.jsonl"))
+              if "train/hidden_loss" in r]
+    assert len(hidden) == 30 and 0 < hidden[0] < 1
+    assert sum(hidden[-5:]) < 0.8 * sum(hidden[:5])
+    out = tmp_path / "self"
+    finetune(load_config(FinetuneConfig, FT + [f"--in_dir={trained_dir}", f"--out_dir={out}", "--max_iters=6",
+                                               "--eval_interval=3", "--distill=True", f"--teacher_dir={trained_dir}",
+                                               "--distill_hidden=1.0", "--learning_rate=1e-2",
+                                               "--always_save_checkpoint=True"]))
+    before, _ = load_model(trained_dir)
+    after, _ = load_model(str(out))
+    assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values()))
+
+
+def test_hidden_state_distillation_refuses_what_has_no_single_map(shrunk, trained_dir, char_data_dir, tmp_path):
+    with pytest.raises(ConfigError, match="distill_hidden must be >= 0"):
+        load_config(FinetuneConfig, [f"--in_dir={shrunk}", "--out_dir=z", "--distill=True", "--distill_hidden=-1"])
+    with pytest.raises(ConfigError, match="distill is off"):
+        load_config(FinetuneConfig, [f"--in_dir={shrunk}", "--out_dir=z", "--distill_hidden=1"])
+    per_block = tmp_path / "pb"
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(per_block), width=24, kind="pca",
+                                         porting="per_block", data_dir=char_data_dir, eval_iters=0))
+    args = FT + ["--distill=True", "--distill_hidden=1", "--max_iters=2"]
+    with pytest.raises(ConfigError, match="map per site"):
+        finetune(load_config(FinetuneConfig, args + [f"--in_dir={per_block}", f"--out_dir={tmp_path / 'a'}"]))
+    with pytest.raises(ConfigError, match="records no transform T"):
+        finetune(load_config(FinetuneConfig, args + [f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 'b'}",
+                                                     f"--teacher_dir={shrunk}"]))  # a narrower teacher, no T
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 @pytest.mark.slow

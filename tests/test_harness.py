@@ -393,6 +393,54 @@ def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_
     assert real_distill.saved_results() == saved
 
 
+@pytest.mark.parametrize("wins", [True, False])
+def test_the_hidden_state_part_tries_each_weight_then_the_lowest_ones_control_and_orders_only_if_it_wins(
+        monkeypatch, wins):
+    """real_distill --part=features: every β of HIDDEN in the best recipe (data order 0), the control distilled from
+    itself with the lowest β's loss, and two more data orders only where that β ends below the KL alone; saved."""
+    import real_distill
+
+    plain = 3.88
+    val = {real_distill.HIDDEN[0]: 3.95, real_distill.HIDDEN[-1]: 3.80 if wins else 3.90}
+    calls, saves = [], []
+
+    def fake_arm(data, start, lr, data_seed=0, name="", batch=8, text="shakespeare", m=432, hidden=0.0):
+        calls.append(("arm", hidden, data_seed, batch, lr))
+        return {"losses": {"val": val[hidden] + data_seed / 100, "general": 4.4}}
+
+    def fake_control(src, data, lr, batch=8, text="shakespeare", hidden=0.0):
+        calls.append(("control", hidden, 0, batch, lr))
+        return {"losses": {"val": 3.7584, "general": 3.7886}, "out_dir": "ctrl"}
+
+    monkeypatch.setattr(real_distill, "build", lambda *a: {"out_dir": "start"})
+    monkeypatch.setattr(real_distill, "arm", fake_arm)
+    monkeypatch.setattr(real_distill, "control", fake_control)
+    monkeypatch.setattr(real_distill, "unchanged", lambda a, b: True)
+    monkeypatch.setattr(real_distill, "save", lambda payload, *a: saves.append(json_copy(payload)))
+    payload = {"chosen_lr": 1e-4, "rows": [], "batches": {"chosen": 1, "rows": [{"batch": 1, "arm": {
+        "losses": {"val": plain}}}]}}
+    real_distill.features("src", {}, payload, 0.0, reverse=False)
+    best = min(val, key=val.get)  # the lowest β, whether or not it beats the KL alone
+    arms = [("arm", b, 0, 1, 1e-4) for b in real_distill.HIDDEN]
+    more = [("arm", best, s, 1, 1e-4) for s in real_distill.DATA_SEEDS] if wins else []
+    assert calls == arms + [("control", best, 0, 1, 1e-4)] + more
+    f = saves[-1]["features"]
+    assert f["chosen"] == best and f["control"]["unchanged"] and [r["hidden"] for r in f["rows"]] == list(
+        real_distill.HIDDEN)
+    assert ("draws" in f) == wins
+    if wins:
+        assert f["draws"]["gap"]["val"]["each"] == pytest.approx([v / 3.7584 - 1 for v in (3.80, 3.81, 3.82)])
+    calls.clear()
+    saves.clear()
+    real_distill.features("src", {}, payload, 0.0, reverse=True)  # build only, from the end: saves nothing
+    assert not saves and calls[0] == ("arm", real_distill.HIDDEN[-1], 0, 1, 1e-4)
+
+
+def json_copy(payload: dict) -> dict:
+    import json
+    return json.loads(json.dumps(payload, default=str))
+
+
 def test_the_best_rate_in_the_chosen_batch_counts_the_chosen_rates_own_run():
     """real_distill.best_rate: the lowest whole-split val among the other rates' runs in the chosen batch and the
     chosen rate's run there (read from the saved results), whichever it is."""
