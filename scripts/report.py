@@ -1122,7 +1122,7 @@ def real_model_distill(r: dict) -> str:
                   f"| {readers['lr']:g} | tied m = {r['start']['m']} + readers refit, distilled | "
                   f"{readers['parameters'] / 1e6:.1f} M | {a['val']:.4f} | {gap_words(a['val'], cv)} | "
                   f"{a['general']:.4f} | {gap_words(a['general'], cg)} | {readers['step']['seconds'] / 60:.0f} |"]
-    lines += distill_batch_rows(r) + half_rows(r) + general_case_rows(r)
+    lines += distill_batch_rows(r) + half_rows(r) + general_case_rows(r) + features_rows(r)
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
               "(cached runs not rebuilt; each run's minutes are its own).*", ""]
     return "\n".join(lines + real_model_distill_reading(r))
@@ -1227,6 +1227,73 @@ def shakespeare_on_novel(r: dict) -> list[str]:
             + ("the news helps the novel more." if a < s else "Shakespeare helps the novel more than the news does.")]
 
 
+def features_recipe(r: dict) -> tuple[int, int]:
+    """(batch, steps) of the recipe the hidden-state term was added to (the best batch's)."""
+    f = r["features"]
+    return steps_of(next((x["recipe"] for x in r["batches"]["rows"] if x["batch"] == f["batch"]), r["recipe"]))
+
+
+def features_rows(r: dict) -> list[str]:
+    """The hidden-state term's rows (each β on the best recipe) and their own control; gaps to that control, none
+    until it has run."""
+    f = r.get("features")
+    if not f:
+        return []
+    own = f.get("control")
+    batch, steps = features_recipe(r)
+    lines = []
+    if own:
+        x = own["losses"]
+        lines.append(f"| {own['lr']:g} | control with the hidden-state term β = {own['hidden']:g} (batch {batch} × "
+                     f"{steps} steps): original distilled from itself | {own['parameters'] / 1e6:.1f} M | "
+                     f"{x['val']:.4f} | 0 (itself) | {x['general']:.4f} | 0 (itself) | "
+                     f"{own['step']['seconds'] / 60:.0f} |")
+    for row in f["rows"]:
+        a = row["arm"]
+        gaps = (f"{gap_words(a['losses']['val'], own['losses']['val'])} | {a['losses']['general']:.4f} | "
+                f"{gap_words(a['losses']['general'], own['losses']['general'])}" if own
+                else f"— | {a['losses']['general']:.4f} | —")
+        lines.append(f"| {a['lr']:g} | tied m = {r['start']['m']}, distilled + hidden-state term β = "
+                     f"{row['hidden']:g}, batch {batch} × {steps} steps | {a['parameters'] / 1e6:.1f} M | "
+                     f"{a['losses']['val']:.4f} | {gaps} | {a['step']['seconds'] / 60:.0f} |")
+    return lines
+
+
+def features_reading(r: dict) -> list[str]:
+    """The hidden-state term against the KL alone in the same recipe (order 0, n = 1 per β), and where its best β
+    won, its data orders against the KL alone's (paired: the same orders and eval batches)."""
+    f = r.get("features")
+    if not f or not f.get("control"):
+        return []
+    own = f["control"]
+    batch, steps = features_recipe(r)
+    b = r["batches"]
+    plain = next((x["arm"] for x in b["rows"] if x["batch"] == f["batch"]), None) or next(
+        x["arm"] for x in r["rows"] if x["lr"] == f["lr"])
+    cv, cg = own["losses"]["val"], own["losses"]["general"]
+    words = "; ".join(f"β = {x['hidden']:g}: val {x['arm']['losses']['val']:.4f} "
+                      f"({gap_words(x['arm']['losses']['val'], cv)}), general {x['arm']['losses']['general']:.4f} "
+                      f"({gap_words(x['arm']['losses']['general'], cg)})" for x in f["rows"])
+    lowest = min(f["rows"], key=lambda x: x["arm"]["losses"]["val"])
+    below = lowest["arm"]["losses"]["val"] < plain["losses"]["val"]
+    out = [f"- **The hidden-state term, one factor** (β·H added to the KL; H: every block's output against T·(the "
+           f"original's), T the shrink's own map, relative per token; batch {batch} × {steps} steps, learning rate "
+           f"{f['lr']:g}, order 0; n = 1 per β): {words}; the KL alone {plain['losses']['val']:.4f} "
+           f"({gap_words(plain['losses']['val'], cv)}), general {plain['losses']['general']:.4f}: "
+           + (f"β = {lowest['hidden']:g} ends lower." if below else "no β ends below the KL alone.")
+           + " Its control (the original distilled from itself with the term) is "
+           + ("the original bit for bit." if own["unchanged"] else "not the original's weights.")]
+    d, plain_draws = f.get("draws"), b.get("draws") if f["batch"] == b.get("chosen") else r.get("draws")
+    if d:
+        out += draw_lines(d, f"β = {lowest['hidden']:g}, batch {batch} × {steps} steps")
+        if plain_draws:
+            v = verdict(d["gap"]["val"]["each"], plain_draws["gap"]["val"]["each"], paired=True)
+            out.append(f"- **β = {lowest['hidden']:g} against the KL alone, val gap over the data orders** (n = "
+                       f"{len(d['gap']['val']['each'])} each, the same orders): {100 * d['gap']['val']['mean']:+.1f}% "
+                       f"against {100 * plain_draws['gap']['val']['mean']:+.1f}%: {v['words']} ({_p(v)}).")
+    return out
+
+
 def steps_of(recipe: list[str]) -> tuple[int, int]:
     """(batch, optimizer steps) of a finetune recipe."""
     value = {a.split("=")[0]: a.split("=")[1] for a in recipe}
@@ -1284,7 +1351,7 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    f"({gap_words(readers['losses']['val'], c['val'])} above the control"
                    + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
                    + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
-    out += batch_reading(r) + half_reading(r) + distilled_general_case_reading(r)
+    out += batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + features_reading(r)
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:

@@ -592,3 +592,51 @@ def test_the_rates_in_the_best_batch_read_against_the_chosen_rate_there(monkeypa
     assert "(batch 1 × 384 steps, learning rate 0.0003; orders 0, 1, 2; n = 3): gap to the control +2.9%" in text
     assert "Learning rate 0.0003 against 0.0001 in batch 1 × 384 steps, val gap over the data orders** (n = 3 " \
            "each): +2.9% against +3.7%: lower (paired t" in text
+
+
+def test_the_hidden_state_term_reads_against_its_own_control_and_the_kl_alone(monkeypatch):
+    """Each β gets a row (gaps to its own control, none before it has run); the reading sets every β beside the KL
+    alone in the same recipe and, where the lowest won, its data orders against the KL alone's (paired)."""
+    monkeypatch.setattr(report, "load", lambda name: None)
+
+    def run(val: float, general: float = 4.4, **extra) -> dict:
+        return dict({"losses": {"val": val, "general": general}, "parameters": 100.9e6, "step": {"seconds": 1800.0},
+                     "lr": 1e-4}, **extra)
+
+    def orders(vals: list[float]) -> dict:
+        gaps = [v / 3.7584 - 1 for v in vals]
+        spread = {"mean": statistics.fmean(gaps), "std": statistics.stdev(gaps), "each": gaps}
+        return {"seeds": [0, 1, 2], "lr": 1e-4, "arm": [{"val": v, "general": 4.4} for v in vals],
+                "gap": {"val": spread, "general": spread}}
+
+    control = dict(run(3.7584, 3.7886), parameters=134.5e6, unchanged=True)
+    r = {"model": "m", "tokens": 98304, "recipe": ["--batch_size=8", "--max_iters=48"],
+         "original": {"val": 3.7584, "general": 3.7886}, "base": {"parameters": 134.5e6},
+         "start": {"m": 432, "tie_keep": 32, "parameters": 100.9e6, "losses": {"val": 4.3036, "general": 4.9613}},
+         "control": control, "rows": [{"lr": 1e-4, "arm": run(3.9290)}],
+         "batches": {"lr": 1e-4, "chosen": 1, "control": control, "draws": orders([3.8804, 3.9084, 3.9037]),
+                     "rows": [{"batch": 1, "recipe": ["--batch_size=1", "--max_iters=384"], "arm": run(3.8804)}]},
+         "features": {"lr": 1e-4, "batch": 1, "weights": [0.1, 1.0],
+                      "rows": [{"hidden": 0.1, "arm": run(3.8900, hidden=0.1)}]},
+         "meta": {"command": "c", "hardware": "h", "seconds": 1}}
+    text = report.real_model_distill(r)
+    assert "| 0.0001 | tied m = 432, distilled + hidden-state term β = 0.1, batch 1 × 384 steps | 100.9 M | 3.8900 " \
+           "| — | 4.4000 | — | 30 |" in text
+    assert "The hidden-state term" not in text  # no control yet: nothing is read
+    r["features"]["rows"].append({"hidden": 1.0, "arm": run(3.9100, hidden=1.0)})
+    r["features"].update(chosen=0.1, control=dict(control, hidden=0.1))
+    text = report.real_model_distill(r)
+    assert "| 0.0001 | control with the hidden-state term β = 0.1 (batch 1 × 384 steps): original distilled from " \
+           "itself | 134.5 M | 3.7584 | 0 (itself) |" in text
+    assert "| 0.0001 | tied m = 432, distilled + hidden-state term β = 1, batch 1 × 384 steps | 100.9 M | 3.9100 " \
+           "| +4.0% | 4.4000 | +16.1% | 30 |" in text
+    assert ("order 0; n = 1 per β): β = 0.1: val 3.8900 (+3.5%), general 4.4000 (+16.1%); β = 1: val 3.9100 (+4.0%), "
+            "general 4.4000 (+16.1%); the KL alone 3.8804 (+3.2%), general 4.4000: no β ends below the KL alone. Its "
+            "control (the original distilled from itself with the term) is the original bit for bit.") in text
+    r["features"]["rows"][0]["arm"] = run(3.8500, hidden=0.1)
+    r["features"]["draws"] = orders([3.8500, 3.8600, 3.8550])
+    text = report.real_model_distill(r)
+    assert "the KL alone 3.8804 (+3.2%), general 4.4000: β = 0.1 ends lower." in text
+    assert "(β = 0.1, batch 1 × 384 steps; orders 0, 1, 2; n = 3): gap to the control +2.6% ± 0.1" in text
+    assert "β = 0.1 against the KL alone, val gap over the data orders** (n = 3 each, the same orders): +2.6% " \
+           "against +3.7%: lower (paired t" in text
