@@ -12,9 +12,10 @@ same choices. At m = 432 the loss as G grows; at the original's −25% parameter
 the head untied) the width each G can keep, against results/real_model_tied's tied global map. Then the diagnosis
 of the loss's shape in G, one factor: the same series at m = 432 with each PCA weighted by direction (ours,
 ``--calib_weighting=unit``) instead of by state size (G = 61 built here: results/real_model has no such row). n = 1
-per row (the maps are deterministic, one calibration draw). Writes results/real_model_hybrid/results.json after
-every model; ``--part=weighting`` builds only the series weighted by direction and adds it to the rows already
-in results/real_model_hybrid/results.json (its other rows kept as they are).
+per row (the maps are deterministic, one calibration draw); last, weighted by direction at −25% parameters (the
+widths of the state-size rows there, and G = 61's m = 333), against the tied global map. Writes
+results/real_model_hybrid/results.json after every model; ``--part=weighting`` builds only the rows weighted by
+direction that results/real_model_hybrid/results.json lacks and adds them to it (its rows kept as they are).
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def cells(sites: int) -> list[tuple[int, int, str]]:
     quarter = 0.75 * real_model_results()["base"]["parameters"]
     m = RATIOS[0.75]
     raw = [(m, 4), (width_at(quarter, 4), 4), (m, 1), (m, 2), (m, 8), (m, 16), (width_at(quarter, 16), 16)]
-    return [(w, g, "raw") for w, g in raw] + [(m, g, "unit") for g in (4, 1, sites, 2, 8, 16)]
+    unit = [(m, g) for g in (4, 1, sites, 2, 8, 16)] + [(width_at(quarter, g), g) for g in (16, sites, 4)]
+    return [(w, g, "raw") for w, g in raw] + [(w, g, "unit") for w, g in unit]
 
 
 def choices(weighting: str) -> tuple[str, ...]:
@@ -63,8 +65,11 @@ def main() -> None:
     args, started, src, data = start(__doc__.split("\n\n")[0], ("weighting", "all"))
     sites = 2 * load_model(src)[0].config.n_layer + 1  # a map per site: results/real_model's per-block rows
     todo = cells(sites)
-    if args.part == "weighting":
-        todo = [c for c in todo if c[2] != "raw"]
+    kept = []
+    if args.part == "weighting":  # what the saved results lack: their rows are kept, not rebuilt
+        kept = saved("real_model_hybrid", "scripts/real_hybrid.sh")["rows"]
+        have = {(x["m"], x["groups"], x.get("weighting", "raw")) for x in kept}
+        todo = [c for c in todo if c[2] != "raw" and c not in have]
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         for m, groups, weighting in reversed(todo):
             build(src, data, m, groups, weighting, sites)
@@ -73,9 +78,7 @@ def main() -> None:
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "choices": list(SLICEGPT_CHOICES),
                "sites": sites,
                "base": {"losses": ref["base"]["losses"], "parameters": ref["base"]["parameters"]}, "rows": []}
-    if args.part == "weighting":
-        payload["rows"] = [x for x in saved("real_model_hybrid", "scripts/real_hybrid.sh")["rows"]
-                           if x.get("weighting", "raw") == "raw"]
+    payload["rows"] = list(kept)
     for m, groups, weighting in todo:
         row = build(src, data, m, groups, weighting, sites)
         payload["rows"].append(dict(row, groups=groups, weighting=weighting))

@@ -1474,7 +1474,7 @@ def real_model_hybrid(r: dict) -> str:
                      f"{g:.4f} | {gap_words(g, bg)} | {x['step']['seconds']:.0f} |")
     lines += ["", "**Reading** (generated; n = 1 per row, so differences are described, not tested)."]
     diagnosis = weighting_reading(every)
-    lines += hybrid_reading(rows, bv, n0, r["sites"], diagnosed=bool(diagnosis)) + diagnosis
+    lines += hybrid_reading(rows, bv, n0, r["sites"], diagnosed=bool(diagnosis), every=every) + diagnosis
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
               "(cached models not rebuilt; each row's transform s is its own).*"]
     return "\n".join(lines)
@@ -1506,9 +1506,11 @@ def weighting_reading(rows: list[dict]) -> list[str]:
             + (f". Weighted by direction, the loss is {side} than weighted by state size" if side else "") + "."]
 
 
-def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int, diagnosed: bool = False) -> list[str]:
-    """At m = 432, the loss by G and the share of the per-site maps' gain over one map that G maps get; at −25%
-    parameters, every hybrid row against results/real_model_tied's tied global map and the per-site maps."""
+def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int, diagnosed: bool = False,
+                   every: list[dict] | None = None) -> list[str]:
+    """At m = 432, the loss by G and the share of the per-site maps' gain over one map that G maps get (``rows``:
+    weighted by state size); at −25% parameters, every hybrid row of either weighting (``every``, default ``rows``)
+    against results/real_model_tied's tied global map and the per-site maps."""
     out = []
     wide = {x["groups"]: x["losses"]["val"] for x in rows if x["m"] == 432}
     if wide:
@@ -1526,13 +1528,15 @@ def hybrid_reading(rows: list[dict], bv: float, n0: float, sites: int, diagnosed
                      + ("; the next line tests one cause, the PCA's weighting" if diagnosed else
                         "; not diagnosed further"))
         out.append(line + ".")
-    quarter = [x for x in rows if abs(x["parameters"] / n0 - 0.75) < 0.01]
+    quarter = [x for x in (every if every is not None else rows) if abs(x["parameters"] / n0 - 0.75) < 0.01]
     tied = next((x for x in (load("real_model_tied") or {}).get("rows", []) if x["m"] == 432
                  and x.get("tie_keep") == 32 and x.get("refit") == "none" and x["calibration"] == "shakespeare"
                  and tied_extra(x) == "—"), None)
     if quarter:
         def name(x: dict) -> str:
-            return "one tied global map (results/real_model_tied, K = 32)" if x is tied else f"G = {x['groups']}"
+            if x is tied:
+                return "one tied global map (results/real_model_tied, K = 32)"
+            return f"G = {x['groups']}" + (" weighted by direction" if x.get("weighting") == "unit" else "")
 
         ranked = sorted(quarter + ([tied] if tied else []), key=lambda x: x["losses"]["val"])
         out.append("- **At −25% parameters, best val first:** " + "; ".join(

@@ -453,3 +453,35 @@ def test_the_best_rate_in_the_chosen_batch_counts_the_chosen_rates_own_run():
                                                                       {"batch": 1, "arm": run(3.88)}]}}
     assert real_distill.best_rate(payload, {3e-5: run(3.95), 3e-4: run(3.90)}) == 1e-4
     assert real_distill.best_rate(payload, {3e-5: run(3.95), 3e-4: run(3.85)}) == 3e-4
+
+
+def test_the_hybrids_weighting_part_builds_only_the_rows_its_results_lack(tmp_path, monkeypatch):
+    """real_hybrid --part=weighting keeps every saved row and builds only the cells weighted by direction that are
+    not among them (here the −25%-parameter ones), appending each as it is built."""
+    import json
+
+    import real_hybrid
+    import real_quantization
+
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
+    sites = 61
+    monkeypatch.setattr(real_hybrid, "real_model_results", lambda: {"base": {"parameters": 134_515_008,
+                                                                            "losses": {"val": 3.7, "general": 3.8}}})
+    every = real_hybrid.cells(sites)
+    assert (333, 61, "unit") in every and (350, 16, "unit") in every
+    saved_rows = [{"m": m, "groups": g, **({"weighting": w} if w == "unit" else {}), "losses": {}}
+                  for m, g, w in every if m == 432 or w == "raw"]
+    out = tmp_path / "real_model_hybrid"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"rows": saved_rows}))
+    built, saves = [], []
+    monkeypatch.setattr(real_hybrid, "start", lambda *a: (type("A", (), {"part": "weighting", "reverse": False})(),
+                                                          0.0, "src", {}))
+    monkeypatch.setattr(real_hybrid, "load_model", lambda src: (type("M", (), {"config": type("C", (), {
+        "n_layer": 30})()})(), None))
+    monkeypatch.setattr(real_hybrid, "build", lambda src, data, m, g, w, s: built.append((m, g, w)) or {
+        "losses": {"val": 4.0, "general": 5.0}, "parameters": 100.9e6, "m": m})
+    monkeypatch.setattr(real_hybrid, "save", lambda payload, *a: saves.append(len(payload["rows"])))
+    real_hybrid.main()
+    assert built == [c for c in every if c[2] == "unit" and c[0] != 432]
+    assert saves == [len(saved_rows) + k for k in range(1, len(built) + 1)]

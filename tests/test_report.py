@@ -555,6 +555,11 @@ def test_the_hybrid_table_quotes_the_per_site_rows_and_reads_g_at_one_width_and_
     assert "the loss is lower at G = 4; higher at G = 1, 61 than weighted by state size." in \
         report.real_model_hybrid(r)
     assert "than it gains (n = 1); the next line tests one cause, the PCA's weighting." in text
+    # weighted by direction at −25% parameters: ranked with the rest, named by its weighting
+    r["rows"].append(dict(row(350, 4.20, 100.8e6, 16), weighting="unit"))
+    line = next(x for x in report.real_model_hybrid(r).splitlines() if x.startswith("- **At −25% parameters"))
+    assert line.index("G = 16 weighted by direction, m = 350: val 4.2000") < line.index(
+        "one tied global map (results/real_model_tied, K = 32), m = 432: val 4.3036") < line.index("G = 4, m = 356")
 
 
 def test_the_rates_in_the_best_batch_read_against_the_chosen_rate_there(monkeypatch):
