@@ -461,6 +461,7 @@ def test_the_hybrids_weighting_part_builds_only_the_rows_its_results_lack(tmp_pa
     import json
 
     import real_hybrid
+
     import real_quantization
 
     monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
