@@ -1276,14 +1276,18 @@ def features_reading(r: dict) -> list[str]:
                       f"({gap_words(x['arm']['losses']['general'], cg)})" for x in f["rows"])
     lowest = min(f["rows"], key=lambda x: x["arm"]["losses"]["val"])
     below = lowest["arm"]["losses"]["val"] < plain["losses"]["val"]
+    d, plain_draws = f.get("draws"), b.get("draws") if f["batch"] == b.get("chosen") else r.get("draws")
+    spread = statistics.stdev(a["val"] for a in plain_draws["arm"]) if plain_draws else None
+    every = [abs(x["arm"]["losses"]["val"] - plain["losses"]["val"]) for x in f["rows"]]
+    inside = (f" Every β is inside twice the KL alone's data-order spread (± {spread:.4f}) of it: no difference."
+              if spread is not None and max(every) < 2 * spread else "")
     out = [f"- **The hidden-state term, one factor** (β·H added to the KL; H: every block's output against T·(the "
            f"original's), T the shrink's own map, relative per token; batch {batch} × {steps} steps, learning rate "
            f"{f['lr']:g}, order 0; n = 1 per β): {words}; the KL alone {plain['losses']['val']:.4f} "
            f"({gap_words(plain['losses']['val'], cv)}), general {plain['losses']['general']:.4f}: "
-           + (f"β = {lowest['hidden']:g} ends lower." if below else "no β ends below the KL alone.")
+           + (f"β = {lowest['hidden']:g} ends lower." if below else "no β ends below the KL alone.") + inside
            + " Its control (the original distilled from itself with the term) is "
            + ("the original bit for bit." if own["unchanged"] else "not the original's weights.")]
-    d, plain_draws = f.get("draws"), b.get("draws") if f["batch"] == b.get("chosen") else r.get("draws")
     if d:
         out += draw_lines(d, f"β = {lowest['hidden']:g}, batch {batch} × {steps} steps")
         if plain_draws:
