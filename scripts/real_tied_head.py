@@ -2,7 +2,8 @@
 Keeping a tied head tied through a shrink (issue #40): a PCA map that keeps the final norm's outlying-gain
 coordinates as rows of their own (``transform.py --tie_head=True --tie_keep=K``), on SmolLM2-135M.
 
-    python scripts/real_tied_head.py [--reverse]         (scripts/real_tied_head.sh; reuses real_model.sh's cache)
+    python scripts/real_tied_head.py [--part=missing|all] [--reverse]    (scripts/real_tied_head.sh; reuses
+                                                                          real_model.sh's cache)
 
 A tied model of width m has 233,472·m parameters (the embedding once, 30 blocks, no shortcut matrix): m = 432 is
 the original's −25% (100.9 M) and m = 288 its −50% (67.2 M), in the form every exporter knows (Hugging Face,
@@ -16,14 +17,17 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
 - m = 288, K = 32, with and without ``--refit=readers``;
 - m = 432, K = 32 with the first moment of the calibration text's embeddings only (``--calib_vocabulary=False``,
   SliceGPT's), without and with ``--refit=readers``, and the general case: calibrated on English news
-  (evaluated on Botchan, which neither reads).
+  (evaluated on Botchan, which neither reads);
+- m = 432, K = 32 with the map learned (``--learn_steps=16``: T optimised on the calibration KL over matrices with
+  orthonormal rows, from the PCA map, before the tie).
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
 two are compared with n = 3 draws, paired by seed.
 Recovery: the tied m = 432, K = 32 model finetuned with results/real_model_recovery's recipe and LM loss (98,304
 tinyshakespeare train tokens, the same data order; its control is quoted from there).
 Losses: the whole val splits of tinyshakespeare and Botchan, 256-token windows, one thread per process; n = 1
-(the maps are deterministic). Writes results/real_model_tied/results.json after every model.
+(the maps are deterministic). Writes results/real_model_tied/results.json after every model; ``--part=missing``
+builds only the rows that results/real_model_tied/results.json lacks and adds them to it (the rest kept as is).
 """
 from __future__ import annotations
 
@@ -38,18 +42,19 @@ import torch  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from harness import RESULTS  # noqa: E402
 from real_model import FINETUNE, PER_BLOCK_EQUAL_PARAMETERS_M, RATIOS, SLICEGPT_CHOICES, cell, finetuned  # noqa: E402
-from real_quantization import save, start  # noqa: E402
+from real_quantization import save, saved, start  # noqa: E402
 from refit import gain_outliers  # noqa: E402
 
 TIE = "--tie_head=True"
 READERS = "--refit=readers"
+LEARN = "--learn_steps=16"  # T learned on the calibration KL (refit.learn_map): two passes over the 8 batches
 M = RATIOS[0.75]
 # (m, tie_keep, more options, calibration text), the most telling first: a cut-short run still answers the question
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
          (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
          (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
          (M, 32, (), "news"), (M, 64, (), "shakespeare"),
-         (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare")]
+         (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare"), (M, 32, (LEARN,), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 
@@ -106,8 +111,31 @@ def recovered(src: str, data: dict[str, str]) -> dict:
     return dict(finetuned(start["out_dir"], data, label), zero_shot=start["losses"], recipe=FINETUNE)
 
 
+def has_row(rows: list[dict], spec: tuple) -> bool:
+    """Whether saved ``rows`` hold the cell ``spec`` (its width, options and calibration text)."""
+    m, keep, more, calib = spec
+    return any(x["m"] == m and x.get("options") == list(options(keep, more)) and x["calibration"] == calib
+               for x in rows)
+
+
+def row_of(spec: tuple, row: dict) -> dict:
+    m, keep, more, calib = spec
+    print(f"m={m} tie_keep={keep} {' '.join(more)} ({calib}): val {row['losses']['val']:.4f}, "
+          f"general {row['losses']['general']:.4f}", flush=True)
+    return dict(row, tie_keep=keep, refit="readers" if READERS in more else "none")
+
+
 def main() -> None:
-    args, started, src, data = start(__doc__.split("\n\n")[0])
+    args, started, src, data = start(__doc__.split("\n\n")[0], ("missing", "all"))
+    if args.part == "missing":
+        payload = saved("real_model_tied", "scripts/real_tied_head.sh")
+        todo = [spec for spec in CELLS if not has_row(payload["rows"], spec)]
+        for spec in reversed(todo) if args.reverse else todo:
+            row = build(src, data, spec)
+            if not args.reverse:
+                payload["rows"].append(row_of(spec, row))
+                save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+        return
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         recovered(src, data)
         for seed in reversed(SEEDS):
@@ -120,11 +148,7 @@ def main() -> None:
     payload = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "rows": [],
                "base": {"losses": base["losses"], "parameters": base["parameters"]}, "final_gain": final_gain(src)}
     for spec in CELLS:
-        m, keep, more, calib = spec
-        row = build(src, data, spec)
-        payload["rows"].append(dict(row, tie_keep=keep, refit="readers" if READERS in more else "none"))
-        print(f"m={m} tie_keep={keep} {' '.join(more)} ({calib}): val {row['losses']['val']:.4f}, "
-              f"general {row['losses']['general']:.4f}", flush=True)
+        payload["rows"].append(row_of(spec, build(src, data, spec)))
         save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     payload["draws"] = draws(src, data, payload["rows"])
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")

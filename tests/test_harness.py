@@ -486,3 +486,32 @@ def test_the_hybrids_weighting_part_builds_only_the_rows_its_results_lack(tmp_pa
     real_hybrid.main()
     assert built == [c for c in every if c[2] == "unit" and c[0] != 432]
     assert saves == [len(saved_rows) + k for k in range(1, len(built) + 1)]
+
+
+def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_path, monkeypatch):
+    """real_tied_head --part=missing keeps the saved rows and builds, appends and saves only the cells they lack;
+    with --reverse it builds them from the end and saves nothing."""
+    import json
+
+    import real_tied_head
+
+    import real_quantization
+
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
+    cells = real_tied_head.CELLS
+    saved_rows = [{"m": m, "options": list(real_tied_head.options(k, more)), "calibration": c, "losses": {}}
+                  for m, k, more, c in cells[:-2]]
+    assert all(real_tied_head.has_row(saved_rows, spec) for spec in cells[:-2])
+    assert not real_tied_head.has_row(saved_rows, cells[-1])
+    (tmp_path / "real_model_tied").mkdir()
+    (tmp_path / "real_model_tied" / "results.json").write_text(json.dumps({"rows": saved_rows}))
+    for reverse in (False, True):
+        built, saves = [], []
+        args = type("A", (), {"part": "missing", "reverse": reverse})()
+        monkeypatch.setattr(real_tied_head, "start", lambda *a, args=args: (args, 0.0, "src", {}))
+        monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec: built.append(spec) or {
+            "losses": {"val": 4.0, "general": 5.0}})
+        monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saves.append(payload["rows"][-1]))
+        real_tied_head.main()
+        assert built == (cells[-2:][::-1] if reverse else cells[-2:])
+        assert [x["tie_keep"] for x in saves] == ([] if reverse else [cells[-2][1], cells[-1][1]])
