@@ -509,9 +509,9 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         built, saves = [], []
         args = type("A", (), {"part": "missing", "reverse": reverse})()
         monkeypatch.setattr(real_tied_head, "start", lambda *a, args=args: (args, 0.0, "src", {}))
-        monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec: built.append(spec) or {
+        monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec, built=built: built.append(spec) or {
             "losses": {"val": 4.0, "general": 5.0}})
-        monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saves.append(payload["rows"][-1]))
+        monkeypatch.setattr(real_tied_head, "save", lambda payload, *a, saves=saves: saves.append(payload["rows"][-1]))
         real_tied_head.main()
         assert built == (cells[-2:][::-1] if reverse else cells[-2:])
         assert [x["tie_keep"] for x in saves] == ([] if reverse else [cells[-2][1], cells[-1][1]])
