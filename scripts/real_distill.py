@@ -33,6 +33,8 @@ batch, at the rate and batch that results/real_model_distill/results.json alread
 --distill_hidden=β``: every block's output against T·(the original's), T the transform's own map) to the best
 recipe, one factor: β in ``HIDDEN`` (the tuning effort: those values), data order 0; the control distilled from
 itself with the lowest β's loss; and, if that β ends below the KL alone, two more data orders (n = 3).
+``--part=learned`` distils the tied map learned on the calibration KL (results/real_model_tied's ``--learn_steps``
+row) with the best recipe: another start, the same recipe and control.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from real_tied_head import RECOVER, build  # noqa: E402
+from real_tied_head import LEARN, RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
@@ -118,9 +120,12 @@ def unchanged(a: str, b: str) -> bool:
 
 
 def main() -> None:
-    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "features", "all"))
+    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "features", "learned", "all"))
     if args.part == "features":
         features(src, data, saved_results(), started, args.reverse)
+        return
+    if args.part == "learned":
+        learned(src, data, saved_results(), started)
         return
     if args.part == "later":
         payload = saved_results()
@@ -257,6 +262,16 @@ def features(src: str, data: dict[str, str], payload: dict, started: float, reve
         runs = [rows[winner]] + [arm(data, start, chosen, seed, batch=best, hidden=winner) for seed in DATA_SEEDS]
         payload["features"]["draws"] = draws(runs, own, chosen)
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
+def learned(src: str, data: dict[str, str], payload: dict, started: float) -> None:
+    """A better start, one factor: the tied map learned on the calibration KL (results/real_model_tied's
+    ``--learn_steps`` row) distilled with the best recipe, against that recipe's control; added as "learned"."""
+    chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
+    start = build(src, data, (RECOVER[0], RECOVER[1], (LEARN,), RECOVER[3]))
+    payload["learned"] = dict(arm(data, start, chosen, name="-learned", batch=best), zero_shot=start["losses"],
+                              start_parameters=parameters(start["out_dir"]), option=LEARN)
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 
 def best_recipe_arm(payload: dict) -> dict:

@@ -1122,7 +1122,7 @@ def real_model_distill(r: dict) -> str:
                   f"| {readers['lr']:g} | tied m = {r['start']['m']} + readers refit, distilled | "
                   f"{readers['parameters'] / 1e6:.1f} M | {a['val']:.4f} | {gap_words(a['val'], cv)} | "
                   f"{a['general']:.4f} | {gap_words(a['general'], cg)} | {readers['step']['seconds'] / 60:.0f} |"]
-    lines += distill_batch_rows(r) + half_rows(r) + general_case_rows(r) + features_rows(r)
+    lines += distill_batch_rows(r) + half_rows(r) + general_case_rows(r) + features_rows(r) + learned_rows(r)
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
               "(cached runs not rebuilt; each run's minutes are its own).*", ""]
     return "\n".join(lines + real_model_distill_reading(r))
@@ -1225,6 +1225,49 @@ def shakespeare_on_novel(r: dict) -> list[str]:
             f"and distilled on; n = 1 each): zero-shot {g['start']['losses']['general']:.4f} (news) against "
             f"{zs:.4f} (Shakespeare); distilled {a:.4f} ({gap_words(a, own)}) against {s:.4f} ({gap_words(s, own)}): "
             + ("the news helps the novel more." if a < s else "Shakespeare helps the novel more than the news does.")]
+
+
+def learned_rows(r: dict) -> list[str]:
+    """The learned map's start, zero-shot and distilled with the best recipe (gaps to that recipe's control)."""
+    x = r.get("learned")
+    if not x:
+        return []
+    own = best_recipe_control(r)["losses"]
+    batch, steps = steps_of(next((y["recipe"] for y in r["batches"]["rows"] if y["batch"] == x["batch"]),
+                                 r["recipe"]))
+    z, a, m = x["zero_shot"], x["losses"], r["start"]["m"]
+    return [f"| — | tied m = {m} + learned map, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
+            f"{gap_words(z['val'], own['val'])} | {z['general']:.4f} | {gap_words(z['general'], own['general'])} | — |",
+            f"| {x['lr']:g} | tied m = {m} + learned map, distilled, batch {batch} × {steps} steps | "
+            f"{x['parameters'] / 1e6:.1f} M | {a['val']:.4f} | {gap_words(a['val'], own['val'])} | "
+            f"{a['general']:.4f} | {gap_words(a['general'], own['general'])} | {x['step']['seconds'] / 60:.0f} |"]
+
+
+def learned_reading(r: dict) -> list[str]:
+    """Another start, one factor: the learned map distilled with the best recipe against the plain tied map's run
+    in that recipe (order 0), with the data orders' spread as the yardstick (n = 1)."""
+    x = r.get("learned")
+    if not x:
+        return []
+    own, plain, b = best_recipe_control(r)["losses"], best_recipe_arm(r)["losses"], r.get("batches") or {}
+    draws = b.get("draws") if x["batch"] == b.get("chosen") else r.get("draws")
+    spread = statistics.stdev(a["val"] for a in draws["arm"]) if draws else None
+    same = spread is not None and abs(x["losses"]["val"] - plain["val"]) < 2 * spread
+    z = r["start"]["losses"]
+    return [f"- **Another start, one factor** (the tied map learned on the calibration KL, `{x['option']}`, then "
+            f"distilled with the best recipe): zero-shot val {x['zero_shot']['val']:.4f} against {z['val']:.4f}; "
+            f"after distillation {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], own['val'])} above the "
+            f"control) against {plain['val']:.4f} ({gap_words(plain['val'], own['val'])})"
+            + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
+            + f"; general {x['losses']['general']:.4f} against {plain['general']:.4f} (n = 1)."]
+
+
+def best_recipe_arm(r: dict) -> dict:
+    """The chosen rate's run in the best batch, data order 0 (the recipe's own batch where it stayed best)."""
+    b = r.get("batches") or {}
+    if b.get("chosen") not in (None, steps_of(r["recipe"])[0]):
+        return next(x["arm"] for x in b["rows"] if x["batch"] == b["chosen"])
+    return next(x["arm"] for x in r["rows"] if x["lr"] == r["chosen_lr"])
 
 
 def features_recipe(r: dict) -> tuple[int, int]:
@@ -1355,7 +1398,8 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    f"({gap_words(readers['losses']['val'], c['val'])} above the control"
                    + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
                    + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
-    out += batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + features_reading(r)
+    out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + features_reading(r)
+            + learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:

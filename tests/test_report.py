@@ -648,3 +648,38 @@ def test_the_hidden_state_term_reads_against_its_own_control_and_the_kl_alone(mo
     assert "(β = 0.1, batch 1 × 384 steps; orders 0, 1, 2; n = 3): gap to the control +2.6% ± 0.1" in text
     assert "β = 0.1 against the KL alone, val gap over the data orders** (n = 3 each, the same orders): +2.6% " \
            "against +3.7%: lower (paired t" in text
+
+
+def test_the_learned_start_reads_against_the_plain_start_in_the_best_recipe(monkeypatch):
+    """The learned map's start gets a zero-shot and a distilled row (gaps to the best recipe's control) and a line
+    against the plain tied map's run in that recipe, no difference inside twice the data orders' spread."""
+    monkeypatch.setattr(report, "load", lambda name: None)
+
+    def run(val: float, general: float = 4.4) -> dict:
+        return {"losses": {"val": val, "general": general}, "parameters": 100.9e6, "step": {"seconds": 1800.0},
+                "lr": 1e-4}
+
+    vals = [3.8804, 3.9084, 3.9037]
+    gaps = [v / 3.7584 - 1 for v in vals]
+    spread = {"mean": statistics.fmean(gaps), "std": statistics.stdev(gaps), "each": gaps}
+    control = dict(run(3.7584, 3.7886), parameters=134.5e6, unchanged=True)
+    r = {"model": "m", "tokens": 98304, "recipe": ["--batch_size=8", "--max_iters=48"], "chosen_lr": 1e-4,
+         "original": {"val": 3.7584, "general": 3.7886}, "base": {"parameters": 134.5e6},
+         "start": {"m": 432, "tie_keep": 32, "parameters": 100.9e6, "losses": {"val": 4.3036, "general": 4.9613}},
+         "control": control, "rows": [{"lr": 1e-4, "arm": run(3.9290)}],
+         "batches": {"lr": 1e-4, "chosen": 1, "control": control,
+                     "draws": {"seeds": [0, 1, 2], "lr": 1e-4, "arm": [{"val": v, "general": 4.4} for v in vals],
+                               "gap": {"val": spread, "general": spread}},
+                     "rows": [{"batch": 1, "recipe": ["--batch_size=1", "--max_iters=384"], "arm": run(3.8804)}]},
+         "learned": dict(run(3.8500, 4.40), batch=1, zero_shot={"val": 4.2000, "general": 4.90},
+                         start_parameters=100.9e6, option="--learn_steps=16"),
+         "meta": {"command": "c", "hardware": "h", "seconds": 1}}
+    text = report.real_model_distill(r)
+    assert "| — | tied m = 432 + learned map, zero-shot | 100.9 M | 4.2000 | +11.7% | 4.9000 |" in text
+    assert "| 0.0001 | tied m = 432 + learned map, distilled, batch 1 × 384 steps | 100.9 M | 3.8500 | +2.4% |" in text
+    assert ("`--learn_steps=16`, then distilled with the best recipe): zero-shot val 4.2000 against 4.3036; after "
+            "distillation 3.8500 (+2.4% above the control) against 3.8804 (+3.2%); general 4.4000 against 4.4000 "
+            "(n = 1).") in text
+    r["learned"]["losses"]["val"] = 3.8700
+    assert "against 3.8804 (+3.2%); inside twice the data orders' spread, ± 0.0150: no difference;" in \
+        report.real_model_distill(r)
