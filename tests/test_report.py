@@ -683,3 +683,10 @@ def test_the_learned_start_reads_against_the_plain_start_in_the_best_recipe(monk
     r["learned"]["losses"]["val"] = 3.8700
     assert "against 3.8804 (+3.2%); inside twice the data orders' spread, ± 0.0150: no difference;" in \
         report.real_model_distill(r)
+
+
+def test_a_learned_rows_reading_gives_its_calibration_kl():
+    row = {"corrections": {"learned_map": {"initial": 0.8133, "learned": 0.4341, "kept": "learned"}}}
+    assert report.learned_words(row) == ("; the calibration KL to the original (before the tie) 0.813 → 0.434 "
+                                         "(kept: learned), learned on the 32,768 calibration tokens it is measured on")
+    assert report.learned_words({"corrections": {}}) == ""
