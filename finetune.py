@@ -147,12 +147,12 @@ def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run,
     return value
 
 
-# the settings that make two finetunes comparable step for step (same data order, eval batches and schedule)
+# the settings that make two finetunes comparable step for step (same data order, eval batches and schedule), the
+# loss too: a distilled run's control is distilled with the same loss
 RECIPE = ("seed", "eval_seed", "eval_iters", "eval_interval", "max_iters", "learning_rate", "min_lr", "warmup_iters",
           "lr_decay_iters", "decay_lr", "weight_decay", "batch_size", "gradient_accumulation_steps", "optimizer",
           "beta1", "beta2", "grad_clip", "dropout", "norm_reg", "data_dir", "init_state", "rewarm_iters",
-          "distill", "distill_alpha", "distill_temperature", "distill_hidden")  # the loss too: a distilled run's
-#                                                                          control is distilled with the same loss
+          "distill", "distill_alpha", "distill_temperature", "distill_hidden")
 LOSS = ("distill", "distill_alpha", "distill_temperature", "distill_hidden")  # what --control_any_loss lets differ
 
 

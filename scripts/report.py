@@ -1151,8 +1151,7 @@ def half_rows(r: dict) -> list[str]:
     if not h:
         return []
     own, a, z = best_recipe_control(r), h["arm"], h["start"]
-    recipe = next((x["recipe"] for x in r["batches"]["rows"] if x["batch"] == h["batch"]), r["recipe"])
-    batch, steps = steps_of(recipe)
+    batch, steps = recipe_in_batch(r, h["batch"])
     cv, cg = own["losses"]["val"], own["losses"]["general"]
     return [f"| — | tied m = {h['m']}, zero-shot | {z['parameters'] / 1e6:.1f} M | {z['losses']['val']:.4f} | "
             f"{gap_words(z['losses']['val'], cv)} | {z['losses']['general']:.4f} | "
@@ -1245,8 +1244,7 @@ def learned_rows(r: dict) -> list[str]:
     if not x:
         return []
     own = best_recipe_control(r)["losses"]
-    batch, steps = steps_of(next((y["recipe"] for y in r["batches"]["rows"] if y["batch"] == x["batch"]),
-                                 r["recipe"]))
+    batch, steps = recipe_in_batch(r, x["batch"])
     z, a, m = x["zero_shot"], x["losses"], r["start"]["m"]
     return [f"| — | tied m = {m} + learned map, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
             f"{gap_words(z['val'], own['val'])} | {z['general']:.4f} | {gap_words(z['general'], own['general'])} | — |",
@@ -1261,8 +1259,7 @@ def learned_reading(r: dict) -> list[str]:
     x = r.get("learned")
     if not x:
         return []
-    own, plain, b = best_recipe_control(r)["losses"], best_recipe_arm(r)["losses"], r.get("batches") or {}
-    draws = b.get("draws") if x["batch"] == b.get("chosen") else r.get("draws")
+    own, plain, draws = best_recipe_control(r)["losses"], best_recipe_arm(r)["losses"], best_recipe_draws(r)
     spread = statistics.stdev(a["val"] for a in draws["arm"]) if draws else None
     same = spread is not None and abs(x["losses"]["val"] - plain["val"]) < 2 * spread
     z = r["start"]["losses"]
@@ -1274,18 +1271,28 @@ def learned_reading(r: dict) -> list[str]:
             + f"; general {x['losses']['general']:.4f} against {plain['general']:.4f} (n = 1)."]
 
 
+def smaller_batch_won(r: dict) -> bool:
+    """Whether a smaller batch than the recipe's was chosen (its runs, control and orders are then the best
+    recipe's)."""
+    return (r.get("batches") or {}).get("chosen") not in (None, steps_of(r["recipe"])[0])
+
+
 def best_recipe_arm(r: dict) -> dict:
     """The chosen rate's run in the best batch, data order 0 (the recipe's own batch where it stayed best)."""
-    b = r.get("batches") or {}
-    if b.get("chosen") not in (None, steps_of(r["recipe"])[0]):
-        return next(x["arm"] for x in b["rows"] if x["batch"] == b["chosen"])
+    if smaller_batch_won(r):
+        return next(x["arm"] for x in r["batches"]["rows"] if x["batch"] == r["batches"]["chosen"])
     return next(x["arm"] for x in r["rows"] if x["lr"] == r["chosen_lr"])
 
 
-def features_recipe(r: dict) -> tuple[int, int]:
-    """(batch, steps) of the recipe the hidden-state term was added to (the best batch's)."""
-    f = r["features"]
-    return steps_of(next((x["recipe"] for x in r["batches"]["rows"] if x["batch"] == f["batch"]), r["recipe"]))
+def best_recipe_draws(r: dict) -> dict | None:
+    """The data orders of the best recipe (the chosen rate in the best batch), None before they have run."""
+    return r["batches"].get("draws") if smaller_batch_won(r) else r.get("draws")
+
+
+def recipe_in_batch(r: dict, batch: int) -> tuple[int, int]:
+    """(batch, steps) of the recipe run in batches of ``batch`` (the recipe's own where no smaller one ran)."""
+    return steps_of(next((x["recipe"] for x in (r.get("batches") or {}).get("rows", []) if x["batch"] == batch),
+                         r["recipe"]))
 
 
 def features_rows(r: dict) -> list[str]:
@@ -1295,7 +1302,7 @@ def features_rows(r: dict) -> list[str]:
     if not f:
         return []
     own = f.get("control")
-    batch, steps = features_recipe(r)
+    batch, steps = recipe_in_batch(r, f["batch"])
     lines = []
     if own:
         x = own["losses"]
@@ -1320,18 +1327,15 @@ def features_reading(r: dict) -> list[str]:
     f = r.get("features")
     if not f or not f.get("control"):
         return []
-    own = f["control"]
-    batch, steps = features_recipe(r)
-    b = r["batches"]
-    plain = next((x["arm"] for x in b["rows"] if x["batch"] == f["batch"]), None) or next(
-        x["arm"] for x in r["rows"] if x["lr"] == f["lr"])
+    own, plain = f["control"], best_recipe_arm(r)  # the hidden-state term ran in the best recipe
+    batch, steps = recipe_in_batch(r, f["batch"])
     cv, cg = own["losses"]["val"], own["losses"]["general"]
     words = "; ".join(f"β = {x['hidden']:g}: val {x['arm']['losses']['val']:.4f} "
                       f"({gap_words(x['arm']['losses']['val'], cv)}), general {x['arm']['losses']['general']:.4f} "
                       f"({gap_words(x['arm']['losses']['general'], cg)})" for x in f["rows"])
     lowest = min(f["rows"], key=lambda x: x["arm"]["losses"]["val"])
     below = lowest["arm"]["losses"]["val"] < plain["losses"]["val"]
-    d, plain_draws = f.get("draws"), b.get("draws") if f["batch"] == b.get("chosen") else r.get("draws")
+    d, plain_draws = f.get("draws"), best_recipe_draws(r)
     spread = statistics.stdev(a["val"] for a in plain_draws["arm"]) if plain_draws else None
     every = [abs(x["arm"]["losses"]["val"] - plain["losses"]["val"]) for x in f["rows"]]
     inside = (f" Every β is inside twice the KL alone's data-order spread (± {spread:.4f}) of it: no difference."
