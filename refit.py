@@ -275,8 +275,13 @@ def kl_to_original(original_logp: torch.Tensor, logits: torch.Tensor) -> torch.T
 
 
 def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
-              seed: int = 0, tokens_per_pass: int = 1024) -> tuple[torch.Tensor, dict]:
+              seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict]:
     """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
+
+    ``held``: coordinates whose column of T stays as it starts — a row e_iᵀ of its own (``--tie_keep``,
+    ``--pca_keep``) or zero (``--pca_exclude``); only the block of T on the other rows and columns is learned
+    (``free_block``), so what those options promise (T·diag(γ) = diag(γ′)·T there, which ``retie_head`` needs)
+    still holds after learning.
 
     ``port(T)`` returns (a GPT of width m, its parameters as a dict of tensors differentiable in T). Adam on the
     orthogonal parametrization's free parameter, one calibration batch per step (cycled). Returns the best of
@@ -285,14 +290,21 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     applied when needed), and a batch is processed ``tokens_per_pass`` tokens at a time with the gradient
     accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held (the default, 1024,
     is one pass per batch for the char model's 16 × 64 calibration batches: its cached results stay exact)."""
-    m, d = T_init.shape
+    T_init = orthonormal_rows(T_init)
+    free_rows, free_columns = free_block(T_init, held)
     with torch.random.fork_rng(devices=[]):  # the parametrization completes T to a square orthogonal matrix at random
         # (on the CPU: the same start on every device)
         torch.manual_seed(seed)
-        holder = torch.nn.Linear(d, m, bias=False).double()
+        holder = torch.nn.Linear(len(free_columns), len(free_rows), bias=False).double()
         torch.nn.utils.parametrizations.orthogonal(holder)
-        holder.weight = orthonormal_rows(T_init.cpu())
+        holder.weight = T_init[free_rows][:, free_columns].cpu()
     holder.to(T_init.device)
+    index = (free_rows.to(T_init.device)[:, None], free_columns.to(T_init.device)[None, :])
+
+    def assembled(block: torch.Tensor) -> torch.Tensor:
+        """T with ``block`` on the free rows and columns (differentiable in ``block``), the held ones as they were."""
+        return T_init.index_put(index, block)
+
     with torch.no_grad():
         targets = [original(b, features=True)[0] for b in batches]
     optimizer = torch.optim.Adam(holder.parameters(), lr=lr)
@@ -314,7 +326,7 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
             return sum(sum(kl_of_rows(T, k, p).item() for p in parts(k)) / batches[k].numel()
                        for k in range(len(batches))) / len(batches)
 
-    start = orthonormal_rows(T_init)
+    start = T_init
     losses = {"initial": calibration_loss(start)}
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(batches), generator=generator).tolist()
@@ -322,13 +334,34 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
         k = order[step % len(order)]
         optimizer.zero_grad(set_to_none=True)
         for part in parts(k):  # the port is rebuilt per pass: each backward frees its own graph
-            (kl_of_rows(holder.weight, k, part) / batches[k].numel()).backward()
+            (kl_of_rows(assembled(holder.weight), k, part) / batches[k].numel()).backward()
         optimizer.step()
-    learned = orthonormal_rows(holder.weight.detach())  # float64 retraction: orthonormal to rounding
+    # float64 retraction of the learned block: T orthonormal to rounding, the held columns exactly as they started
+    learned = assembled(orthonormal_rows(holder.weight.detach()))
     losses["learned"] = calibration_loss(learned)
     best = learned if losses["learned"] <= losses["initial"] else start
     losses["kept"] = "learned" if best is learned else "initial"
     return best, losses
+
+
+def free_block(T: torch.Tensor, held: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, columns) of T that ``learn_map`` may change: every column but the ``held`` coordinates', every row
+    but those that are a held coordinate's e_iᵀ. Raises ValueError unless T is block-diagonal that way: each held
+    column zero or one unit row, and those rows zero elsewhere (PCA maps with --pca_keep/--pca_exclude are)."""
+    m, d = T.shape
+    held_columns = torch.tensor(sorted(set(held)), dtype=torch.long)
+    unit_rows = []
+    for i in held_columns.tolist():
+        column = T[:, i].abs()
+        if column.max() < 1e-9:  # an excluded coordinate: T·e_i = 0
+            continue
+        row = int(column.argmax())
+        if abs(column[row].item() - 1) > 1e-6 or column.sum().item() - 1 > 1e-6 or T[row].abs().sum() - 1 > 1e-6:
+            raise ValueError(f"coordinate {i} cannot be held: its column of T is neither zero nor one unit row e_iᵀ")
+        unit_rows.append(row)
+    rows = torch.tensor([r for r in range(m) if r not in set(unit_rows)], dtype=torch.long)
+    columns = torch.tensor([c for c in range(d) if c not in set(held_columns.tolist())], dtype=torch.long)
+    return rows, columns
 
 
 def orthonormal_rows(T: torch.Tensor) -> torch.Tensor:

@@ -150,6 +150,9 @@ class TransformConfig:
     tie_keep: int = 0  # with tie_head and kind='pca': T keeps the N coordinates whose final-norm gain lies farthest
     #                    from the median as rows of their own (--pca_keep), so one m-space gain can stand in for it
     learn_lr: float = 1e-3  # Adam learning rate of the learned map
+    learn_hold: bool = True  # the learned map keeps the --tie_keep/--pca_keep rows e_iᵀ and --pca_exclude's zero
+    #                          columns as they start (refit.free_block); False learns all of T (an ablation: it
+    #                          breaks what those options promise, the tie's commuting rows among them)
     # calibration: token embeddings + hidden states of every layer on training text (pca, JL bound)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
     calib_batches: int = 8  # training batches whose hidden states calibrate PCA and the JL bound
@@ -191,6 +194,9 @@ class TransformConfig:
             raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
+        if not self.learn_hold and not self.learn_steps:
+            raise ConfigError("learn_hold=False chooses what a learned map may change: add --learn_steps=N or drop "
+                              "--learn_hold")
         for name in ("block_size", "grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps",
                      "refit_ridge", "n_layer", "grow_reader_std", "grow_mask_iters"):
             if getattr(self, name) < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
@@ -359,13 +365,13 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     rms_preserve: bool = False, tie_head: bool = False,
                     calib_weighting: str = "unit", sequential_calibration: bool = False,
                     calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
-                    map_groups: int = 0,
+                    map_groups: int = 0, learn_hold: bool = True,
                     tie_keep: int = 0) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``pca_exclude`` / ``pca_keep``: coordinates kept out of a PCA map's range / in it as rows of their own
     (``maps.pca_map``); ``tie_keep``: with ``tie_head``, that many of the final gain's outliers kept
-    (``refit.gain_outliers``);
+    (``refit.gain_outliers``); ``learn_hold``: a learned map keeps those coordinates' columns (``refit.free_block``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -417,8 +423,9 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         def differentiable_port(T_: torch.Tensor):
             return skeleton, port_weights(dict(sd), cfg, T_, T_.T, porting, None, rescale_gains)[0]
 
+        held = coordinates.exclude + coordinates.keep if learn_hold else ()
         T, corrections["learned_map"] = learn_map(original, T, differentiable_port, batches, learn_steps, learn_lr,
-                                                  seed)
+                                                  seed, held=held)
         T_pinv = T.T.clone()
         notes.append(f"map learned for {learn_steps} steps from kind={kind!r}: calibration KL "
                      f"{corrections['learned_map']['initial']:.4f} → {corrections['learned_map']['learned']:.4f} "
@@ -461,6 +468,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "grow_noise": grow_noise, "grow_reader_std": grow_reader_std, "rms_preserve": rms_preserve,
               "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
+              "learn_hold": learn_hold and learn_steps > 0,
               "corrections": corrections, "seconds": time.perf_counter() - started,
               "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
@@ -509,8 +517,8 @@ def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, l
               "rms_preserve": False, "jl_eps": jl[0], "jl_delta": jl[1], "jl_points": n_points,
               "jl_min_width": jl_min_width(n_points, *jl),
               "exact": orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes),
-              "notes": notes, "refit": "none", "learn_steps": 0, "corrections": {}, "site_maps": len(maps),
-              "map_groups": groups,
+              "notes": notes, "refit": "none", "learn_steps": 0, "learn_hold": False, "corrections": {},
+              "site_maps": len(maps), "map_groups": groups,
               "calib_vocabulary": vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": 0,
               "seconds": time.perf_counter() - started, "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu(),
@@ -706,7 +714,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
         calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude, map_groups=cfg.map_groups,
-        pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep,
+        pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep, learn_hold=cfg.learn_hold,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

@@ -128,7 +128,9 @@ def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: 
             f"--data_dir={data[calib]}", f"--block_size={BLOCK}", *CALIB, "--eval_iters=0", f"--seed={seed}",
             f"--threads={THREADS}", *extra]
     spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir", "--map_file")) else a.split("=")[0] + "=" +
-                     harness.relative(a.split("=", 1)[1]) for a in args], "v": 1}
+                     harness.relative(a.split("=", 1)[1]) for a in args],
+            "v": 2 if any(a.startswith("--learn_steps") for a in args) else 1}
+    # v 2 of a learned map: learning holds the kept coordinates' rows (--learn_hold, refit.free_block); v 1 moved them
 
     def build(out: str) -> dict:
         step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])

@@ -18,8 +18,11 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
 - m = 432, K = 32 with the first moment of the calibration text's embeddings only (``--calib_vocabulary=False``,
   SliceGPT's), without and with ``--refit=readers``, and the general case: calibrated on English news
   (evaluated on Botchan, which neither reads);
-- m = 432, K = 32 with the map learned (``--learn_steps=16``: T optimised on the calibration KL over matrices with
-  orthonormal rows, from the PCA map, before the tie).
+- m = 432 and m = 288, K = 32 with the map learned (``--learn_steps=16``: T optimised on the calibration KL over
+  matrices with orthonormal rows, from the PCA map, before the tie; the K kept rows held as they are), and at
+  m = 432 learning all of T (``--learn_hold=False``, one factor: the kept rows move). Each learned m = 432 map is
+  also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
+  each learned map is measured beside it.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
 two are compared with n = 3 draws, paired by seed.
@@ -54,7 +57,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
          (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
          (M, 32, (), "news"), (M, 64, (), "shakespeare"),
-         (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare"), (M, 32, (LEARN,), "shakespeare")]
+         (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare"), (M, 32, (LEARN,), "shakespeare"),
+         (RATIOS[0.5], 32, (LEARN,), "shakespeare"), (M, 32, (LEARN, "--learn_hold=False"), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 
@@ -111,6 +115,28 @@ def recovered(src: str, data: dict[str, str]) -> dict:
     return dict(finetuned(start["out_dir"], data, label), zero_shot=start["losses"], recipe=FINETUNE)
 
 
+def untied_port(src: str, data: dict[str, str], row: dict) -> dict:
+    """``row``'s learned T ported again with the head untied (``--map_file``, everything else as results/real_model's
+    cells), one factor: what the tie costs that map. ``kept_rows``: the least over the kept coordinates of their
+    column's largest entry in T (1: each still a row e_iᵀ of its own)."""
+    record = load_model(row["out_dir"])[1]["transform"]
+    path = os.path.join(row["out_dir"], "T.pt")
+    if not os.path.exists(path):  # the learned run's own T, written once beside it
+        torch.save(record["T"].double(), path)
+    kept = record["T"].double()[:, record["pca_keep"]].abs().max(0).values.min().item()
+    port = cell(src, data, row["m"], "pca", extra=(f"--map_file={path}",))
+    return dict(port, of=row["options"], kept_rows=kept)
+
+
+def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) -> None:
+    """An untied port of every learned m = M row that ``payload`` has none of, saved after each."""
+    ports = payload.setdefault("untied_ports", [])
+    for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M]:
+        if not any(p["of"] == row["options"] for p in ports):
+            ports.append(untied_port(src, data, row))
+            save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+
+
 def has_row(rows: list[dict], spec: tuple) -> bool:
     """Whether saved ``rows`` hold the cell ``spec`` (its width, options and calibration text)."""
     m, keep, more, calib = spec
@@ -135,6 +161,8 @@ def main() -> None:
             if not args.reverse:
                 payload["rows"].append(row_of(spec, row))
                 save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+        if not args.reverse:
+            untied_ports(src, data, payload, started)
         return
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         recovered(src, data)
@@ -150,6 +178,7 @@ def main() -> None:
     for spec in CELLS:
         payload["rows"].append(row_of(spec, build(src, data, spec)))
         save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    untied_ports(src, data, payload, started)
     payload["draws"] = draws(src, data, payload["rows"])
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     payload["recovery"] = recovered(src, data)

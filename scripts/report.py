@@ -980,7 +980,8 @@ def real_model_tied(r: dict) -> str:
                      f"{row['refit']} | {tied_extra(row)} | {fit.get('relative_logit_residual_untied_gain', 0):.3f} "
                      f"→ {fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
                      f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
-    reading = (tied_reading(r["rows"], plain, ref, bv, bg) + tied_draws_reading(r.get("draws"))
+    reading = (tied_reading(r["rows"], plain, ref, bv, bg) + learned_tie_reading(r, bv)
+               + tied_draws_reading(r.get("draws"))
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1044,6 +1045,27 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                    f"{twin['losses']['general']:.4f}" + (" (the general case: the novel is neither calibration text)"
                                                           if x["calibration"] == "news" else "")
                    + learned_words(x) + ".")
+    return out
+
+
+def learned_tie_reading(r: dict, bv: float) -> list[str]:
+    """Each learned map tied and the same T ported with the head untied (results' ``untied_ports``): what the tie
+    costs it, and whether learning kept the K coordinates as rows (1: their column's largest entry is 1)."""
+    out = []
+    for port in r.get("untied_ports", []):
+        row = next((x for x in r["rows"] if x.get("options") == port["of"]), None)
+        if row is None:
+            continue
+        held = "--learn_hold=False" not in port["of"]
+        tied, untied = row["losses"], port["losses"]
+        out.append(f"- **What the tie costs the learned map, m = {row['m']}, K = {row['tie_keep']}, "
+                   f"{'the kept rows held' if held else 'all of T learned (--learn_hold=False)'}:** tied "
+                   f"({row['parameters'] / 1e6:.1f} M) val {tied['val']:.4f} ({gap_words(tied['val'], bv)}), general "
+                   f"{tied['general']:.4f}; the same T with the head untied ({port['parameters'] / 1e6:.1f} M) val "
+                   f"{untied['val']:.4f} ({gap_words(untied['val'], bv)}), general {untied['general']:.4f}: the tie "
+                   f"costs {tied['val'] - untied['val']:+.4f} nats on val; the kept coordinates' columns have largest "
+                   f"entry ≥ {port['kept_rows']:.4f} (1: each still a row e_iᵀ, so the map commutes with the final "
+                   "gain there)" + learned_words(row) + ".")
     return out
 
 

@@ -249,6 +249,48 @@ def test_tie_keep_keeps_the_gain_outliers_as_rows_and_lowers_the_logit_residual(
     assert kept["corrections"]["tied_head"]["relative_logit_residual"] < 0.5 * before
 
 
+def test_a_learned_map_holds_the_kept_and_excluded_coordinates(char_data_dir):
+    """--learn_steps learns only the block of T off the held coordinates: a kept coordinate's row stays e_iᵀ and an
+    excluded one's column stays zero, so the tie stays as good as the PCA map's, while the rest of T moves and
+    the calibration KL falls."""
+    model, loader = _tied_model(char_data_dir)
+    with torch.no_grad():
+        gain = model.transformer.ln_f.weight
+        gain.copy_(1.5 + 0.05 * torch.randn(24, generator=torch.Generator().manual_seed(2)))
+        gain[7], gain[19] = -2.0, -1.0
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True, tie_keep=2,
+                   pca_exclude=(3,))
+    start = transform_model(model, 16, **options)[1]
+    learned = transform_model(model, 16, learn_steps=8, learn_lr=3e-3, **options)[1]
+    T = learned["T"].double()
+    torch.testing.assert_close(T @ T.T, torch.eye(16, dtype=torch.float64), atol=1e-6, rtol=0)
+    for i in (7, 19):  # one unit entry in the column, and its row zero elsewhere
+        row = int(T[:, i].abs().argmax())
+        assert T[row, i].abs().item() == pytest.approx(1.0, abs=1e-7)
+        assert T[:, i].abs().sum().item() == pytest.approx(1.0, abs=1e-7)
+        assert T[row].abs().sum().item() == pytest.approx(1.0, abs=1e-7)
+    assert T[:, 3].abs().max().item() < 1e-7
+    assert (learned["T"] - start["T"]).abs().max().item() > 1e-3  # the free block moved
+    kl = learned["corrections"]["learned_map"]
+    assert kl["kept"] == "learned" and kl["learned"] < kl["initial"]
+    residual = learned["corrections"]["tied_head"]["relative_logit_residual"]
+    assert residual < 2 * start["corrections"]["tied_head"]["relative_logit_residual"] + 1e-3
+
+
+def test_free_block_refuses_a_map_that_mixes_a_held_coordinate():
+    T = refit.orthonormal_rows(torch.randn(4, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    rows, columns = refit.free_block(T, ())
+    assert rows.tolist() == [0, 1, 2, 3] and columns.tolist() == list(range(6))
+    with pytest.raises(ValueError, match="coordinate 2 cannot be held"):
+        refit.free_block(T, (2,))
+    block = torch.zeros(4, 6, dtype=torch.float64)
+    block[0, 2], block[1:, [0, 1, 3, 4, 5]] = 1.0, T[1:, :5]
+    assert [r.tolist() for r in refit.free_block(block, (2,))] == [[1, 2, 3], [0, 1, 3, 4, 5]]
+    block[0, 4] = 0.5
+    with pytest.raises(ValueError, match="coordinate 2 cannot be held"):
+        refit.free_block(block, (2,))
+
+
 def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
     from test_transform import random_model
     model, loader = _tied_model(char_data_dir)
@@ -263,6 +305,8 @@ def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
     from transform import TransformConfig
     for options, message in ((dict(tie_keep=2), "add --tie_head=True|with --tie_head=True"),
                              (dict(tie_keep=-1, tie_head=True), "give a count >= 0"),
-                             (dict(tie_keep=2, tie_head=True, kind="orthogonal"), "tie_keep keeps the final gain's")):
+                             (dict(tie_keep=2, tie_head=True, kind="orthogonal"), "tie_keep keeps the final gain's"),
+                             (dict(learn_hold=False), "learn_hold=False chooses what a learned map may change: add "
+                                                      "--learn_steps=N")):
         with pytest.raises(ConfigError, match=message):
             TransformConfig(in_dir="x", out_dir="y", width=8, **dict(dict(kind="pca"), **options)).validate()
