@@ -20,7 +20,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   (evaluated on Botchan, which neither reads);
 - m = 432 and m = 288, K = 32 with the map learned (``--learn_steps=16``: T optimised on the calibration KL over
   matrices with orthonormal rows, from the PCA map, before the tie; the K kept rows held as they are), and at
-  m = 432 learning all of T (``--learn_hold=False``, one factor: the kept rows move). Each learned m = 432 map is
+  m = 432 learning all of T (``--learn_hold=False``, one factor: the kept rows move) and learning twice as long
+  (``--learn_steps=32``). Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
@@ -51,6 +52,7 @@ from refit import gain_outliers  # noqa: E402
 TIE = "--tie_head=True"
 READERS = "--refit=readers"
 LEARN = "--learn_steps=16"  # T learned on the calibration KL (refit.learn_map): two passes over the 8 batches
+LEARN_LONGER = "--learn_steps=32"  # four passes: does the held-out loss keep falling with the calibration KL?
 M = RATIOS[0.75]
 # (m, tie_keep, more options, calibration text), the most telling first: a cut-short run still answers the question
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
@@ -58,7 +60,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (READERS,), "shakespeare"), (M, 32, ("--calib_vocabulary=False",), "shakespeare"),
          (M, 32, (), "news"), (M, 64, (), "shakespeare"),
          (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare"), (M, 32, (LEARN,), "shakespeare"),
-         (RATIOS[0.5], 32, (LEARN,), "shakespeare"), (M, 32, (LEARN, "--learn_hold=False"), "shakespeare")]
+         (RATIOS[0.5], 32, (LEARN,), "shakespeare"), (M, 32, (LEARN, "--learn_hold=False"), "shakespeare"),
+         (M, 32, (LEARN_LONGER,), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 
@@ -131,7 +134,7 @@ def untied_port(src: str, data: dict[str, str], row: dict) -> dict:
 def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) -> None:
     """An untied port of every learned m = M row that ``payload`` has none of, saved after each."""
     ports = payload.setdefault("untied_ports", [])
-    for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M]:
+    for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M]:  # the 16-step maps
         if not any(p["of"] == row["options"] for p in ports):
             ports.append(untied_port(src, data, row))
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
