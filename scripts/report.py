@@ -1032,19 +1032,32 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                        f"{x['losses']['general']:.4f}; the refit head is a general matrix, so tying it back leaves a "
                        f"logit residual of {x['corrections']['tied_head']['relative_logit_residual']:.3f} (without the "
                        f"refit {twin['corrections']['tied_head']['relative_logit_residual']:.4f}).")
-    for x in rows:
-        twin = next((y for y in shakespeare if y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
-                     and y["refit"] == x["refit"] and tied_extra(y) == "—"), None)
-        if twin is None or x is twin:
-            continue
-        what = ("calibrated on English news instead of Shakespeare" if x["calibration"] == "news"
-                else f"with {tied_extra(x)}")
+    for x, twin, what in one_factor_twins(rows):
         refit = ", refit readers" if x["refit"] == "readers" else ""
         out.append(f"- **One factor, m = {x['m']}, K = {x['tie_keep']}{refit}, {what}:** val {x['losses']['val']:.4f}, "
                    f"general {x['losses']['general']:.4f}, against {twin['losses']['val']:.4f} / "
                    f"{twin['losses']['general']:.4f}" + (" (the general case: the novel is neither calibration text)"
                                                           if x["calibration"] == "news" else "")
                    + learned_words(x) + ".")
+    return out
+
+
+def one_factor_twins(rows: list[dict]) -> list[tuple[dict, dict, str]]:
+    """(row, its twin, the factor in words) for each tied row that differs from another in one factor: the
+    calibration text (English news against Shakespeare, every option the same) or its other options (against the
+    row of the same calibration without them)."""
+    def twin(x: dict, calibration: str, extra: str) -> dict | None:
+        return next((y for y in rows if y is not x and y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
+                     and y["refit"] == x["refit"] and y["calibration"] == calibration and tied_extra(y) == extra), None)
+
+    out = []
+    for x in rows:
+        if x["calibration"] == "news" and (y := twin(x, "shakespeare", tied_extra(x))):
+            out.append((x, y, "calibrated on English news instead of Shakespeare"
+                        + (f" (both with {tied_extra(x)})" if tied_extra(x) != "—" else "")))
+        if tied_extra(x) != "—" and (y := twin(x, x["calibration"], "—")):
+            out.append((x, y, f"with {tied_extra(x)}" + (" (both calibrated on English news)"
+                                                        if x["calibration"] == "news" else "")))
     return out
 
 

@@ -510,16 +510,17 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         args = type("A", (), {"part": "missing", "reverse": reverse})()
         monkeypatch.setattr(real_tied_head, "start", lambda *a, args=args: (args, 0.0, "src", {}))
         monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec, built=built: built.append(spec) or {
-            "losses": {"val": 4.0, "general": 5.0}, "m": spec[0], "options": list(real_tied_head.options(*spec[1:3]))})
-        monkeypatch.setattr(real_tied_head, "save", lambda payload, *a, saves=saves: saves.append(payload["rows"][-1]))
+            "losses": {"val": 4.0, "general": 5.0}, "m": spec[0], "options": list(real_tied_head.options(*spec[1:3])),
+            "calibration": spec[3]})
+        monkeypatch.setattr(real_tied_head, "save", lambda payload, *a, saves=saves: saves.append(
+            payload["rows"][-1].get("tie_keep")))
         ported = []
         monkeypatch.setattr(real_tied_head, "untied_port", lambda src, data, row, ported=ported: ported.append(
             row["options"]) or {"of": row["options"]})
         real_tied_head.main()
         assert built == (cells[-2:][::-1] if reverse else cells[-2:])
-        # the forward run saves each built row, then ports every learned m = M row with the head untied (and saves)
+        # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
         learned = [list(real_tied_head.options(k, more)) for m, k, more, c in cells
                    if real_tied_head.LEARN in more and m == real_tied_head.M]
-        assert ported == ([] if reverse else learned) and len(learned) == 2
-        assert [x["tie_keep"] for x in saves[:2]] == ([] if reverse else [cells[-2][1], cells[-1][1]])
-        assert len(saves) == (0 if reverse else 2 + len(learned))
+        assert ported == ([] if reverse else learned[:2]) and len(learned) == 3  # not the news-calibrated one
+        assert saves == ([] if reverse else [None, None, cells[-2][1], cells[-1][1]])

@@ -704,6 +704,22 @@ def test_the_learned_maps_tie_cost_reads_tied_against_the_same_t_untied():
     assert report.learned_tie_reading({"rows": rows}, 3.7584) == []
 
 
+def test_tied_rows_are_read_against_the_row_one_factor_away():
+    def row(calibration, *more, m=432):
+        return {"m": m, "tie_keep": 32, "refit": "none", "calibration": calibration,
+                "options": ["--tie_head=True", "--tie_keep=32", *more]}
+    plain, news, learned, news_learned, half = (row("shakespeare"), row("news"),
+                                                row("shakespeare", "--learn_steps=16"),
+                                                row("news", "--learn_steps=16"), row("news", m=288))
+    got = report.one_factor_twins([plain, news, learned, news_learned, half])
+    assert [(id(x), id(y), what) for x, y, what in got] == [
+        (id(news), id(plain), "calibrated on English news instead of Shakespeare"),
+        (id(learned), id(plain), "with learn_steps=16"),
+        (id(news_learned), id(learned), "calibrated on English news instead of Shakespeare (both with learn_steps=16)"),
+        (id(news_learned), id(news), "with learn_steps=16 (both calibrated on English news)")]
+    # the m = 288 news row has no twin one factor away: it reads against nothing
+
+
 def test_a_learned_rows_reading_gives_its_calibration_kl():
     row = {"corrections": {"learned_map": {"initial": 0.8133, "learned": 0.4341, "kept": "learned"}}}
     assert report.learned_words(row) == ("; the calibration KL to the original (before the tie) 0.813 → 0.434 "
