@@ -21,7 +21,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
 - m = 432 and m = 288, K = 32 with the map learned (``--learn_steps=16``: T optimised on the calibration KL over
   matrices with orthonormal rows, from the PCA map, before the tie; the K kept rows held as they are), and at
   m = 432 learning all of T (``--learn_hold=False``, one factor: the kept rows move) and learning twice as long
-  (``--learn_steps=32``); the general case learned too (calibrated on English news). Each learned m = 432 map is
+  (``--learn_steps=32``), also on twice the calibration tokens (``--calib_batches=16``); the general case learned
+  too (calibrated on English news). Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
@@ -53,6 +54,7 @@ TIE = "--tie_head=True"
 READERS = "--refit=readers"
 LEARN = "--learn_steps=16"  # T learned on the calibration KL (refit.learn_map): two passes over the 8 batches
 LEARN_LONGER = "--learn_steps=32"  # four passes: does the held-out loss keep falling with the calibration KL?
+# (and with twice the calibration tokens, --calib_batches=16: two passes again, over 65,536 tokens)
 M = RATIOS[0.75]
 # (m, tie_keep, more options, calibration text), the most telling first: a cut-short run still answers the question
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
@@ -61,7 +63,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (), "news"), (M, 64, (), "shakespeare"),
          (M, 32, (READERS, "--calib_vocabulary=False"), "shakespeare"), (M, 32, (LEARN,), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN,), "shakespeare"), (M, 32, (LEARN, "--learn_hold=False"), "shakespeare"),
-         (M, 32, (LEARN_LONGER,), "shakespeare"), (M, 32, (LEARN,), "news")]
+         (M, 32, (LEARN_LONGER,), "shakespeare"), (M, 32, (LEARN,), "news"),
+         (M, 32, (LEARN_LONGER, "--calib_batches=16"), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 

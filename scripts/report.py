@@ -1082,6 +1082,12 @@ def learned_tie_reading(r: dict, bv: float) -> list[str]:
     return out
 
 
+def calibration_tokens(row: dict) -> int:
+    """The calibration tokens of a real-model row: 8 × 16 × 256 unless its options give --calib_batches."""
+    batches = next((int(o.split("=")[1]) for o in row.get("options", []) if o.startswith("--calib_batches=")), 8)
+    return batches * 16 * 256
+
+
 def learned_words(row: dict) -> str:
     """A learned map's calibration KL before and after learning, and what it did on held-out val: the map fits the
     calibration tokens it learns on; only the val split says whether that carries over."""
@@ -1089,8 +1095,8 @@ def learned_words(row: dict) -> str:
     if not learned:
         return ""
     return (f"; the calibration KL to the original (before the tie) {learned['initial']:.3f} → "
-            f"{learned['learned']:.3f} (kept: {learned['kept']}), learned on the 32,768 calibration tokens it is "
-            "measured on")
+            f"{learned['learned']:.3f} (kept: {learned['kept']}), learned on the {calibration_tokens(row):,} "
+            "calibration tokens it is measured on")
 
 
 def tied_draws_reading(draws: dict | None) -> list[str]:

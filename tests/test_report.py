@@ -725,3 +725,4 @@ def test_a_learned_rows_reading_gives_its_calibration_kl():
     assert report.learned_words(row) == ("; the calibration KL to the original (before the tie) 0.813 → 0.434 "
                                          "(kept: learned), learned on the 32,768 calibration tokens it is measured on")
     assert report.learned_words({"corrections": {}}) == ""
+    assert "learned on the 65,536 calibration tokens" in report.learned_words(dict(row, options=["--calib_batches=16"]))
