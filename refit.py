@@ -290,7 +290,7 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     applied when needed), and a batch is processed ``tokens_per_pass`` tokens at a time with the gradient
     accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held (the default, 1024,
     is one pass per batch for the char model's 16 × 64 calibration batches: its cached results stay exact)."""
-    T_init = orthonormal_rows(T_init)
+    T_init = orthonormal_rows(T_init.cpu()).to(T_init.device)  # on the CPU: the same start on every device
     free_rows, free_columns = free_block(T_init, held)
     with torch.random.fork_rng(devices=[]):  # the parametrization completes T to a square orthogonal matrix at random
         # (on the CPU: the same start on every device)
@@ -349,18 +349,17 @@ def free_block(T: torch.Tensor, held: tuple[int, ...]) -> tuple[torch.Tensor, to
     but those that are a held coordinate's e_iᵀ. Raises ValueError unless T is block-diagonal that way: each held
     column zero or one unit row, and those rows zero elsewhere (PCA maps with --pca_keep/--pca_exclude are)."""
     m, d = T.shape
-    held_columns = torch.tensor(sorted(set(held)), dtype=torch.long)
-    unit_rows = []
-    for i in held_columns.tolist():
+    unit_rows = set()
+    for i in sorted(set(held)):
         column = T[:, i].abs()
         if column.max() < 1e-9:  # an excluded coordinate: T·e_i = 0
             continue
         row = int(column.argmax())
         if abs(column[row].item() - 1) > 1e-6 or column.sum().item() - 1 > 1e-6 or T[row].abs().sum() - 1 > 1e-6:
             raise ValueError(f"coordinate {i} cannot be held: its column of T is neither zero nor one unit row e_iᵀ")
-        unit_rows.append(row)
-    rows = torch.tensor([r for r in range(m) if r not in set(unit_rows)], dtype=torch.long)
-    columns = torch.tensor([c for c in range(d) if c not in set(held_columns.tolist())], dtype=torch.long)
+        unit_rows.add(row)
+    rows = torch.tensor([r for r in range(m) if r not in unit_rows], dtype=torch.long)
+    columns = torch.tensor([c for c in range(d) if c not in set(held)], dtype=torch.long)
     return rows, columns
 
 

@@ -1044,20 +1044,31 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
 
 def one_factor_twins(rows: list[dict]) -> list[tuple[dict, dict, str]]:
     """(row, its twin, the factor in words) for each tied row that differs from another in one factor: the
-    calibration text (English news against Shakespeare, every option the same) or its other options (against the
-    row of the same calibration without them)."""
-    def twin(x: dict, calibration: str, extra: str) -> dict | None:
+    calibration text (English news against Shakespeare, every option the same) or one of its other options
+    (against the row of the same calibration with the rest of them; the row with none where no such row exists)."""
+    def extras(x: dict) -> list[str]:
+        return [o for o in tied_extra(x).split(", ") if o != "—"]
+
+    def twin(x: dict, calibration: str, options: list[str]) -> dict | None:
         return next((y for y in rows if y is not x and y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
-                     and y["refit"] == x["refit"] and y["calibration"] == calibration and tied_extra(y) == extra), None)
+                     and y["refit"] == x["refit"] and y["calibration"] == calibration and extras(y) == options), None)
+
+    def both(options: list[str], news: bool) -> str:
+        common = ([f"with {', '.join(options)}"] if options else []) + (["calibrated on English news"] if news else [])
+        return f" (both {' and '.join(common)})" if common else ""
 
     out = []
     for x in rows:
-        if x["calibration"] == "news" and (y := twin(x, "shakespeare", tied_extra(x))):
-            out.append((x, y, "calibrated on English news instead of Shakespeare"
-                        + (f" (both with {tied_extra(x)})" if tied_extra(x) != "—" else "")))
-        if tied_extra(x) != "—" and (y := twin(x, x["calibration"], "—")):
-            out.append((x, y, f"with {tied_extra(x)}" + (" (both calibrated on English news)"
-                                                        if x["calibration"] == "news" else "")))
+        mine, news = extras(x), x["calibration"] == "news"
+        if news and (y := twin(x, "shakespeare", mine)):
+            out.append((x, y, "calibrated on English news instead of Shakespeare" + both(mine, False)))
+        if not mine:
+            continue
+        fewer = [[o for o in mine if o != one] for one in reversed(mine)] + [[]]  # one option less, else none
+        rest = next((r for r in fewer if twin(x, x["calibration"], r)), None)
+        if rest is not None:
+            added = [o for o in mine if o not in rest]
+            out.append((x, twin(x, x["calibration"], rest), f"with {', '.join(added)}" + both(rest, news)))
     return out
 
 

@@ -48,6 +48,7 @@ def transform(src, out, *args):
     ["--kind=pca", "--width=24", "--refit=all"],
     ["--kind=pca", "--width=24", "--refit=gains"],
     ["--kind=pca", "--width=24", "--learn_steps=3", "--refit=readers"],
+    ["--kind=pca", "--width=24", "--learn_steps=2", "--pca_keep=3", "--pca_exclude=5"],  # held coordinates
     ["--kind=orthogonal", "--width=32", "--norms=scalar"],
 ], ids=lambda a: "_".join(x.split("=")[1] for x in a))
 def test_transform_runs_on_cuda(trained_dir, tmp_path, args):

@@ -708,16 +708,21 @@ def test_tied_rows_are_read_against_the_row_one_factor_away():
     def row(calibration, *more, m=432):
         return {"m": m, "tie_keep": 32, "refit": "none", "calibration": calibration,
                 "options": ["--tie_head=True", "--tie_keep=32", *more]}
-    plain, news, learned, news_learned, half = (row("shakespeare"), row("news"),
-                                                row("shakespeare", "--learn_steps=16"),
-                                                row("news", "--learn_steps=16"), row("news", m=288))
-    got = report.one_factor_twins([plain, news, learned, news_learned, half])
+    plain, news, learned, news_learned, half, free = (row("shakespeare"), row("news"),
+                                                      row("shakespeare", "--learn_steps=16"),
+                                                      row("news", "--learn_steps=16"), row("news", m=288),
+                                                      row("shakespeare", "--learn_steps=16", "--learn_hold=False"))
+    got = report.one_factor_twins([plain, news, learned, news_learned, half, free])
     assert [(id(x), id(y), what) for x, y, what in got] == [
         (id(news), id(plain), "calibrated on English news instead of Shakespeare"),
         (id(learned), id(plain), "with learn_steps=16"),
         (id(news_learned), id(learned), "calibrated on English news instead of Shakespeare (both with learn_steps=16)"),
-        (id(news_learned), id(news), "with learn_steps=16 (both calibrated on English news)")]
+        (id(news_learned), id(news), "with learn_steps=16 (both calibrated on English news)"),
+        (id(free), id(learned), "with learn_hold=False (both with learn_steps=16)")]
     # the m = 288 news row has no twin one factor away: it reads against nothing
+    alone = report.one_factor_twins([plain, free])  # without the learned row: against the row with no options
+    assert [(id(x), id(y), what) for x, y, what in alone] == [
+        (id(free), id(plain), "with learn_steps=16, learn_hold=False")]
 
 
 def test_a_learned_rows_reading_gives_its_calibration_kl():
