@@ -353,6 +353,19 @@ def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int
 # The whole transform
 
 
+class PhaseClock:
+    """Seconds per named step of a pipeline: each ``lap(name)`` adds the time since the previous lap to ``name``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._mark = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._mark
+        self._mark = now
+
+
 def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting: str = "residual",
                     norms: str = "fold", seed: int = 0, calibration_loader: BatchLoader | None = None,
                     calib_batches: int = 8, grow_noise: float = 0.0, jl_eps: float = 0.2, jl_delta: float = 0.05,
@@ -402,6 +415,9 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     else:  # a coordinate map keeps peri-LN output gains exactly (porting.average_output_gains says why)
         sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms, keep_output_gains=kind == "truncate"
                                       and given_map is None and refit == "none" and not learn_steps and not tie_head)
+    clock = PhaseClock()  # seconds per step of the pipeline: where a long run spends its time
+    lap = clock.lap
+    lap("check")
     calibration = None
     if calibration_loader is not None and (kind == "pca" and given_map is None or refit != "none"
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)
@@ -411,6 +427,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                                coordinates)
     check_orthonormal_growth(T, kind if given_map is None else "file", grow_reader_std, grow_mask_iters)
     kind = "file" if given_map is not None else kind
+    lap("calibrate")
     device = model.transformer.wte.weight.device
     T, T_pinv = T.to(device), T_pinv.to(device)  # the one move: every rule below meets the weights on their device
     corrections: dict = {}
@@ -430,6 +447,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         notes.append(f"map learned for {learn_steps} steps from kind={kind!r}: calibration KL "
                      f"{corrections['learned_map']['initial']:.4f} → {corrections['learned_map']['learned']:.4f} "
                      f"(kept: {corrections['learned_map']['kept']})")
+        lap("learn")
     if porting == "paper_code":
         T = T if given_map is not None else paper_code_projection(kind, T)
         T_pinv = pseudo_inverse(T)
@@ -450,8 +468,10 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     new_model = model_from_state(new_sd, new_cfg)
     if ramp is not None:
         attach_ramp(new_model, ramp)
+    lap("port")
     if refit != "none" or tie_head:
         new_model = apply_refit(original, new_model, T, batches, refit, refit_ridge, tie_head, corrections, notes)
+        lap("refit/tie")
     n_points = (calibration.count if calibration is not None
                 else calibration_points(model.config, calibration_loader, calib_batches, calib_vocabulary))
     min_width = jl_min_width(n_points, jl_eps, jl_delta)
@@ -469,7 +489,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "learn_hold": learn_hold and learn_steps > 0,
-              "corrections": corrections, "seconds": time.perf_counter() - started,
+              "corrections": corrections, "seconds": time.perf_counter() - started, "phase_seconds": clock.seconds,
               "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
               "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
@@ -770,6 +790,9 @@ def main(argv: list[str]) -> None:
     print(f"  {jl_line(record)}")
     for note in record["notes"]:
         print(f"  note: {note}")
+    if record.get("phase_seconds"):
+        print("  seconds: " + ", ".join(f"{phase} {t:.1f}" for phase, t in record["phase_seconds"].items())
+              + f" (transform {record['seconds']:.1f})")
     if "val_loss_after" in record:
         before = f"{record['val_loss_before']:.4f} → " if "val_loss_before" in record else ""
         print(f"val loss ({record['val_loss_basis']}): {before}{record['val_loss_after']:.4f}")

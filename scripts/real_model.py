@@ -122,11 +122,12 @@ def parameters(model_dir: str) -> int:
 
 
 def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual",
-                calib: str = "shakespeare", extra: tuple[str, ...] = (), seed: int = 0) -> tuple[str, dict]:
-    """One transform of ``src`` (the step, timed): (its directory, what it recorded)."""
+                calib: str = "shakespeare", extra: tuple[str, ...] = (), seed: int = 0,
+                threads: int = THREADS) -> tuple[str, dict]:
+    """One transform of ``src`` (the step, timed, on ``threads`` threads): (its directory, what it recorded)."""
     args = ["transform.py", f"--in_dir={src}", f"--width={width}", f"--kind={kind}", f"--porting={porting}",
             f"--data_dir={data[calib]}", f"--block_size={BLOCK}", *CALIB, "--eval_iters=0", f"--seed={seed}",
-            f"--threads={THREADS}", *extra]
+            f"--threads={threads}", *extra]
     spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir", "--map_file")) else a.split("=")[0] + "=" +
                      harness.relative(a.split("=", 1)[1]) for a in args],
             "v": 2 if any(a.startswith("--learn_steps") for a in args) else 1}
@@ -136,19 +137,20 @@ def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: 
         step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
         record = {k: v for k, v in load_model(out)[1]["transform"].items() if k not in ("T", "T_pinv")}
         return {"step": step, "parameters": parameters(out), "exact": record["exact"], "notes": record["notes"],
-                "corrections": record.get("corrections", {})}
+                "corrections": record.get("corrections", {}), "phase_seconds": record.get("phase_seconds")}
 
     label = f"smollm2-{kind}-{porting}-m{width}-{calib}" + (f"-seed{seed}" if seed else "") + (
+        f"-threads{threads}" if threads != THREADS else "") + (
         "-" + "-".join(a.strip("-") for a in extra) if extra else "")
     out, result = cached("transform", label[:80], spec, build)
     return out, {k: v for k, v in result.items() if k != "losses"}  # a marker of version 1 held its own losses
 
 
 def cell(src: str, data: dict[str, str], width: int, kind: str, porting: str = "residual", calib: str = "shakespeare",
-         extra: tuple[str, ...] = (), seed: int = 0) -> dict:
+         extra: tuple[str, ...] = (), seed: int = 0, threads: int = THREADS) -> dict:
     """One transform of ``src`` (the step, timed) and its zero-shot losses; ``seed`` draws the calibration batches
     (and a random map)."""
-    out, result = transformed(src, data, width, kind, porting, calib, extra, seed)
+    out, result = transformed(src, data, width, kind, porting, calib, extra, seed, threads)
     return dict(result, losses=losses(out, data), kind=kind, porting=porting, m=width, calibration=calib,
                 options=list(extra), out_dir=out, seed=seed)
 

@@ -522,5 +522,29 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
         learned = [list(real_tied_head.options(k, more)) for m, k, more, c in cells
                    if real_tied_head.LEARN in more and m == real_tied_head.M]
-        assert ported == ([] if reverse else learned[:2]) and len(learned) == 3  # not the news-calibrated one
+        # not the news-calibrated one, nor a refit one (its T is its learned twin's)
+        assert ported == ([] if reverse else learned[:2]) and len(learned) == 4
         assert saves == ([] if reverse else [None, None, cells[-2][1], cells[-1][1]])
+
+
+def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):
+    """--part=timing builds the best −25% row again with --threads=2 and saves it beside the rows, which it keeps."""
+    import json
+
+    import real_tied_head
+
+    import real_quantization
+
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
+    (tmp_path / "real_model_tied").mkdir()
+    (tmp_path / "real_model_tied" / "results.json").write_text(json.dumps({"rows": [{"m": 1}]}))
+    args = type("A", (), {"part": "timing", "reverse": False})()
+    monkeypatch.setattr(real_tied_head, "start", lambda *a: (args, 0.0, "src", {}))
+    calls, saved = [], []
+    monkeypatch.setattr(real_tied_head, "cell", lambda src, data, m, kind, **kw: calls.append((m, kw)) or {
+        "step": {"seconds": 900.0}})
+    monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(payload))
+    real_tied_head.main()
+    (m, kw), = calls
+    assert m == real_tied_head.M and kw["threads"] == 2 and real_tied_head.LEARN in kw["extra"]
+    assert saved[-1]["rows"] == [{"m": 1}] and saved[-1]["recipe_timing"]["threads"] == 2

@@ -12,6 +12,7 @@ from dataset import BatchLoader
 from errors import ConfigError, TransformError
 from porting import canonical_model
 from transform import TransformConfig, transform_checkpoint, transform_model
+from transform import main as transform_main  # the CLI's printing
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +143,22 @@ def test_refit_records_travel_through_the_cli_path(trained_dir, char_data_dir, t
     saved = load_checkpoint(str(tmp_path / "t"))["transform"]
     assert saved["refit"] == "all" and "relative_errors" in saved["corrections"]
     assert record["val_loss_after"] > 0
+
+
+def test_the_record_says_where_the_time_went(setup, trained_dir, char_data_dir, tmp_path, capsys):
+    """phase_seconds: each step of the pipeline that ran, in order, adding up to the transform's seconds."""
+    model, loader = setup
+    _, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, learn_steps=1,
+                                refit="readers")
+    phases = record["phase_seconds"]
+    assert list(phases) == ["check", "calibrate", "learn", "port", "refit/tie"]
+    assert all(t >= 0 for t in phases.values()) and sum(phases.values()) <= record["seconds"]
+    _, plain = transform_model(model, 16, kind="orthogonal")
+    assert list(plain["phase_seconds"]) == ["check", "calibrate", "port"]  # no correction ran: none timed
+    transform_main([f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 't'}", "--width=16", "--kind=pca",
+          f"--data_dir={char_data_dir}", "--eval_iters=0", "--refit=gains"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  seconds: "))
+    assert line.startswith("  seconds: check ") and ", refit/tie " in line and line.endswith(")")
 
 
 def test_bad_correction_requests_fail_with_one_clear_error(setup):
