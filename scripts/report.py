@@ -981,7 +981,7 @@ def real_model_tied(r: dict) -> str:
                      f"→ {fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
                      f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
     reading = (tied_reading(r["rows"], plain, ref, bv, bg) + learned_tie_reading(r, bv)
-               + tied_draws_reading(r.get("draws"))
+               + recipe_timing_reading(r, bv) + tied_draws_reading(r.get("draws"))
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1023,11 +1023,13 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                        + f", m = {x['m']}: val {x['losses']['val']:.4f} ({gap_words(x['losses']['val'], bv)}), "
                        f"general {x['losses']['general']:.4f}" for x in sorted(same, key=lambda x: x["losses"]["val"]))
                        if same else "") + ".")
-    for x in (x for x in shakespeare if x["refit"] == "readers" and tied_extra(x) == "—"):
+    for x in (x for x in shakespeare if x["refit"] == "readers"):  # against the same map without the refit
         twin = next((y for y in shakespeare if y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
-                     and y["refit"] == "none" and tied_extra(y) == "—"), None)
+                     and y["refit"] == "none" and tied_extra(y) == tied_extra(x)), None)
+        extra = "" if tied_extra(x) == "—" else f", {tied_extra(x)}"
         if twin:
-            out.append(f"- **The readers' refit, m = {x['m']}, K = {x['tie_keep']}:** val {twin['losses']['val']:.4f} "
+            out.append(f"- **The readers' refit, m = {x['m']}, K = {x['tie_keep']}{extra}:** val "
+                       f"{twin['losses']['val']:.4f} "
                        f"→ {x['losses']['val']:.4f}, general {twin['losses']['general']:.4f} → "
                        f"{x['losses']['general']:.4f}; the refit head is a general matrix, so tying it back leaves a "
                        f"logit residual of {x['corrections']['tied_head']['relative_logit_residual']:.3f} (without the "
@@ -1091,6 +1093,23 @@ def learned_tie_reading(r: dict, bv: float) -> list[str]:
                    f"entry ≥ {port['kept_rows']:.4f} (1: each still a row e_iᵀ, so the map commutes with the final "
                    "gain there)" + learned_words(row) + ".")
     return out
+
+
+def recipe_timing_reading(r: dict, bv: float) -> list[str]:
+    """The best −25% recipe run again on both cores (``recipe_timing``): the CLI's wall time and its phases, beside
+    the same row on one thread."""
+    timing = r.get("recipe_timing")
+    if not timing:
+        return []
+    one = next((x for x in r["rows"] if x.get("options") == timing["of"] and x["calibration"] == "shakespeare"), None)
+    phases = ", ".join(f"{name} {t:.0f} s" for name, t in (timing.get("phase_seconds") or {}).items() if t >= 1)
+    v = timing["losses"]["val"]
+    return [f"- **The whole recipe on {timing['threads']} threads** (m = {timing['m']}, {tied_extra(timing)}; the CLI "
+            f"run from start to the written checkpoint, alone on the machine): {timing['step']['seconds']:.0f} s "
+            f"({timing['step']['seconds'] / 60:.1f} min" + (f"; {phases}" if phases else "") + ")"
+            + (f", against {one['step']['seconds']:.0f} s on one thread" if one else "")
+            + f"; val {v:.4f} ({gap_words(v, bv)})"
+            + (f", the one-thread row's {one['losses']['val']:.4f} (float sums in another order)" if one else "") + "."]
 
 
 def calibration_tokens(row: dict) -> int:

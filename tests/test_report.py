@@ -731,3 +731,18 @@ def test_a_learned_rows_reading_gives_its_calibration_kl():
                                          "(kept: learned), learned on the 32,768 calibration tokens it is measured on")
     assert report.learned_words({"corrections": {}}) == ""
     assert "learned on the 65,536 calibration tokens" in report.learned_words(dict(row, options=["--calib_batches=16"]))
+
+
+def test_the_recipe_timing_reads_both_cores_against_the_one_thread_row():
+    options = ["--tie_head=True", "--tie_keep=32", "--learn_steps=16"]
+    rows = [{"options": options, "calibration": "shakespeare", "m": 432, "step": {"seconds": 1550.7},
+             "losses": {"val": 4.0398}}]
+    timing = {"of": options, "options": options, "threads": 2, "m": 432, "step": {"seconds": 870.4},
+              "phase_seconds": {"check": 0.2, "calibrate": 60.4, "learn": 700.0, "port": 3.0, "refit/tie": 20.0},
+              "losses": {"val": 4.0401}}
+    assert report.recipe_timing_reading({"rows": rows, "recipe_timing": timing}, 3.7584) == [
+        "- **The whole recipe on 2 threads** (m = 432, learn_steps=16; the CLI run from start to the written "
+        "checkpoint, alone on the machine): 870 s (14.5 min; calibrate 60 s, learn 700 s, port 3 s, refit/tie 20 s), "
+        "against 1551 s on one thread; val 4.0401 (+7.5%), the one-thread row's 4.0398 (float sums in another "
+        "order)."]
+    assert report.recipe_timing_reading({"rows": rows}, 3.7584) == []
