@@ -33,8 +33,8 @@ batch, at the rate and batch that results/real_model_distill/results.json alread
 --distill_hidden=β``: every block's output against T·(the original's), T the transform's own map) to the best
 recipe, one factor: β in ``HIDDEN`` (the tuning effort: those values), data order 0; the control distilled from
 itself with the lowest β's loss; and, if that β ends below the KL alone, two more data orders (n = 3).
-``--part=learned`` distils the tied map learned on the calibration KL (results/real_model_tied's ``--learn_steps``
-row) with the best recipe: another start, the same recipe and control.
+``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
+rows, m = 432 and m = 288) with the best recipe: another start, the same recipe and control.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def main() -> None:
         features(src, data, saved_results(), started, args.reverse)
         return
     if args.part == "learned":
-        learned(src, data, saved_results(), started)
+        learned(src, data, saved_results(), started, args.reverse)
         return
     if args.part == "later":
         payload = saved_results()
@@ -264,14 +264,19 @@ def features(src: str, data: dict[str, str], payload: dict, started: float, reve
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 
-def learned(src: str, data: dict[str, str], payload: dict, started: float) -> None:
+def learned(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
     """A better start, one factor: the tied map learned on the calibration KL (results/real_model_tied's
-    ``--learn_steps`` row) distilled with the best recipe, against that recipe's control; added as "learned"."""
+    ``--learn_steps`` rows) distilled with the best recipe, against that recipe's control; at −25% parameters
+    added as "learned", at −50% (m = 288) as "half_learned" (``reverse``: build the −50% run only, saving nothing)."""
     chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
-    start = build(src, data, (RECOVER[0], RECOVER[1], (LEARN,), RECOVER[3]))
-    payload["learned"] = dict(arm(data, start, chosen, name="-learned", batch=best), zero_shot=start["losses"],
-                              start_parameters=parameters(start["out_dir"]), option=LEARN)
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    for key, spec in (("learned", RECOVER), ("half_learned", HALF))[::-1 if reverse else 1]:
+        start = build(src, data, (spec[0], spec[1], (LEARN,), spec[3]))
+        run = arm(data, start, chosen, name="-learned", batch=best, m=spec[0])
+        if reverse:
+            return
+        payload[key] = dict(run, zero_shot=start["losses"], start_parameters=parameters(start["out_dir"]),
+                            option=LEARN, m=spec[0])
+        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 
 def best_recipe_arm(payload: dict) -> dict:

@@ -1310,13 +1310,15 @@ def shakespeare_on_novel(r: dict) -> list[str]:
 
 
 def learned_rows(r: dict) -> list[str]:
-    """The learned map's start, zero-shot and distilled with the best recipe (gaps to that recipe's control)."""
-    x = r.get("learned")
-    if not x:
-        return []
+    """Each learned map's start (−25%, then −50% parameters), zero-shot and distilled with the best recipe (gaps to
+    that recipe's control)."""
+    return [line for key in ("learned", "half_learned") if r.get(key) for line in learned_start_rows(r, r[key])]
+
+
+def learned_start_rows(r: dict, x: dict) -> list[str]:
     own = best_recipe_control(r)["losses"]
     batch, steps = recipe_in_batch(r, x["batch"])
-    z, a, m = x["zero_shot"], x["losses"], r["start"]["m"]
+    z, a, m = x["zero_shot"], x["losses"], x.get("m", r["start"]["m"])
     return [f"| — | tied m = {m} + learned map, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
             f"{gap_words(z['val'], own['val'])} | {z['general']:.4f} | {gap_words(z['general'], own['general'])} | — |",
             f"| {x['lr']:g} | tied m = {m} + learned map, distilled, batch {batch} × {steps} steps | "
@@ -1340,6 +1342,25 @@ def learned_reading(r: dict) -> list[str]:
             f"control) against {plain['val']:.4f} ({gap_words(plain['val'], own['val'])})"
             + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
             + f"; general {x['losses']['general']:.4f} against {plain['general']:.4f} (n = 1)."]
+
+
+def half_learned_reading(r: dict) -> list[str]:
+    """−50% parameters from the learned map against the PCA start's run in the same recipe (results' "half"), with
+    the −25% data orders' spread as the only yardstick there is (n = 1 each)."""
+    x, h = r.get("half_learned"), r.get("half")
+    if not x or not h:
+        return []
+    own, plain, draws = best_recipe_control(r)["losses"], h["arm"]["losses"], best_recipe_draws(r)
+    spread = statistics.stdev(a["val"] for a in draws["arm"]) if draws else None
+    v = x["losses"]["val"]
+    verdict_words = ("" if spread is None else f"; the −25% data orders' spread is ± {spread:.4f}, so "
+                     + ("no difference" if abs(v - plain["val"]) < 2 * spread else "a difference beyond twice it"))
+    return [f"- **−50% parameters from the learned map** (`{x['option']}`, m = {x['m']}, the same recipe and "
+            f"control): zero-shot val {x['zero_shot']['val']:.4f} against the PCA start's "
+            f"{h['start']['losses']['val']:.4f}; "
+            f"after distillation {v:.4f} ({gap_words(v, own['val'])} above the control) against {plain['val']:.4f} "
+            f"({gap_words(plain['val'], own['val'])}); general {x['losses']['general']:.4f} against "
+            f"{plain['general']:.4f} (n = 1 each{verdict_words})."]
 
 
 def smaller_batch_won(r: dict) -> bool:
@@ -1486,7 +1507,7 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
                    + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
     out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + features_reading(r)
-            + learned_reading(r))
+            + learned_reading(r) + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:

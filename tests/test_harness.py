@@ -393,6 +393,31 @@ def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_
     assert real_distill.saved_results() == saved
 
 
+def test_the_learned_part_distils_both_learned_widths_and_reverse_builds_only_the_half(monkeypatch):
+    """real_distill --part=learned: the learned m = 432 and m = 288 starts, each distilled with the best recipe and
+    saved under its own key with its zero-shot losses; --reverse builds the −50% run and saves nothing."""
+    import real_distill
+
+    for reverse in (False, True):
+        built, arms, saves = [], [], []
+        monkeypatch.setattr(real_distill, "build", lambda src, data, spec, built=built: built.append(spec) or {
+            "out_dir": f"m{spec[0]}", "losses": {"val": spec[0] / 100}})
+        monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, name="", batch=8, m=432, arms=arms: (
+            arms.append((start["out_dir"], lr, name, batch, m)) or {"losses": {"val": 3.9}}))
+        monkeypatch.setattr(real_distill, "parameters", lambda out: 1)
+        monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
+        payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1}}
+        real_distill.learned("src", {}, payload, 0.0, reverse)
+        widths = [real_distill.HALF[0]] if reverse else [real_distill.RECOVER[0], real_distill.HALF[0]]
+        assert [spec[0] for spec in built] == widths and all(real_distill.LEARN in spec[2] for spec in built)
+        assert arms == [(f"m{m}", 1e-4, "-learned", 1, m) for m in widths]
+        if reverse:
+            assert saves == [] and "half_learned" not in payload
+        else:
+            assert len(saves) == 2 and payload["half_learned"]["m"] == real_distill.HALF[0]
+            assert payload["learned"]["zero_shot"] == {"val": real_distill.RECOVER[0] / 100}
+
+
 @pytest.mark.parametrize("wins", [True, False])
 def test_the_hidden_state_part_tries_each_weight_then_the_lowest_ones_control_and_orders_only_if_it_wins(
         monkeypatch, wins):

@@ -683,6 +683,20 @@ def test_the_learned_start_reads_against_the_plain_start_in_the_best_recipe(monk
     r["learned"]["losses"]["val"] = 3.8700
     assert "against 3.8804 (+3.2%); inside twice the data orders' spread, ± 0.0150: no difference;" in \
         report.real_model_distill(r)
+    # −50%: the learned m = 288 start against the PCA start's run in the same recipe, the −25% orders' spread the
+    # yardstick
+    r["half"] = {"m": 288, "batch": 1, "start": {"losses": {"val": 5.5778, "general": 6.4593}, "parameters": 67.3e6},
+                 "arm": run(4.1458)}
+    r["half_learned"] = dict(run(4.0500, 4.80), batch=1, zero_shot={"val": 4.6509, "general": 5.4750},
+                             start_parameters=67.3e6, option="--learn_steps=16", m=288)
+    text = report.real_model_distill(r)
+    assert "| — | tied m = 288 + learned map, zero-shot | 67.3 M | 4.6509 |" in text
+    assert ("- **−50% parameters from the learned map** (`--learn_steps=16`, m = 288, the same recipe and control): "
+            "zero-shot val 4.6509 against the PCA start's 5.5778; after distillation 4.0500 (+7.8% above the control) "
+            "against 4.1458 (+10.3%); general 4.8000 against 4.4000 (n = 1 each; the −25% data orders' spread is "
+            "± 0.0150, so a difference beyond twice it).") in text
+    r["half_learned"]["losses"]["val"] = 4.1400
+    assert "(n = 1 each; the −25% data orders' spread is ± 0.0150, so no difference)." in report.real_model_distill(r)
 
 
 def test_the_learned_maps_tie_cost_reads_tied_against_the_same_t_untied():
