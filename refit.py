@@ -38,6 +38,7 @@ from logger import progress
 from model import GPT
 
 REFIT_MODES = ("none", "gains", "readers", "all")
+RETIE_TARGETS = ("head", "original")  # what a head kept tied is fitted to (retie_head's target logits)
 
 
 class _Stop(Exception):
@@ -187,12 +188,13 @@ BLOCK_REFITS = {"readers": (("attn.c_attn", "reader"), ("mlp.c_fc", "reader")),
 
 @torch.no_grad()
 def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], mode: str,
-                 ridge: float = 1e-4) -> dict[str, float]:
+                 ridge: float = 1e-4, head: bool = True) -> dict[str, float]:
     """The sequential least-squares refit (module docstring). ``original`` is the canonical width-d model, ``new``
     the ported width-m one (changed in place). Block by block: both models' residual streams at the block's input
     are kept for every calibration batch, each module's inputs come from running that one block (the new one with
     the fits made so far), and the streams then move through the finished block — one forward of each model in
-    all, instead of one per module. Returns each module's relative residual error after its fit."""
+    all, instead of one per module. ``head=False`` leaves an untied head as it is (``retie_head`` with the
+    original's logits as target replaces it anyway). Returns each module's relative residual error after its fit."""
     T = T.double()
     errors = {}
     streams = [(original.embed(b), new.embed(b)) for b in batches]
@@ -205,7 +207,7 @@ def refit_layers(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.T
                                                              old_block.get_submodule(name), pairs,
                                                              T if role == "writer" else None, ridge)
         streams = [(old_block(h), new_block(h_new)) for h, h_new in streams]
-    if new.config.head == "linear":
+    if new.config.head == "linear" and head:
         pairs = ((original.transformer.ln_f(h), new.transformer.ln_f(h_new)) for h, h_new in streams)
         errors["lm_head"] = fit_linear(new.lm_head, original.lm_head, pairs, None, ridge)
     return errors
@@ -224,35 +226,46 @@ def gain_outliers(model: GPT, count: int) -> tuple[int, ...]:
     return tuple(order[:count].tolist())
 
 
-def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6) -> tuple[GPT, dict]:
+def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6,
+               original: GPT | None = None) -> tuple[GPT, dict]:
     """Tie the head of a shrunk model back to its embeddings E′ (V×m) by giving the final norm a per-dimension
-    gain γ: the untied head A (V×m, applied to the final norm's output y) is replaced by E′·diag(γ), with γ the
-    least-squares fit of the logits on calibration text,
-        γ = argmin Σ_t ‖A·y_t − E′·diag(γ)·y_t‖²  ⇒  (M ⊙ E′ᵀE′)·γ = diag(E′ᵀ·A·M),   M = (1/N)·Σ_t y_t y_tᵀ,
-    an m×m solve (⊙: elementwise). Every other norm keeps its gain (expanded to a vector: the model's norms then
-    carry per-dimension gains). The shrunk model loses the head's V·m parameters; the record gives the relative
-    logit residual tr(D·M·Dᵀ)/tr(A·M·Aᵀ), D = A − E′·diag(γ), before (γ = 1) and after the fit."""
+    gain γ: the head becomes E′·diag(γ), applied to the final norm's output y_t (width m), with γ the least-squares
+    fit of target logits z_t on calibration text,
+        γ = argmin Σ_t ‖z_t − E′·diag(γ)·y_t‖²  ⇒  (M ⊙ E′ᵀE′)·γ = diag(E′ᵀ·B),   M = (1/N)·Σ_t y_t y_tᵀ,
+    an m×m solve (⊙: elementwise). The target: the shrunk model's untied head A (V×m; the ported head, or the
+    refit one) on its own final states, z_t = A·y_t, B = A·M (``original=None``); or the original's logits,
+    z_t = A₀·y₀_t with A₀ (V×d) the original's head and y₀_t its final states, B = A₀·C, C = (1/N)·Σ_t y₀_t y_tᵀ
+    (``original``: the gain then also corrects what the shrink did to the final states, within the tie). Every
+    other norm keeps its gain (expanded to a vector: the model's norms then carry per-dimension gains). The shrunk
+    model loses the head's V·m parameters; the record gives the relative logit residual
+    Σ_t ‖z_t − E′·diag(γ)·y_t‖² / Σ_t ‖z_t‖² before (γ = 1) and after the fit."""
     cfg = new.config
     m = cfg.n_embd
     device = new.transformer.wte.weight.device
     M = torch.zeros(m, m, dtype=torch.float64, device=device)
+    d0 = original.config.n_embd if original is not None else m
+    C = torch.zeros(d0, m, dtype=torch.float64, device=device)  # Σ y₀ yᵀ (original) — unused for the own head
+    M0 = torch.zeros(d0, d0, dtype=torch.float64, device=device)  # Σ y₀ y₀ᵀ: the target's energy
     count = 0
     for b in batches:
         _, y = module_io(new, "transformer.ln_f", b)
-        for (chunk,) in _row_chunks(y):
+        y0 = module_io(original, "transformer.ln_f", b)[1] if original is not None else y
+        for chunk, chunk0 in _row_chunks(y, y0):
             M += chunk.T @ chunk
+            C += chunk0.T @ chunk
+            M0 += chunk0.T @ chunk0
             count += len(chunk)
-    M /= count
-    E, A = new.transformer.wte.weight.double(), new.lm_head.weight.double()
-    G, EA = E.T @ E, E.T @ A
+    M, C, M0 = M / count, C / count, M0 / count
+    E = new.transformer.wte.weight.double()
+    A = (original.lm_head.weight if original is not None else new.lm_head.weight).double()
+    G, EB = E.T @ E, (E.T @ A) @ C  # E′ᵀ·B, m×m; for the own head C = M
     lhs = M * G
     gamma = torch.linalg.solve(lhs + ridge * torch.trace(lhs) / m * torch.eye(m, dtype=lhs.dtype, device=device),
-                               torch.diagonal(EA @ M))
+                               torch.diagonal(EB))
+    energy = torch.trace((A.T @ A) @ M0)  # Σ‖z‖² / N without a V-long vector per token
 
-    def residual(g: torch.Tensor) -> float:  # tr(D M Dᵀ) / tr(A M Aᵀ) with DᵀD expanded: no V×m difference matrix
-        AA = A.T @ A
-        DD = AA - EA.T * g - g[:, None] * EA + g[:, None] * G * g
-        return (torch.trace(DD @ M) / torch.trace(AA @ M)).item()
+    def residual(g: torch.Tensor) -> float:  # (Σ‖z‖² − 2·gᵀ·diag(E′ᵀB) + gᵀ(M ⊙ G)g) / Σ‖z‖², all per token
+        return ((energy - 2 * g @ torch.diagonal(EB) + g @ lhs @ g) / energy).item()
 
     before, after = residual(torch.ones(m, dtype=torch.float64, device=device)), residual(gamma)
     sd = {k: v.detach().clone() for k, v in new.state_dict().items() if k != "lm_head.weight"}

@@ -96,6 +96,7 @@ from porting import (
 )
 from refit import (
     REFIT_MODES,
+    RETIE_TARGETS,
     calibration_batches,
     fit_gains,
     gain_outliers,
@@ -149,6 +150,9 @@ class TransformConfig:
     #                         untied head's logits on calibration text (refit.retie_head); parameters × m/d
     tie_keep: int = 0  # with tie_head and kind='pca': T keeps the N coordinates whose final-norm gain lies farthest
     #                    from the median as rows of their own (--pca_keep), so one m-space gain can stand in for it
+    retie_target: str = "head"  # with tie_head, what the final gain is fitted to: 'head' (the untied head's logits
+    #                             on the shrunk model's states; a --refit refits that head first) | 'original' (the
+    #                             original's logits: the gain corrects the final states too; --refit leaves the head)
     learn_lr: float = 1e-3  # Adam learning rate of the learned map
     learn_hold: bool = True  # the learned map keeps the --tie_keep/--pca_keep rows e_iᵀ and --pca_exclude's zero
     #                          columns as they start (refit.free_block); False learns all of T (an ablation: it
@@ -224,6 +228,9 @@ class TransformConfig:
             if getattr(self, name) and (self.kind != "pca" or self.map_file):
                 raise ConfigError(f"{name} {what}; kind={self.kind!r}" + (" with a map file" if self.map_file else "")
                                   + f": use --kind=pca without --map_file or drop --{name}")
+        if self.retie_target not in RETIE_TARGETS or self.retie_target != "head" and not self.tie_head:
+            raise ConfigError(f"retie_target={self.retie_target!r} chooses what a head kept tied is fitted to: one of "
+                              f"{RETIE_TARGETS} with --tie_head=True, or drop --retie_target")
         if self.tie_keep < 0 or self.tie_keep and not self.tie_head:
             raise ConfigError(f"tie_keep={self.tie_keep} chooses coordinates for a head kept tied: give a count >= 0 "
                               "with --tie_head=True, or drop --tie_keep")
@@ -379,12 +386,13 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     calib_weighting: str = "unit", sequential_calibration: bool = False,
                     calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
                     map_groups: int = 0, learn_hold: bool = True,
-                    tie_keep: int = 0) -> tuple[GPT, dict]:
+                    tie_keep: int = 0, retie_target: str = "head") -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``pca_exclude`` / ``pca_keep``: coordinates kept out of a PCA map's range / in it as rows of their own
     (``maps.pca_map``); ``tie_keep``: with ``tie_head``, that many of the final gain's outliers kept
-    (``refit.gain_outliers``); ``learn_hold``: a learned map keeps those coordinates' columns (``refit.free_block``);
+    (``refit.gain_outliers``), and ``retie_target`` what the tied head is fitted to (``apply_refit``);
+    ``learn_hold``: a learned map keeps those coordinates' columns (``refit.free_block``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -395,7 +403,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
     check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer),
-                   tie_keep)
+                   tie_keep, retie_target)
     coordinates = Coordinates(pca_exclude, pca_keep + gain_outliers(model, tie_keep)).normalized()
     check_coordinates(coordinates, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
@@ -470,7 +478,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         attach_ramp(new_model, ramp)
     lap("port")
     if refit != "none" or tie_head:
-        new_model = apply_refit(original, new_model, T, batches, refit, refit_ridge, tie_head, corrections, notes)
+        new_model = apply_refit(original, new_model, T, batches, refit, refit_ridge, tie_head, corrections, notes,
+                                retie_target)
         lap("refit/tie")
     n_points = (calibration.count if calibration is not None
                 else calibration_points(model.config, calibration_loader, calib_batches, calib_vocabulary))
@@ -492,6 +501,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "corrections": corrections, "seconds": time.perf_counter() - started, "phase_seconds": clock.seconds,
               "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
+              "retie_target": retie_target if tie_head else None,
               "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu()}  # records are device-neutral
     record["growth_ramp"] = ramp  # MSG's masks or None: transform_checkpoint stores them beside the weights
     return new_model, record
@@ -656,21 +666,27 @@ def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor], chunk: 
 
 
 def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], refit: str,
-                ridge: float, tie_head: bool, corrections: dict, notes: list[str]) -> GPT:
-    """``fit_gains`` or ``refit_layers`` on ``new`` (in place), then ``retie_head``; ``corrections`` gets what was
-    fitted and the calibration KL(original ‖ new) before and after, ``notes`` a line each. Returns the model."""
+                ridge: float, tie_head: bool, corrections: dict, notes: list[str], retie_target: str = "head") -> GPT:
+    """``fit_gains`` or ``refit_layers`` on ``new`` (in place), then ``retie_head`` (fitted to the untied head's
+    logits, or with ``retie_target='original'`` to the original's: the refit then leaves the head, which the tie
+    replaces); ``corrections`` gets what was fitted and the calibration KL(original ‖ new) before and after,
+    ``notes`` a line each. Returns the model."""
+    to_original = tie_head and retie_target == "original"
     if refit != "none":
         before = calibration_kl(original, new, batches)
         if refit == "gains":
             corrections["gain_factors"] = fit_gains(original, new, batches)
         else:
-            corrections["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge)
+            corrections["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge,
+                                                          head=not to_original)
         corrections.update(calibration_kl_before=before, calibration_kl_after=calibration_kl(original, new, batches))
         notes.append(f"refit={refit}: calibration KL {before:.4f} → {corrections['calibration_kl_after']:.4f}")
     if tie_head:  # its record is the logit residual (a calibration KL would cost two more passes of both models)
-        new, corrections["tied_head"] = retie_head(new, batches)
+        new, corrections["tied_head"] = retie_head(new, batches, original=original if to_original else None)
         fit = corrections["tied_head"]
-        notes.append("head tied back with a fitted final-norm gain: relative logit residual "
+        notes.append("head tied back with a fitted final-norm gain" + (" (fitted to the original's logits)"
+                                                                        if to_original else "")
+                     + ": relative logit residual "
                      f"{fit['relative_logit_residual_untied_gain']:.3f} (gain 1) → "
                      f"{fit['relative_logit_residual']:.3f}")
     return new
@@ -687,12 +703,15 @@ def check_per_block_options(sequential: bool, map_groups: int, porting: str) -> 
 
 
 def check_tie_head(cfg: GPTConfig, tie_head: bool, porting: str, keep_layernorm: bool, grows: bool,
-                   tie_keep: int = 0) -> None:
+                   tie_keep: int = 0, retie_target: str = "head") -> None:
     """Raise TransformError unless --tie_head (and --tie_keep) can apply: a tied model, residual porting, no
     growth."""
     if tie_keep and not tie_head:
         raise TransformError(f"tie_keep={tie_keep} chooses coordinates for a head kept tied: add --tie_head=True or "
                              "drop --tie_keep")
+    if retie_target not in RETIE_TARGETS or retie_target != "head" and not tie_head:
+        raise TransformError(f"retie_target={retie_target!r} chooses what a head kept tied is fitted to: one of "
+                             f"{RETIE_TARGETS} with tie_head=True")
     if not tie_head:
         return
     if cfg.head != "tied" or cfg.norm_gain != "vector":
@@ -734,7 +753,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         learn_steps=cfg.learn_steps, learn_lr=cfg.learn_lr, n_head=cfg.n_head, mlp_hidden=cfg.mlp_hidden,
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
         calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude, map_groups=cfg.map_groups,
-        pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep, learn_hold=cfg.learn_hold,
+        pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep, learn_hold=cfg.learn_hold, retie_target=cfg.retie_target,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

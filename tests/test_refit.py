@@ -236,6 +236,51 @@ def test_tie_head_keeps_the_head_tied_and_fits_the_gain_by_least_squares(char_da
     assert fit["relative_logit_residual"] <= fit["relative_logit_residual_untied_gain"]
 
 
+def test_tie_head_fitted_to_the_original_is_the_least_squares_fit_of_the_originals_logits(char_data_dir):
+    """retie_target='original': γ is the least-squares fit of the original's logits A₀·y₀_t by E′·diag(γ)·y_t
+    (naive: the stacked design), its residual is that fit's, measured the same way; with a refit the head is left
+    as ported (the tie replaces it) and every block's readers are still refit."""
+    model, loader = _tied_model(char_data_dir)
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=2)
+    untied, _ = transform_model(model, 16, **options)
+    tied, record = transform_model(model, 16, tie_head=True, retie_target="original", **options)
+    original = canonical_model(model)[0]
+    batches = refit.calibration_batches(loader, 2, 0)
+    ys = torch.cat([refit.module_io(untied, "transformer.ln_f", b)[1] for b in batches]).double()
+    y0 = torch.cat([refit.module_io(original, "transformer.ln_f", b)[1] for b in batches]).double()
+    E, A0 = untied.transformer.wte.weight.double(), original.lm_head.weight.double()
+    design = torch.cat([E * y for y in ys])
+    target = torch.cat([A0 @ y for y in y0])
+    gamma = torch.linalg.lstsq(design, target.unsqueeze(1)).solution.squeeze(1)
+    g_f = untied.transformer.ln_f.weight.double()
+    torch.testing.assert_close(tied.transformer.ln_f.weight.double(), g_f * gamma, rtol=1e-4, atol=1e-6)
+    fit = record["corrections"]["tied_head"]
+    naive = ((target - design @ gamma).square().sum() / target.square().sum()).item()
+    assert fit["relative_logit_residual"] == pytest.approx(naive, rel=1e-4, abs=1e-7)
+    ones = torch.ones(16, dtype=torch.float64)
+    before = ((target - design @ ones).square().sum() / target.square().sum()).item()
+    assert fit["relative_logit_residual_untied_gain"] == pytest.approx(before, rel=1e-4)
+    assert record["retie_target"] == "original" and "fitted to the original's logits" in record["notes"][-1]
+    _, refit_record = transform_model(model, 16, tie_head=True, retie_target="original", refit="readers", **options)
+    errors = refit_record["corrections"]["relative_errors"]
+    assert "lm_head" not in errors and len(errors) == model.config.n_layer * 2
+    _, own = transform_model(model, 16, tie_head=True, refit="readers", **options)
+    assert "lm_head" in own["corrections"]["relative_errors"] and own["retie_target"] == "head"
+
+
+def test_retie_target_needs_a_head_kept_tied(char_data_dir, trained_dir, tmp_path):
+    model, loader = _tied_model(char_data_dir)
+    with pytest.raises(TransformError, match="retie_target='original' chooses what a head kept tied is fitted to"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, retie_target="original")
+    with pytest.raises(TransformError, match="retie_target='logits' chooses"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, tie_head=True, retie_target="logits")
+    for bad in (["--retie_target=original"], ["--tie_head=True", "--retie_target=logits"]):
+        with pytest.raises(ConfigError, match="retie_target=.* one of \\('head', 'original'\\) with --tie_head"):
+            load_config(TransformConfig, [f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 'x'}", "--width=16",
+                                          *bad])
+    assert not (tmp_path / "x").exists()
+
+
 def test_tie_head_is_exact_when_the_map_keeps_every_coordinate(char_data_dir):
     """With T = I (truncate at m = d) the fitted gain is the original final gain: the tied model is the original."""
     from test_transform import outputs
