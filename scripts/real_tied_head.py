@@ -23,7 +23,9 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   m = 432 learning all of T (``--learn_hold=False``, one factor: the kept rows move) and learning twice as long
   (``--learn_steps=32``), also on twice the calibration tokens (``--calib_batches=16``); the general case learned
   too (calibrated on English news); at m = 432 and m = 288 the learned map followed by ``--refit=readers`` (the two
-  corrections together: does the refit still pay on a learned map?). Each learned m = 432 map is
+  corrections together: does the refit still pay on a learned map?), and with the tie fitted to the original's
+  logits (``--retie_target=original``: the refit then leaves the head) at both widths, and at m = 432 without the
+  refit too. Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
@@ -66,6 +68,8 @@ READERS = "--refit=readers"
 LEARN = "--learn_steps=16"  # T learned on the calibration KL (refit.learn_map): two passes over the 8 batches
 LEARN_LONGER = "--learn_steps=32"  # four passes: does the held-out loss keep falling with the calibration KL?
 # (and with twice the calibration tokens, --calib_batches=16: two passes again, over 65,536 tokens)
+TO_ORIGINAL = "--retie_target=original"  # the tied head's gain fitted to the original's logits (the refit leaves
+# the head, which the tie replaces), not to the untied head's
 M = RATIOS[0.75]
 # (m, tie_keep, more options, calibration text), the most telling first: a cut-short run still answers the question
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
@@ -76,7 +80,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (LEARN,), "shakespeare"), (M, 32, (LEARN, "--learn_hold=False"), "shakespeare"),
          (M, 32, (LEARN_LONGER,), "shakespeare"), (M, 32, (LEARN,), "news"),
          (M, 32, (LEARN_LONGER, "--calib_batches=16"), "shakespeare"), (M, 32, (LEARN, READERS), "shakespeare"),
-         (RATIOS[0.5], 32, (LEARN, READERS), "shakespeare")]
+         (RATIOS[0.5], 32, (LEARN, READERS), "shakespeare"), (M, 32, (LEARN, READERS, TO_ORIGINAL), "shakespeare"),
+         (RATIOS[0.5], 32, (LEARN, READERS, TO_ORIGINAL), "shakespeare"), (M, 32, (LEARN, TO_ORIGINAL), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
@@ -158,8 +163,10 @@ def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) 
     """An untied port of every learned m = M row that ``payload`` has none of, saved after each."""
     ports = payload.setdefault("untied_ports", [])
     for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M
-                and x.get("calibration") == "shakespeare" and READERS not in x["options"]]:
-        # the 16-step maps calibrated as the PCA rows (a refit row's T is its learned twin's: ported already)
+                and x.get("calibration") == "shakespeare" and READERS not in x["options"]
+                and TO_ORIGINAL not in x["options"]]:
+        # the 16-step maps calibrated as the PCA rows (a row that changes only what follows the map — the refit,
+        # the tie's target — has its learned twin's T: ported already)
         if not any(p["of"] == row["options"] for p in ports):
             ports.append(untied_port(src, data, row))
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
