@@ -1031,9 +1031,7 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
             out.append(f"- **The readers' refit, m = {x['m']}, K = {x['tie_keep']}{extra}:** val "
                        f"{twin['losses']['val']:.4f} "
                        f"→ {x['losses']['val']:.4f}, general {twin['losses']['general']:.4f} → "
-                       f"{x['losses']['general']:.4f}; the refit head is a general matrix, so tying it back leaves a "
-                       f"logit residual of {x['corrections']['tied_head']['relative_logit_residual']:.3f} (without the "
-                       f"refit {twin['corrections']['tied_head']['relative_logit_residual']:.4f}).")
+                       f"{x['losses']['general']:.4f}" + refit_words(x, twin) + ".")
     for x, twin, what in one_factor_twins(rows):
         refit = ", refit readers" if x["refit"] == "readers" else ""
         out.append(f"- **One factor, m = {x['m']}, K = {x['tie_keep']}{refit}, {what}:** val {x['losses']['val']:.4f}, "
@@ -1042,6 +1040,18 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                                                           if x["calibration"] == "news" else "")
                    + learned_words(x) + ".")
     return out
+
+
+def refit_words(x: dict, twin: dict) -> str:
+    """What the readers' refit did on calibration text (its KL before the tie, where recorded) and to the tie."""
+    c = x["corrections"]
+    kl = (f"; it lowers the calibration KL to the original (before the tie) {c['calibration_kl_before']:.3f} → "
+          f"{c['calibration_kl_after']:.3f}" if "calibration_kl_after" in c else "")
+    head = ("the head is left as ported and the tie fitted to the original's logits, leaving a logit residual of"
+            if "--retie_target=original" in x.get("options", []) else
+            "the refit head is a general matrix, so tying it back leaves a logit residual of")
+    return (f"{kl}; {head} {c['tied_head']['relative_logit_residual']:.3f} (without the refit "
+            f"{twin['corrections']['tied_head']['relative_logit_residual']:.4f})")
 
 
 def one_factor_twins(rows: list[dict]) -> list[tuple[dict, dict, str]]:

@@ -760,3 +760,18 @@ def test_the_recipe_timing_reads_both_cores_against_the_one_thread_row():
         "against 1551 s on one thread; val 4.0401 (+7.5%), the one-thread row's 4.0398 (float sums in another "
         "order)."]
     assert report.recipe_timing_reading({"rows": rows}, 3.7584) == []
+
+
+def test_the_readers_refit_words_name_what_happened_to_the_head():
+    tie = {"relative_logit_residual": 0.0123}
+    x = {"options": ["--tie_head=True", "--refit=readers"],
+         "corrections": {"calibration_kl_before": 0.42, "calibration_kl_after": 0.401, "tied_head": tie}}
+    twin = {"corrections": {"tied_head": {"relative_logit_residual": 0.0008}}}
+    assert report.refit_words(x, twin) == (
+        "; it lowers the calibration KL to the original (before the tie) 0.420 → 0.401; the refit head is a general "
+        "matrix, so tying it back leaves a logit residual of 0.012 (without the refit 0.0008)")
+    x["options"].append("--retie_target=original")
+    del x["corrections"]["calibration_kl_after"]
+    assert report.refit_words(x, twin) == (
+        "; the head is left as ported and the tie fitted to the original's logits, leaving a logit residual of 0.012 "
+        "(without the refit 0.0008)")
