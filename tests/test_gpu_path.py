@@ -236,3 +236,21 @@ def test_an_explicit_compile_on_the_cpu_says_it_does_not_apply(char_data_dir, tm
     assert "compile applies on CUDA" not in capsys.readouterr().out  # the default stays quiet
     train(load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'asked'}", "--compile=True"]))
     assert "compile applies on CUDA" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["head", "original"])
+def test_a_tied_head_is_tied_back_on_cuda(char_data_dir, target):
+    """--tie_head with --tie_keep, a refit and each --retie_target, on a tied model that lives on the GPU."""
+    from test_transform import random_model
+
+    from dataset import BatchLoader
+    from transform import transform_model
+    model = random_model(5, head="tied", norm_type="rmsnorm", vocab_size=65, block_size=16, n_embd=24, n_head=4)
+    with fake_cuda() as mode:
+        model = model.to("cuda")
+        loader = BatchLoader(char_data_dir, 16, 4, "cuda")
+        tied, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2,
+                                       tie_head=True, tie_keep=2, refit="readers", retie_target=target)
+        assert tied.lm_head.weight is tied.transformer.wte.weight and tied.lm_head.weight.device.type == "cuda"
+    assert not mode.mixes
+    assert record["corrections"]["tied_head"]["relative_logit_residual"] < 1
