@@ -24,10 +24,10 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   (``--learn_steps=32``), also on twice the calibration tokens (``--calib_batches=16``); the general case learned
   too (calibrated on English news); at m = 432 and m = 288 the learned map followed by ``--refit=readers`` (the two
   corrections together: does the refit still pay on a learned map?), and with the tie fitted to the original's
-  logits (``--retie_target=original``: the refit then leaves the head) at both widths, and at m = 432 without the
-  refit too. Each learned m = 432 map is
+  logits (``--retie_target=original``: the refit then leaves the head) at m = 432, with and without the refit.
+  Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
-  each learned map is measured beside it.
+  each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
 two are compared with n = 3 draws, paired by seed.
@@ -81,7 +81,7 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN_LONGER,), "shakespeare"), (M, 32, (LEARN,), "news"),
          (M, 32, (LEARN_LONGER, "--calib_batches=16"), "shakespeare"), (M, 32, (LEARN, READERS), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN, READERS), "shakespeare"), (M, 32, (LEARN, READERS, TO_ORIGINAL), "shakespeare"),
-         (RATIOS[0.5], 32, (LEARN, READERS, TO_ORIGINAL), "shakespeare"), (M, 32, (LEARN, TO_ORIGINAL), "shakespeare")]
+         (M, 32, (LEARN, TO_ORIGINAL), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
@@ -146,28 +146,39 @@ def recovered(src: str, data: dict[str, str]) -> dict:
     return dict(finetuned(start["out_dir"], data, label), zero_shot=start["losses"], recipe=FINETUNE)
 
 
-def untied_port(src: str, data: dict[str, str], row: dict) -> dict:
+def untied_port(src: str, data: dict[str, str], row: dict, more: tuple[str, ...] = ()) -> dict:
     """``row``'s learned T ported again with the head untied (``--map_file``, everything else as results/real_model's
-    cells), one factor: what the tie costs that map. ``kept_rows``: the least over the kept coordinates of their
-    column's largest entry in T (1: each still a row e_iᵀ of its own)."""
+    cells, and ``more``), one factor: what the tie costs that map. ``kept_rows``: the least over the kept
+    coordinates of their column's largest entry in T (1: each still a row e_iᵀ of its own)."""
     record = load_model(row["out_dir"])[1]["transform"]
     path = os.path.join(row["out_dir"], "T.pt")
     if not os.path.exists(path):  # the learned run's own T, written once beside it
         torch.save(record["T"].double(), path)
     kept = record["T"].double()[:, record["pca_keep"]].abs().max(0).values.min().item()
-    port = cell(src, data, row["m"], "pca", extra=(f"--map_file={path}",))
+    port = cell(src, data, row["m"], "pca", extra=(f"--map_file={path}", *more))
     return dict(port, of=row["options"], kept_rows=kept)
 
 
+def port_extra(port: dict) -> list[str]:
+    """An untied port's options other than its map file ([] for the plain port of a learned T)."""
+    return [o for o in port["options"] if not o.startswith("--map_file=")]
+
+
 def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) -> None:
-    """An untied port of every learned m = M row that ``payload`` has none of, saved after each."""
+    """An untied port of every learned m = M row that ``payload`` has none of, and RECIPE's T untied with the
+    readers' refit too (does the refit hurt the learned map without a tie to fit afterwards?); saved after each."""
     ports = payload.setdefault("untied_ports", [])
+    recipe = list(options(RECIPE[1], RECIPE[2]))
+    for row in [x for x in payload["rows"] if x.get("options") == recipe and x["m"] == M]:
+        if not any(p["of"] == recipe and port_extra(p) == [READERS] for p in ports):
+            ports.append(untied_port(src, data, row, (READERS,)))
+            save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M
                 and x.get("calibration") == "shakespeare" and READERS not in x["options"]
                 and TO_ORIGINAL not in x["options"]]:
         # the 16-step maps calibrated as the PCA rows (a row that changes only what follows the map — the refit,
         # the tie's target — has its learned twin's T: ported already)
-        if not any(p["of"] == row["options"] for p in ports):
+        if not any(p["of"] == row["options"] and not port_extra(p) for p in ports):
             ports.append(untied_port(src, data, row))
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
 

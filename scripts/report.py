@@ -1088,9 +1088,10 @@ def learned_tie_reading(r: dict, bv: float) -> list[str]:
     """Each learned map tied and the same T ported with the head untied (results' ``untied_ports``): what the tie
     costs it, and whether learning kept the K coordinates as rows (1: their column's largest entry is 1)."""
     out = []
-    for port in r.get("untied_ports", []):
+    ports = r.get("untied_ports", [])
+    for port in ports:
         row = next((x for x in r["rows"] if x.get("options") == port["of"]), None)
-        if row is None:
+        if row is None or untied_port_extra(port):
             continue
         held = "--learn_hold=False" not in port["of"]
         tied, untied = row["losses"], port["losses"]
@@ -1102,7 +1103,22 @@ def learned_tie_reading(r: dict, bv: float) -> list[str]:
                    f"costs {tied['val'] - untied['val']:+.4f} nats on val; the kept coordinates' columns have largest "
                    f"entry ≥ {port['kept_rows']:.4f} (1: each still a row e_iᵀ, so the map commutes with the final "
                    "gain there)" + learned_words(row) + ".")
+    for port in (p for p in ports if untied_port_extra(p) == ["--refit=readers"]):
+        plain = next((p for p in ports if p["of"] == port["of"] and not untied_port_extra(p)), None)
+        if plain is None:
+            continue
+        c = port["corrections"]
+        a, b = plain["losses"], port["losses"]
+        out.append(f"- **The readers' refit on the learned map with no tie after it, m = {port['m']}** (the same T, "
+                   f"head untied, {port['parameters'] / 1e6:.1f} M): val {a['val']:.4f} → {b['val']:.4f}, general "
+                   f"{a['general']:.4f} → {b['general']:.4f}; the calibration KL to the original "
+                   f"{c['calibration_kl_before']:.3f} → {c['calibration_kl_after']:.3f}.")
     return out
+
+
+def untied_port_extra(port: dict) -> list[str]:
+    """An untied port's options other than its map file ([] for the plain port of a learned T)."""
+    return [o for o in port.get("options", []) if not o.startswith("--map_file=")]
 
 
 def recipe_timing_reading(r: dict, bv: float) -> list[str]:

@@ -540,16 +540,19 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         monkeypatch.setattr(real_tied_head, "save", lambda payload, *a, saves=saves: saves.append(
             payload["rows"][-1].get("tie_keep")))
         ported = []
-        monkeypatch.setattr(real_tied_head, "untied_port", lambda src, data, row, ported=ported: ported.append(
-            row["options"]) or {"of": row["options"]})
+        monkeypatch.setattr(real_tied_head, "untied_port", lambda src, data, row, more=(), ported=ported: (
+            ported.append((row["options"], more)) or {"of": row["options"], "options": ["--map_file=T.pt", *more]}))
         real_tied_head.main()
         assert built == (cells[-2:][::-1] if reverse else cells[-2:])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
         learned = [list(real_tied_head.options(k, more)) for m, k, more, c in cells
                    if real_tied_head.LEARN in more and m == real_tied_head.M]
-        # not the news-calibrated one, nor one that changes only what follows the map (its T is its learned twin's)
-        assert ported == ([] if reverse else learned[:2]) and len(learned) == 6
-        assert saves == ([] if reverse else [None, None, cells[-2][1], cells[-1][1]])
+        # not the news-calibrated one, nor one that changes only what follows the map (its T is its learned twin's);
+        # the recipe's T also with the readers' refit, once
+        recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
+        assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
+        assert len(learned) == 6 and learned[0] == recipe
+        assert saves == ([] if reverse else [None, None, None, cells[-2][1], cells[-1][1]])
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):

@@ -716,6 +716,15 @@ def test_the_learned_maps_tie_cost_reads_tied_against_the_same_t_untied():
         "measured on."]
     assert report.learned_tie_reading({"rows": rows, "untied_ports": [dict(port, of=["other"])]}, 3.7584) == []
     assert report.learned_tie_reading({"rows": rows}, 3.7584) == []
+    # the same T untied with the readers' refit: read against the plain untied port, not as a tie cost
+    port["options"] = ["--map_file=T.pt"]
+    refit = {"of": rows[0]["options"], "options": ["--map_file=T.pt", "--refit=readers"], "m": 432,
+             "parameters": 122.1e6, "losses": {"val": 4.1000, "general": 4.6000},
+             "corrections": {"calibration_kl_before": 0.4341, "calibration_kl_after": 0.4100}}
+    lines = report.learned_tie_reading({"rows": rows, "untied_ports": [port, refit]}, 3.7584)
+    assert len(lines) == 2 and lines[1] == (
+        "- **The readers' refit on the learned map with no tie after it, m = 432** (the same T, head untied, "
+        "122.1 M): val 4.0577 → 4.1000, general 4.5381 → 4.6000; the calibration KL to the original 0.434 → 0.410.")
 
 
 def test_tied_rows_are_read_against_the_row_one_factor_away():
