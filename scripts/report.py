@@ -967,7 +967,8 @@ def real_model_tied(r: dict) -> str:
              "(`--tie_head=True`: the final norm gets a per-dimension gain fitted to the untied head's logits) and "
              "the final gain's K most outlying coordinates kept as rows of T (`--tie_keep=K`); **logit residual**: "
              "the fitted gain's relative error on the untied head's logits over the calibration text (gain 1 → "
-             "fitted). K = 0 is results/real_model's tied row. Losses over the whole val splits, 256-token windows; "
+             "fitted; with retie_target=original, on the original's logits: the fit's own target, another "
+             "basis). K = 0 is results/real_model's tied row. Losses over the whole val splits, 256-token windows; "
              "gaps to the original; n = 1 (deterministic maps, one calibration draw).", "",
              "| calibrated on | m | parameters | K | refit | other options | logit residual | val | val gap | "
              "general | general gap | transform s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
