@@ -1046,8 +1046,9 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
 def refit_words(x: dict, twin: dict) -> str:
     """What the readers' refit did on calibration text (its KL before the tie, where recorded) and to the tie."""
     c = x["corrections"]
-    kl = (f"; it lowers the calibration KL to the original (before the tie) {c['calibration_kl_before']:.3f} → "
-          f"{c['calibration_kl_after']:.3f}" if "calibration_kl_after" in c else "")
+    kl = (f"; it {'lowers' if c['calibration_kl_after'] < c['calibration_kl_before'] else 'raises'} the calibration "
+          f"KL to the original (before the tie) {c['calibration_kl_before']:.3f} → {c['calibration_kl_after']:.3f}"
+          if "calibration_kl_after" in c else "")
     head = ("the head is left as ported and the tie fitted to the original's logits, leaving a logit residual of"
             if "--retie_target=original" in x.get("options", []) else
             "the refit head is a general matrix, so tying it back leaves a logit residual of")

@@ -241,9 +241,8 @@ def test_an_explicit_compile_on_the_cpu_says_it_does_not_apply(char_data_dir, tm
 @pytest.mark.parametrize("target", ["head", "original"])
 def test_a_tied_head_is_tied_back_on_cuda(char_data_dir, target):
     """--tie_head with --tie_keep, a refit and each --retie_target, on a tied model that lives on the GPU."""
-    from test_transform import random_model
-
     from dataset import BatchLoader
+    from test_transform import random_model
     from transform import transform_model
     model = random_model(5, head="tied", norm_type="rmsnorm", vocab_size=65, block_size=16, n_embd=24, n_head=4)
     with fake_cuda() as mode:

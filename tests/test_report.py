@@ -779,6 +779,9 @@ def test_the_readers_refit_words_name_what_happened_to_the_head():
     assert report.refit_words(x, twin) == (
         "; it lowers the calibration KL to the original (before the tie) 0.420 → 0.401; the refit head is a general "
         "matrix, so tying it back leaves a logit residual of 0.012 (without the refit 0.0008)")
+    x["corrections"]["calibration_kl_after"] = 0.702
+    assert report.refit_words(x, twin).startswith("; it raises the calibration KL to the original (before the tie) "
+                                                  "0.420 → 0.702; ")
     x["options"].append("--retie_target=original")
     del x["corrections"]["calibration_kl_after"]
     assert report.refit_words(x, twin) == (
