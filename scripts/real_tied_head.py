@@ -30,7 +30,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
-two are compared with n = 3 draws, paired by seed.
+two are compared with n = 3 draws, paired by seed; and the best −25% row (the learned map) with seeds 1 and 2 too
+(n = 3: how far its zero-shot loss moves with the calibration text; built by ``--part=missing`` where absent).
 Recovery: the tied m = 432, K = 32 model finetuned with results/real_model_recovery's recipe and LM loss (98,304
 tinyshakespeare train tokens, the same data order; its control is quoted from there).
 Timing (``--part=timing``, alone on the machine): the best −25% row (the learned map) built again on both cores
@@ -139,6 +140,17 @@ def draws(src: str, data: dict[str, str], rows: list[dict]) -> dict:
             "per_block_parameters": blocks[-1]["parameters"]}
 
 
+def learned_draws(src: str, data: dict[str, str], rows: list[dict], seeds: tuple[int, ...] = SEEDS) -> dict:
+    """RECIPE's val and general losses over calibration seeds 0, 1, 2 (seed 0: the table's row): how far the best
+    −25% shrink's zero-shot loss moves with the calibration text it learns on."""
+    recipe = list(options(RECIPE[1], RECIPE[2]))
+    first = next(x for x in rows if x.get("options") == recipe and x["m"] == RECIPE[0]
+                 and x["calibration"] == RECIPE[3])
+    runs = [first] + [build(src, data, RECIPE, seed) for seed in seeds]
+    return {"seeds": [0, *seeds], "of": recipe, "m": RECIPE[0],
+            "learned": [{k: x["losses"][k] for k in ("val", "general")} for x in runs]}
+
+
 def recovered(src: str, data: dict[str, str]) -> dict:
     """RECOVER's model finetuned with the control's recipe and loss (results/real_model_recovery's)."""
     start = build(src, data, RECOVER)
@@ -216,10 +228,18 @@ def main() -> None:
                 save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
         if not args.reverse:
             untied_ports(src, data, payload, started)
+        if "learned_draws" not in payload:
+            if args.reverse:  # build only, from the last seed
+                for seed in reversed(SEEDS):
+                    build(src, data, RECIPE, seed)
+            else:
+                payload["learned_draws"] = learned_draws(src, data, payload["rows"])
+                save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
         return
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         recovered(src, data)
         for seed in reversed(SEEDS):
+            build(src, data, RECIPE, seed)
             per_block(src, data, seed)
             build(src, data, CELLS[0], seed)
         for spec in reversed(CELLS):
@@ -233,6 +253,8 @@ def main() -> None:
         save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     untied_ports(src, data, payload, started)
     payload["draws"] = draws(src, data, payload["rows"])
+    save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    payload["learned_draws"] = learned_draws(src, data, payload["rows"])
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     payload["recovery"] = recovered(src, data)
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")

@@ -983,6 +983,7 @@ def real_model_tied(r: dict) -> str:
                      f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
     reading = (tied_reading(r["rows"], plain, ref, bv, bg) + learned_tie_reading(r, bv)
                + recipe_timing_reading(r, bv) + tied_draws_reading(r.get("draws"))
+               + learned_draws_reading(r.get("learned_draws"), bv, bg)
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1171,6 +1172,29 @@ def tied_draws_reading(draws: dict | None) -> list[str]:
     return [f"- **Calibration draws** (seeds {', '.join(map(str, draws['seeds']))}; n = {len(draws['seeds'])} each, "
             "paired by seed): the tied map at m = 432 against the per-block maps with SliceGPT's choices at the same "
             f"parameters (m = 333, {draws['per_block_parameters'] / 1e6:.1f} M): " + "; ".join(out) + "."]
+
+
+def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float = 0.07) -> list[str]:
+    """The best −25% shrink (the learned map) over calibration draws: mean ± std on both texts, against SliceGPT's
+    own code at the same width (n = 1: read against twice our spread) and the issue's aim (val gap ≤ ``aim``)."""
+    if not draws:
+        return []
+    val, general = ([x[text] for x in draws["learned"]] for text in ("val", "general"))
+    mean, std = statistics.fmean(val), statistics.stdev(val)
+    line = (f"- **The best −25% shrink over calibration draws** ({tied_extra({'options': draws['of']})}, m = {draws['m']}; "
+            f"seeds {', '.join(map(str, draws['seeds']))}, n = {len(val)}): val {mean:.4f} ± {std:.4f} "
+            f"({gap_words(mean, bv)}), general {statistics.fmean(general):.4f} ± {statistics.stdev(general):.4f} "
+            f"({gap_words(statistics.fmean(general), bg)}); the aim, val ≤ {bv * (1 + aim):.4f} (+{aim:.0%}), "
+            + ("is met by the mean" if mean <= bv * (1 + aim) else f"is missed by {mean - bv * (1 + aim):.4f} nats")
+            + f" ({sum(v <= bv * (1 + aim) for v in val)} of {len(val)} draws within it)")
+    slice_gpt = next((x for x in (load("real_model_slicegpt") or {}).get("rows", []) if x["width"] == draws["m"]),
+                     None)
+    if slice_gpt:
+        s = slice_gpt["losses"]["val"]
+        line += (f"; SliceGPT's own code at m = {draws['m']} (n = 1, {slice_gpt['parameters'] / 1e6:.1f} M): {s:.4f}, "
+                 + ("inside twice our spread: no difference" if abs(mean - s) < 2 * std else
+                    f"{'above' if s > mean else 'below'} our mean by more than twice our spread"))
+    return [line + "."]
 
 
 def tied_recovery_reading(rec: dict | None) -> list[str]:

@@ -524,7 +524,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
 
     monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
     cells = real_tied_head.CELLS
-    saved_rows = [{"m": m, "options": list(real_tied_head.options(k, more)), "calibration": c, "losses": {}}
+    saved_rows = [{"m": m, "options": list(real_tied_head.options(k, more)), "calibration": c,
+                   "losses": {"val": 4.0, "general": 5.0}}
                   for m, k, more, c in cells[:-2]]
     assert all(real_tied_head.has_row(saved_rows, spec) for spec in cells[:-2])
     assert not real_tied_head.has_row(saved_rows, cells[-1])
@@ -534,7 +535,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         built, saves = [], []
         args = type("A", (), {"part": "missing", "reverse": reverse})()
         monkeypatch.setattr(real_tied_head, "start", lambda *a, args=args: (args, 0.0, "src", {}))
-        monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec, built=built: built.append(spec) or {
+        monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec, seed=0, built=built: built.append(
+            spec if not seed else (spec, seed)) or {
             "losses": {"val": 4.0, "general": 5.0}, "m": spec[0], "options": list(real_tied_head.options(*spec[1:3])),
             "calibration": spec[3]})
         monkeypatch.setattr(real_tied_head, "save", lambda payload, *a, saves=saves: saves.append(
@@ -543,7 +545,10 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         monkeypatch.setattr(real_tied_head, "untied_port", lambda src, data, row, more=(), ported=ported: (
             ported.append((row["options"], more)) or {"of": row["options"], "options": ["--map_file=T.pt", *more]}))
         real_tied_head.main()
-        assert built == (cells[-2:][::-1] if reverse else cells[-2:])
+        # then the learned recipe's calibration draws (seeds 1, 2), which the results lack
+        recipe_spec = real_tied_head.RECIPE
+        assert built == (cells[-2:][::-1] + [(recipe_spec, 2), (recipe_spec, 1)] if reverse
+                         else cells[-2:] + [(recipe_spec, 1), (recipe_spec, 2)])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
         learned = [list(real_tied_head.options(k, more)) for m, k, more, c in cells
                    if real_tied_head.LEARN in more and m == real_tied_head.M]
@@ -552,7 +557,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
         assert len(learned) == 6 and learned[0] == recipe
-        assert saves == ([] if reverse else [None, None, None, cells[-2][1], cells[-1][1]])
+        assert saves == ([] if reverse else [None, None, None, cells[-2][1], cells[-1][1], cells[-1][1]])
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):

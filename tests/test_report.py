@@ -787,3 +787,20 @@ def test_the_readers_refit_words_name_what_happened_to_the_head():
     assert report.refit_words(x, twin) == (
         "; the head is left as ported and the tie fitted to the original's logits, leaving a logit residual of 0.012 "
         "(without the refit 0.0008)")
+
+
+def test_the_learned_draws_read_against_the_aim_and_slicegpt(monkeypatch):
+    slicegpt = {"rows": [{"width": 432, "parameters": 140.7e6, "losses": {"val": 4.0441}}]}
+    monkeypatch.setattr(report, "load", lambda name: slicegpt if name == "real_model_slicegpt" else None)
+    draws = {"seeds": [0, 1, 2], "of": ["--tie_head=True", "--tie_keep=32", "--learn_steps=16"], "m": 432,
+             "learned": [{"val": 4.0398, "general": 4.5613}, {"val": 4.0300, "general": 4.5500},
+                         {"val": 4.0500, "general": 4.5700}]}
+    assert report.learned_draws_reading(draws, 3.7584, 3.7886) == [
+        "- **The best −25% shrink over calibration draws** (learn_steps=16, m = 432; seeds 0, 1, 2, n = 3): val "
+        "4.0399 ± 0.0100 (+7.5%), general 4.5604 ± 0.0100 (+20.4%); the aim, val ≤ 4.0215 (+7%), is missed by "
+        "0.0184 nats (0 of 3 draws within it); SliceGPT's own code at m = 432 (n = 1, 140.7 M): 4.0441, inside "
+        "twice our spread: no difference."]
+    draws["learned"] = [{"val": v, "general": 4.5} for v in (4.0100, 4.0110, 4.0120)]
+    line = report.learned_draws_reading(draws, 3.7584, 3.7886)[0]
+    assert "is met by the mean (3 of 3 draws within it)" in line and "above our mean by more than twice" in line
+    assert report.learned_draws_reading(None, 3.7584, 3.7886) == []
