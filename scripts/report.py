@@ -1181,7 +1181,8 @@ def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float =
         return []
     val, general = ([x[text] for x in draws["learned"]] for text in ("val", "general"))
     mean, std = statistics.fmean(val), statistics.stdev(val)
-    line = (f"- **The best −25% shrink over calibration draws** ({tied_extra({'options': draws['of']})}, m = {draws['m']}; "
+    what = tied_extra({"options": draws["of"]})
+    line = (f"- **The best −25% shrink over calibration draws** ({what}, m = {draws['m']}; "
             f"seeds {', '.join(map(str, draws['seeds']))}, n = {len(val)}): val {mean:.4f} ± {std:.4f} "
             f"({gap_words(mean, bv)}), general {statistics.fmean(general):.4f} ± {statistics.stdev(general):.4f} "
             f"({gap_words(statistics.fmean(general), bg)}); the aim, val ≤ {bv * (1 + aim):.4f} (+{aim:.0%}), "
