@@ -244,7 +244,7 @@ def retie_head(new: GPT, batches: list[torch.Tensor], ridge: float = 1e-6,
     device = new.transformer.wte.weight.device
     M = torch.zeros(m, m, dtype=torch.float64, device=device)
     d0 = original.config.n_embd if original is not None else m
-    C = torch.zeros(d0, m, dtype=torch.float64, device=device)  # Σ y₀ yᵀ (original) — unused for the own head
+    C = torch.zeros(d0, m, dtype=torch.float64, device=device)  # Σ y₀ yᵀ (for the own head y₀ = y, so C = M)
     M0 = torch.zeros(d0, d0, dtype=torch.float64, device=device)  # Σ y₀ y₀ᵀ: the target's energy
     count = 0
     for b in batches:

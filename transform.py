@@ -396,6 +396,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
+    clock = PhaseClock()  # seconds per step of the pipeline: where a long run spends its time
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
                               restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head,
                               n_layer, depth_mode)
@@ -423,9 +424,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     else:  # a coordinate map keeps peri-LN output gains exactly (porting.average_output_gains says why)
         sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms, keep_output_gains=kind == "truncate"
                                       and given_map is None and refit == "none" and not learn_steps and not tie_head)
-    clock = PhaseClock()  # seconds per step of the pipeline: where a long run spends its time
     lap = clock.lap
-    lap("check")
+    lap("check")  # the checks and the canonical form
     calibration = None
     if calibration_loader is not None and (kind == "pca" and given_map is None or refit != "none"
                                            or learn_steps > 0):  # a random map needs only the count (JL bound)

@@ -92,6 +92,9 @@ def options(keep: int, more: tuple[str, ...]) -> tuple[str, ...]:
     return (TIE, f"--tie_keep={keep}", *more)
 
 
+RECIPE_OPTIONS = list(options(*RECIPE[1:3]))  # the best −25% row's options, as its saved row lists them
+
+
 def build(src: str, data: dict[str, str], spec: tuple, seed: int = 0, threads: int = THREADS) -> dict:
     m, keep, more, calib = spec
     return cell(src, data, m, "pca", calib=calib, extra=options(keep, more), seed=seed, threads=threads)
@@ -101,7 +104,7 @@ def recipe_timing(src: str, data: dict[str, str]) -> dict:
     """RECIPE (the best −25% shrink) again on both cores (--threads=2): the issue's "whole −25% recipe in ≤ 15
     minutes on 2 CPU cores", timed as a user runs it (the CLI's subprocess: start, load, calibrate, learn, port, tie,
     save) with its record's seconds per phase. Run it with nothing else on the machine."""
-    return dict(build(src, data, RECIPE, threads=2), threads=2, of=list(options(RECIPE[1], RECIPE[2])))
+    return dict(build(src, data, RECIPE, threads=2), threads=2, of=RECIPE_OPTIONS)
 
 
 def per_block(src: str, data: dict[str, str], seed: int) -> dict:
@@ -143,11 +146,10 @@ def draws(src: str, data: dict[str, str], rows: list[dict]) -> dict:
 def learned_draws(src: str, data: dict[str, str], rows: list[dict], seeds: tuple[int, ...] = SEEDS) -> dict:
     """RECIPE's val and general losses over calibration seeds 0, 1, 2 (seed 0: the table's row): how far the best
     −25% shrink's zero-shot loss moves with the calibration text it learns on."""
-    recipe = list(options(RECIPE[1], RECIPE[2]))
-    first = next(x for x in rows if x.get("options") == recipe and x["m"] == RECIPE[0]
+    first = next(x for x in rows if x.get("options") == RECIPE_OPTIONS and x["m"] == RECIPE[0]
                  and x["calibration"] == RECIPE[3])
     runs = [first] + [build(src, data, RECIPE, seed) for seed in seeds]
-    return {"seeds": [0, *seeds], "of": recipe, "m": RECIPE[0],
+    return {"seeds": [0, *seeds], "of": RECIPE_OPTIONS, "m": RECIPE[0],
             "learned": [{k: x["losses"][k] for k in ("val", "general")} for x in runs]}
 
 
@@ -180,9 +182,8 @@ def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) 
     """An untied port of every learned m = M row that ``payload`` has none of, and RECIPE's T untied with the
     readers' refit too (does the refit hurt the learned map without a tie to fit afterwards?); saved after each."""
     ports = payload.setdefault("untied_ports", [])
-    recipe = list(options(RECIPE[1], RECIPE[2]))
-    for row in [x for x in payload["rows"] if x.get("options") == recipe and x["m"] == M]:
-        if not any(p["of"] == recipe and port_extra(p) == [READERS] for p in ports):
+    for row in [x for x in payload["rows"] if x.get("options") == RECIPE_OPTIONS and x["m"] == M]:
+        if not any(p["of"] == RECIPE_OPTIONS and port_extra(p) == [READERS] for p in ports):
             ports.append(untied_port(src, data, row, (READERS,)))
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M

@@ -1385,8 +1385,7 @@ def learned_reading(r: dict) -> list[str]:
     x = r.get("learned")
     if not x:
         return []
-    own, plain, draws = best_recipe_control(r)["losses"], best_recipe_arm(r)["losses"], best_recipe_draws(r)
-    spread = statistics.stdev(a["val"] for a in draws["arm"]) if draws else None
+    own, plain, spread = best_recipe_control(r)["losses"], best_recipe_arm(r)["losses"], best_recipe_spread(r)
     same = spread is not None and abs(x["losses"]["val"] - plain["val"]) < 2 * spread
     z = r["start"]["losses"]
     return [f"- **Another start, one factor** (the tied map learned on the calibration KL, `{x['option']}`, then "
@@ -1403,8 +1402,7 @@ def half_learned_reading(r: dict) -> list[str]:
     x, h = r.get("half_learned"), r.get("half")
     if not x or not h:
         return []
-    own, plain, draws = best_recipe_control(r)["losses"], h["arm"]["losses"], best_recipe_draws(r)
-    spread = statistics.stdev(a["val"] for a in draws["arm"]) if draws else None
+    own, plain, spread = best_recipe_control(r)["losses"], h["arm"]["losses"], best_recipe_spread(r)
     v = x["losses"]["val"]
     verdict_words = ("" if spread is None else f"; the −25% data orders' spread is ± {spread:.4f}, so "
                      + ("no difference" if abs(v - plain["val"]) < 2 * spread else "a difference beyond twice it"))
@@ -1432,6 +1430,13 @@ def best_recipe_arm(r: dict) -> dict:
 def best_recipe_draws(r: dict) -> dict | None:
     """The data orders of the best recipe (the chosen rate in the best batch), None before they have run."""
     return r["batches"].get("draws") if smaller_batch_won(r) else r.get("draws")
+
+
+def best_recipe_spread(r: dict) -> float | None:
+    """The sample std of the best recipe's val losses over its data orders: the yardstick of an n = 1 start against
+    the plain start's run (twice it: no difference); None before the orders have run."""
+    draws = best_recipe_draws(r)
+    return statistics.stdev(a["val"] for a in draws["arm"]) if draws and len(draws["arm"]) > 1 else None
 
 
 def recipe_in_batch(r: dict, batch: int) -> tuple[int, int]:
