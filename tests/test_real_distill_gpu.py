@@ -1,0 +1,136 @@
+"""scripts/real_distill_gpu.py: the −50% recovery run for one call of a lent GPU (issue #40). Its planning, its
+tokenizer step, its deadline, and the whole run end to end on the CPU with a small Llama exported to GGUF."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+
+import real_distill_gpu as gpu  # noqa: E402
+
+from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
+from dataset import tokenizer_fingerprint  # noqa: E402
+
+
+def test_the_steps_fit_the_time_left_and_never_pass_the_token_bound():
+    per_step = gpu.BATCH * gpu.BLOCK
+    assert gpu.planned_iters(100_000, 300) == 300 * 100_000 // per_step  # the time binds
+    assert gpu.planned_iters(1e9, 300) == gpu.MAX_TOKENS // per_step  # the issue's 50 M tokens bind
+    assert gpu.planned_iters(100_000, -5) == 1  # no time left: one step, not zero or negative
+    assert gpu.planned_iters(1_000, 10, batch=1, max_tokens=10 * gpu.BLOCK) == 10  # 10 steps of tokens, 39 of time
+
+
+def test_the_recipe_is_the_cpu_recipes_loss_and_schedule_on_the_gpu():
+    args = dict(a.lstrip("-").split("=", 1) for a in gpu.recipe(1e-4, 1000, "cuda"))
+    assert (args["distill"], args["distill_alpha"], args["distill_temperature"]) == ("True", "1.0", "1.0")
+    assert (args["learning_rate"], args["min_lr"], args["max_iters"], args["lr_decay_iters"]) == (
+        "0.0001", "1e-05", "1000", "1000")
+    assert args["warmup_iters"] == str(round(1000 * gpu.WARMUP_SHARE)) and args["eval_seed"] == "0"
+    assert args["dtype"] == "bfloat16" and args["compile"] == "False"  # compile off: the control stays exact
+    assert int(args["batch_size"]) * int(args["block_size"]) == int(args["distill_chunk"])
+    assert dict(a.lstrip("-").split("=", 1) for a in gpu.recipe(1e-4, 3, "cpu", batch=1))["dtype"] == "float32"
+
+
+def hf_meta(vocab: dict, decoder: str = "ByteLevel") -> dict:
+    spec = {"model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]}, "decoder": {"type": decoder}}
+    return {"tokenizer": "hf", "vocab_size": len(vocab), "files": {"tokenizer.json": json.dumps(spec)},
+            "special_ids": {"bos_token_id": 0}}
+
+
+@pytest.mark.parametrize("case", ["same", "other files, same ids", "other ids"])
+def test_the_import_takes_the_datas_tokenizer_only_when_the_ids_are_the_same(case, trained_dir, tmp_path):
+    """Another transformers version writes other tokenizer files from the same GGUF (seen: transformers 5.17 against
+    5.24 on SmolLM2: other decoder and model flags, the same vocabulary and merges). The run takes the data's record
+    then, and refuses (nothing written) when the ids would differ."""
+    vocab = {"a": 0, "b": 1, "ab": 2}
+    ckpt = load_checkpoint(trained_dir)
+    ckpt["meta"] = hf_meta(vocab)
+    model_dir, data_dir = str(tmp_path / "model"), tmp_path / "data"
+    save_checkpoint(ckpt, model_dir)
+    data_meta = {"same": hf_meta(vocab), "other files, same ids": hf_meta(vocab, "Metaspace"),
+                 "other ids": hf_meta({"a": 0, "b": 2, "ab": 1}, "Metaspace")}[case]
+    data_dir.mkdir()
+    with open(data_dir / "meta.pkl", "wb") as f:
+        import pickle
+        pickle.dump(dict(data_meta, tokens=["train", "val"]), f)
+    before = os.path.getmtime(os.path.join(model_dir, "ckpt.pt"))
+    if case == "other ids":
+        with pytest.raises(SystemExit, match="gives other ids than the data's"):
+            gpu.adopt_data_tokenizer(model_dir, str(data_dir))
+        assert os.path.getmtime(os.path.join(model_dir, "ckpt.pt")) == before
+        return
+    said = gpu.adopt_data_tokenizer(model_dir, str(data_dir))
+    after = load_checkpoint(model_dir)
+    assert tokenizer_fingerprint(after["meta"]) == tokenizer_fingerprint(data_meta) and "tokens" not in after["meta"]
+    assert all(torch.equal(after["model"][k], ckpt["model"][k]) for k in ckpt["model"])  # the weights stay
+    assert said == "as imported" if case == "same" else said.startswith("the data's")
+
+
+def test_a_step_past_the_deadline_is_stopped_and_a_failed_one_ends_the_run_with_its_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "WORK", str(tmp_path))
+    log = gpu.Log()
+    slow = gpu.command(["-c", "import time; time.sleep(60)"], log, "slow")
+    started = time.time()
+    seconds = gpu.finish({"slow": slow}, log, deadline=time.time() + 1)
+    assert time.time() - started < 30 and slow.returncode != 0 and seconds["slow"] >= 1
+    assert any("past the deadline" in line for line in log.lines)
+    failing = gpu.command(["-c", "print('the reason'); raise SystemExit(3)"], log, "failing")
+    with pytest.raises(SystemExit, match="failing failed \\(3\\):\nthe reason"):
+        gpu.finish({"failing": failing}, log)
+
+
+def test_the_probe_speed_skips_the_warm_up_and_the_curve_counts_tokens(tmp_path):
+    lines = [{"val/loss": 5.0, "iter": 0}, *({"tokens_per_s": 10.0 if i < 4 else 100.0 + i, "iter": i}
+                                             for i in range(8)), {"val/loss": 4.0, "iter": 8}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    assert gpu.probe_speed(str(tmp_path)) == 105.5  # the median of steps 4…7, not the slow first ones
+    assert gpu.curve(str(tmp_path), batch=2) == [[0, 5.0], [8 * 2 * gpu.BLOCK, 4.0]]
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"tokens_per_s": 1.0, "iter": 0}) + "\n")
+    with pytest.raises(SystemExit, match="no step after the warm-up"):
+        gpu.probe_speed(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(tmp_path, monkeypatch):
+    """Import from GGUF, shrink, the control's check, the probe, both rates at once and the record, on the CPU:
+    a small tied Llama (d = 64 → m = 48, tie_keep 32) in 64-token windows."""
+    pytest.importorskip("gguf")
+    from convert import ConvertConfig, convert
+    from hf_models import llama, save, shakespeare_text, train_tokenizer
+    tokenizer = train_tokenizer()
+    hf = save(llama(tied=True), tmp_path / "hf", tokenizer)
+    convert(ConvertConfig(from_hf=hf, out_dir=str(tmp_path / "ours")))
+    convert(ConvertConfig(to_gguf=str(tmp_path / "model.gguf"), in_dir=str(tmp_path / "ours")))
+    convert(ConvertConfig(from_gguf=str(tmp_path / "model.gguf"), out_dir=str(tmp_path / "imported")))
+    text = tmp_path / "text.txt"  # tokenized as on the CPU machine: with the GGUF's tokenizer as imported
+    text.write_text(shakespeare_text()[:120_000])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("shakespeare", "novel"):
+        subprocess.run([sys.executable, "prepare.py", f"--tokenizer_from={tmp_path / 'imported'}", f"--input={text}",
+                        f"--out_dir={tmp_path / 'data' / name}"], cwd=root, check=True, capture_output=True)
+    for name, value in (("M", 48), ("BLOCK", 64), ("PROBE_ITERS", 6), ("CONTROL_CHECK_ITERS", 2),
+                        ("EVAL_RESERVE_S", 0), ("MAX_TOKENS", 4 * 2 * 64)):
+        monkeypatch.setattr(gpu, name, value)
+    monkeypatch.setattr(gpu, "CALIB", ["--calib_batches=2", "--calib_batch_size=4"])
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["real_distill_gpu.py", f"--gguf={tmp_path / 'model.gguf'}",
+                                      f"--data={tmp_path / 'data'}", f"--out={out}", f"--work={tmp_path / 'work'}",
+                                      "--device=cpu", "--batch=2", "--budget_s=600"])
+    gpu.main()
+    result = json.loads((out / "results.json").read_text())
+    assert result["tokenizer"] == "as imported" and result["control"]["unchanged"] is True
+    assert result["iters"] == 4 and result["tokens"] == 4 * 2 * 64  # the token bound binds
+    assert [arm["lr"] for arm in result["arms"]] == list(gpu.LRS)
+    for arm in result["arms"]:
+        assert arm["iters_done"] == 4 and not arm["stopped_early"]
+        assert arm["losses"]["val"] != result["start"]["val"]  # distillation moved the shrunk model
+        assert arm["gap_to_control"]["val"] == pytest.approx(arm["losses"]["val"] / result["original"]["val"] - 1)
+        assert arm["curve"][0][0] == 0 and arm["curve"][-1][0] == result["tokens"]
+    assert result["start"]["parameters"] == sum(p.numel() for p in load_model(str(tmp_path / "work" / "m48"))[0]
+                                                .parameters())
+    assert "distill" in result["seconds"] and (out / "log.txt").read_text().count("min]") > 8
