@@ -439,6 +439,12 @@ def gap_words(loss: float, reference: float) -> str:
     return f"{100 * (loss / reference - 1):+.1f}%"
 
 
+def loss_cells(losses: dict, control: dict) -> str:
+    """A table's four loss cells: val, its gap to the control, general, its gap (whole-split losses)."""
+    return (f"{losses['val']:.4f} | {gap_words(losses['val'], control['val'])} | {losses['general']:.4f} | "
+            f"{gap_words(losses['general'], control['general'])}")
+
+
 def real_model_label(row: dict) -> str:
     """A real-model row's name: the map, the rule when it is not ours, the calibration text when PCA reads one."""
     name = row["kind"] + ("" if row["porting"] == "residual" else f", {row['porting']}")
@@ -1244,13 +1250,12 @@ def real_model_distill(r: dict) -> str:
              f"| — | original | {r['base']['parameters'] / 1e6:.1f} M | {bv:.4f} | — | {bg:.4f} | — | — |",
              f"| {c['lr']:g} | control: original distilled from itself | {c['parameters'] / 1e6:.1f} M | {cv:.4f} | "
              f"0 (itself) | {cg:.4f} | 0 (itself) | {c['step']['seconds'] / 60:.0f} |",
-             f"| — | tied m = {r['start']['m']}, zero-shot | {r['start']['parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
-             f"{gap_words(z['val'], cv)} | {z['general']:.4f} | {gap_words(z['general'], cg)} | — |"]
+             f"| — | tied m = {r['start']['m']}, zero-shot | {r['start']['parameters'] / 1e6:.1f} M | "
+             f"{loss_cells(z, c['losses'])} | — |"]
     for row in r["rows"]:
         a = row["arm"]
         lines.append(f"| {row['lr']:g} | tied m = {r['start']['m']}, distilled | {a['parameters'] / 1e6:.1f} M | "
-                     f"{a['losses']['val']:.4f} | {gap_words(a['losses']['val'], cv)} | {a['losses']['general']:.4f} "
-                     f"| {gap_words(a['losses']['general'], cg)} | {a['step']['seconds'] / 60:.0f} |")
+                     f"{loss_cells(a['losses'], c['losses'])} | {a['step']['seconds'] / 60:.0f} |")
     readers = r.get("readers")
     if readers:
         z, a = readers["zero_shot"], readers["losses"]
@@ -1270,7 +1275,6 @@ def real_model_gpu(r: dict) -> str:
     """The tied −50% SmolLM2 distilled on a lent GPU at each rate for as many tokens as one call held, against the
     original distilled from itself (checked unchanged on the GPU); whole-split losses, the run's own val curve."""
     o, z, c = r["original"], r["start"], r["control"]
-    cv, cg = c["losses"]["val"], c["losses"]["general"]
     passes = r["tokens"] / TINYSHAKESPEARE_TRAIN_TOKENS
     lines = [f"SmolLM2-135M-Instruct on one {r['gpu']} (torch {r['torch'].split('+')[0]}): the tied m = {r['m']} "
              f"model ({' '.join(f'`{x}`' for x in r['options'])}, {z['parameters'] / 1e6:.1f} M parameters, shrunk "
@@ -1286,14 +1290,12 @@ def real_model_gpu(r: dict) -> str:
              "| learning rate | run | parameters | val | val gap to the control | general | general gap to the "
              "control |", "|---|---|---|---|---|---|---|",
              f"| — | original = control (GPU) | — | {o['val']:.4f} | 0 (itself) | {o['general']:.4f} | 0 (itself) |",
-             f"| — | tied m = {r['m']}, zero-shot (GPU) | {z['parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
-             f"{gap_words(z['val'], cv)} | {z['general']:.4f} | {gap_words(z['general'], cg)} |"]
+             f"| — | tied m = {r['m']}, zero-shot (GPU) | {z['parameters'] / 1e6:.1f} M | "
+             f"{loss_cells(z, c['losses'])} |"]
     for arm in r["arms"]:
-        a = arm["losses"]
         lines.append(f"| {arm['lr']:g} | tied m = {r['m']}, distilled, {arm['iters_done'] * r['batch'] * r['block']:,} "
                      f"tokens{' (stopped early)' if arm['stopped_early'] else ''} | {z['parameters'] / 1e6:.1f} M | "
-                     f"{a['val']:.4f} | {gap_words(a['val'], cv)} | {a['general']:.4f} | "
-                     f"{gap_words(a['general'], cg)} |")
+                     f"{loss_cells(arm['losses'], c['losses'])} |")
     tokens = [t for t, _ in r["arms"][0]["curve"]]
     lines += ["", "The run's own evaluations (val loss on its fixed eval batches, 128 windows, eval seed 0; the first "
               "is the start):", "", "| tokens | " + " | ".join(f"lr {a['lr']:g}" for a in r["arms"]) + " |",
