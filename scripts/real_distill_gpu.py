@@ -14,9 +14,10 @@ real_distill's (pure distillation: α = 1, τ = 1; AdamW without weight decay; c
 fixed eval batches) with what a GPU changes: batches of ``BATCH`` × 256 tokens in bfloat16 autocast, a warmup of
 ``WARMUP_SHARE`` of the steps, and as many steps as fit in ``--budget_s`` seconds (measured by a probe of
 ``PROBE_ITERS`` steps), at most ``MAX_TOKENS`` tokens — the issue's bound; the record says how many were used. Each
-rate of ``LRS`` (the tuning effort: those values) runs at once in its own process on the one GPU. The 305 k train
-tokens are passed over many times: the run's own evaluations (``EVALS_PER_RUN``, fixed val batches) show whether
-val turns up again.
+rate of ``--lrs`` (default ``LRS``: the tuning effort, those values) runs at once in its own process on the one
+GPU; ``--compile`` compiles the student (the teacher stays eager), and the control's check then runs compiled too.
+The 305 k train tokens are passed over many times: the run's own evaluations (``EVALS_PER_RUN``, fixed val
+batches) show whether val turns up again.
 
 The control is the original distilled from itself with the identical recipe. Its KL gradient is zero (exactly:
 distill.teacher_kl), so AdamW without weight decay takes no step and the control is the original bit for bit; the
@@ -63,14 +64,15 @@ EVAL_RESERVE_S = 60  # seconds kept for the final evaluations and the record
 SPEED_MARGIN = 0.85  # of the probe's speed planned with: the arms' own evaluations and start (loading the teacher)
 
 
-def recipe(lr: float, iters: int, device: str, batch: int = BATCH) -> list[str]:
-    """real_distill's recipe on the GPU: ``iters`` steps of ``batch`` windows at ``lr`` (cosine to lr / 10)."""
+def recipe(lr: float, iters: int, device: str, batch: int = BATCH, compile: bool = False) -> list[str]:
+    """real_distill's recipe on the GPU: ``iters`` steps of ``batch`` windows at ``lr`` (cosine to lr / 10), the
+    student compiled or not (``compile``; the teacher runs eagerly either way)."""
     return [f"--block_size={BLOCK}", f"--batch_size={batch}", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
             f"--learning_rate={lr:g}", f"--min_lr={lr / 10:g}", f"--warmup_iters={max(1, round(iters * WARMUP_SHARE))}",
             f"--eval_interval={max(1, iters // EVALS_PER_RUN)}", f"--eval_iters={EVAL_ITERS}", "--eval_seed=0",
             "--eval_train=False", "--seed=1337", f"--log_interval={max(1, iters // 40)}", "--progress_bar=False",
             f"--device={device}", f"--dtype={'bfloat16' if device.startswith('cuda') else 'float32'}",
-            "--compile=False", "--always_save_checkpoint=False", f"--distill_chunk={batch * BLOCK}", *DISTILL]
+            f"--compile={compile}", "--always_save_checkpoint=False", f"--distill_chunk={batch * BLOCK}", *DISTILL]
 
 
 def planned_iters(tokens_per_s: float, budget_s: float, batch: int = BATCH, max_tokens: int | None = None) -> int:
@@ -165,6 +167,23 @@ def unchanged(a: str, b: str) -> bool:
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
+def check_control(src: str, data_dir: str, lr: float, device: str, batch: int, compile: bool, log: Log) -> dict:
+    """CONTROL_CHECK_ITERS steps of the original distilled from itself with the arms' recipe: its weights must stay
+    the original's bit for bit (then the control's losses are the original's). A control that moves — a compiled
+    student against an eager teacher need not give a zero KL gradient — stops the run before any arm is distilled:
+    its gaps would be against a control nobody ran."""
+    check = os.path.join(WORK, "control-check")
+    seconds = run(["finetune.py", f"--in_dir={src}", f"--teacher_dir={src}", f"--data_dir={data_dir}",
+                   f"--out_dir={check}", "--overwrite=True",
+                   *recipe(lr, CONTROL_CHECK_ITERS, device, batch, compile)], log, "control-check")
+    if not unchanged(src, check):
+        raise SystemExit(f"the original distilled from itself moved in {CONTROL_CHECK_ITERS} steps"
+                         f"{' with --compile' if compile else ''}: the control is not the original; run without "
+                         "--compile (the eager control is exact)")
+    log(f"the original distilled from itself for {CONTROL_CHECK_ITERS} steps is unchanged")
+    return {"check_iters": CONTROL_CHECK_ITERS, "unchanged": True, "seconds": seconds}
+
+
 def records(out_dir: str) -> list[dict]:
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -210,15 +229,27 @@ def main() -> None:
                         "is left after the probe, less EVAL_RESERVE_S and a margin for their own evaluations")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=BATCH, help="windows per step (a CPU dry run: 1)")
+    parser.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS),
+                        help="learning rates, comma-separated: each runs at once in its own process")
+    parser.add_argument("--compile", action="store_true", help="compile the student (the control is checked "
+                        "with it: a control that moves stops the run)")
     args = parser.parse_args()
+    try:
+        lrs = tuple(float(x) for x in args.lrs.split(","))
+    except ValueError:
+        raise SystemExit(f"--lrs={args.lrs!r} is not a comma-separated list of learning rates, e.g. "
+                         "--lrs=3e-4") from None
+    if not lrs or min(lrs) <= 0:
+        raise SystemExit(f"--lrs={args.lrs!r}: every learning rate must be > 0")
     data = {text: os.path.join(args.data, text) for text in ("shakespeare", "novel")}
     for path in [args.gguf, *data.values()]:
         if not os.path.exists(path):
             raise SystemExit(f"{path} is missing: pass --gguf=FILE and --data=DIR (see this script's docstring)")
     WORK = args.work
     os.makedirs(WORK, exist_ok=True)
-    log, result = Log(), {"device": args.device, "batch": args.batch, "block": BLOCK, "lrs": list(LRS), "m": M,
-                          "options": list(TIE), "max_tokens": MAX_TOKENS, "budget_s": args.budget_s}
+    log, result = Log(), {"device": args.device, "batch": args.batch, "block": BLOCK, "lrs": list(lrs), "m": M,
+                          "options": list(TIE), "max_tokens": MAX_TOKENS, "budget_s": args.budget_s,
+                          "compile": args.compile}
     if args.device.startswith("cuda"):
         result["gpu"] = torch.cuda.get_device_name(0)
     result["torch"] = torch.__version__
@@ -239,32 +270,27 @@ def main() -> None:
     log(f"m = {M} zero-shot: {result['start']}")
     write(result, args.out, log)
 
-    check = os.path.join(WORK, "control-check")
-    seconds["control_check"] = run(["finetune.py", f"--in_dir={src}", f"--teacher_dir={src}",
-                                    f"--data_dir={data['shakespeare']}", f"--out_dir={check}", "--overwrite=True",
-                                    *recipe(max(LRS), CONTROL_CHECK_ITERS, args.device, args.batch)], log,
-                                   "control-check")
-    result["control"] = {"check_iters": CONTROL_CHECK_ITERS, "unchanged": unchanged(src, check),
-                         "losses": result["original"]}
-    log(f"the original distilled from itself for {CONTROL_CHECK_ITERS} steps is unchanged: "
-        f"{result['control']['unchanged']}")
+    result["control"] = dict(check_control(src, data["shakespeare"], max(lrs), args.device, args.batch,
+                                           args.compile, log), losses=result["original"])
+    seconds["control_check"] = result["control"].pop("seconds")
 
-    probes = {f"probe-lr{lr:g}": os.path.join(WORK, f"probe-lr{lr:g}") for lr in LRS}
+    probes = {f"probe-lr{lr:g}": os.path.join(WORK, f"probe-lr{lr:g}") for lr in lrs}
     seconds["probe"] = max(finish({name: command(
         ["finetune.py", f"--in_dir={student}", f"--data_dir={data['shakespeare']}", f"--out_dir={out}",
-         "--overwrite=True", *recipe(lr, PROBE_ITERS, args.device, args.batch), "--log_interval=1"], log, name)
-        for (name, out), lr in zip(probes.items(), LRS)}, log).values())
+         "--overwrite=True", *recipe(lr, PROBE_ITERS, args.device, args.batch, args.compile), "--log_interval=1"], log,
+        name) for (name, out), lr in zip(probes.items(), lrs)}, log).values())
     speed = min(probe_speed(out) for out in probes.values())
     left = args.budget_s - (time.time() - log.started) - EVAL_RESERVE_S
     iters = planned_iters(speed * SPEED_MARGIN, left, args.batch)
     result |= {"probe_tokens_per_s": speed, "iters": iters, "tokens": iters * args.batch * BLOCK}
-    log(f"{speed:,.0f} tokens/s per arm with {len(LRS)} at once: {iters} steps, {result['tokens']:,} tokens each")
+    log(f"{speed:,.0f} tokens/s per arm with {len(lrs)} at once: {iters} steps, {result['tokens']:,} tokens each")
 
     write(result, args.out, log)
-    dirs = {f"lr{lr:g}": os.path.join(WORK, f"distilled-lr{lr:g}") for lr in LRS}
+    dirs = {f"lr{lr:g}": os.path.join(WORK, f"distilled-lr{lr:g}") for lr in lrs}
     procs = {name: command(["finetune.py", f"--in_dir={student}", f"--data_dir={data['shakespeare']}",
-                            f"--out_dir={out}", "--overwrite=True", *recipe(lr, iters, args.device, args.batch)],
-                           log, name) for (name, out), lr in zip(dirs.items(), LRS)}
+                            f"--out_dir={out}", "--overwrite=True", *recipe(lr, iters, args.device, args.batch,
+                                                                        args.compile)],
+                           log, name) for (name, out), lr in zip(dirs.items(), lrs)}
     stop = threading.Event()
     threading.Thread(target=progress, args=(procs, dirs, iters, log, stop), daemon=True).start()
     try:
@@ -272,7 +298,7 @@ def main() -> None:
     finally:
         stop.set()
     arms = []
-    for (name, out), lr in zip(dirs.items(), LRS):
+    for (name, out), lr in zip(dirs.items(), lrs):
         done = max((r.get("iter", 0) for r in records(out)), default=0)
         arm = {"lr": lr, "losses": full_losses(out, data, args.device), "curve": curve(out, args.batch),
                "iters_done": done, "stopped_early": done < iters}

@@ -1280,7 +1280,8 @@ def real_model_gpu(r: dict) -> str:
              f"model ({' '.join(f'`{x}`' for x in r['options'])}, {z['parameters'] / 1e6:.1f} M parameters, shrunk "
              f"there by the CPU row's command) distilled from the original on {r['tokens']:,} tinyshakespeare train "
              f"tokens ({r['iters']} steps of {r['batch']} × {r['block']}: about {passes:.0f} passes over the "
-             f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens; bfloat16 autocast; the loss, optimizer and schedule of "
+             f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens; bfloat16 autocast, the student "
+             f"{'compiled' if r.get('compile') else 'not compiled'}; the loss, optimizer and schedule of "
              "results/real_model_distill's recipe) at each learning rate, the rates at once on the one GPU for as "
              "many steps as one call held. The **control** is the original distilled from itself with the identical "
              f"recipe: after {c['check_iters']} steps of it on the GPU its weights are "
@@ -1354,8 +1355,9 @@ def real_model_gpu_reading(r: dict, speed: dict | None, aim: float = 0.02) -> li
                      + ("Running the rates at once gained nothing over one after the other. "
                         if together <= 1.1 * speed["eager_median"] else "")
                      + f"At the compiled rate {r['max_tokens'] / 1e6:.0f} M tokens take "
-                     f"{r['max_tokens'] / speed['compiled_median'] / 60:.0f} minutes for one rate; the run itself did "
-                     "not compile, since the control's exactness was checked without it.")
+                     f"{r['max_tokens'] / speed['compiled_median'] / 60:.0f} minutes for one rate"
+                     + ("." if r.get("compile") else "; the run itself did not compile, and its control's exactness "
+                        "was checked without compiling (`--compile` checks it compiled)."))
     return lines
 
 

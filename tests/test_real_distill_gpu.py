@@ -34,6 +34,35 @@ def test_the_recipe_is_the_cpu_recipes_loss_and_schedule_on_the_gpu():
     assert args["dtype"] == "bfloat16" and args["compile"] == "False"  # compile off: the control stays exact
     assert int(args["batch_size"]) * int(args["block_size"]) == int(args["distill_chunk"])
     assert dict(a.lstrip("-").split("=", 1) for a in gpu.recipe(1e-4, 3, "cpu", batch=1))["dtype"] == "float32"
+    assert "--compile=True" in gpu.recipe(1e-4, 3, "cuda", compile=True)
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_control_that_moves_stops_the_run_before_any_arm(moved, tmp_path, monkeypatch):
+    """The control's check runs the arms' recipe (compiled when they are); a control that moves is not the original,
+    so no gap to it may be reported: the run stops with the fix."""
+    commands = []
+    monkeypatch.setattr(gpu, "WORK", str(tmp_path))
+    monkeypatch.setattr(gpu, "run", lambda args, log, name: commands.append(args) or 1.5)
+    monkeypatch.setattr(gpu, "unchanged", lambda a, b: not moved)
+    check = lambda: gpu.check_control("orig", "data", 3e-4, "cuda", 64, True, gpu.Log())  # noqa: E731
+    if moved:
+        with pytest.raises(SystemExit, match="moved in 8 steps with --compile: the control is not the original; run "
+                                             "without --compile"):
+            check()
+    else:
+        assert check() == {"check_iters": gpu.CONTROL_CHECK_ITERS, "unchanged": True, "seconds": 1.5}
+    assert "--teacher_dir=orig" in commands[0] and "--compile=True" in commands[0]
+    assert "--learning_rate=0.0003" in commands[0]
+
+
+@pytest.mark.parametrize("lrs, says", [("3e-4,x", "is not a comma-separated list"), ("0", "must be > 0")])
+def test_bad_rates_are_one_line_before_anything_is_written(lrs, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["real_distill_gpu.py", "--gguf=g", "--data=d", f"--out={tmp_path / 'out'}",
+                                      f"--work={tmp_path / 'work'}", f"--lrs={lrs}"])
+    with pytest.raises(SystemExit, match=says):
+        gpu.main()
+    assert not os.listdir(tmp_path)
 
 
 def hf_meta(vocab: dict, decoder: str = "ByteLevel") -> dict:
@@ -120,12 +149,13 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(tmp_path, monkeyp
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["real_distill_gpu.py", f"--gguf={tmp_path / 'model.gguf'}",
                                       f"--data={tmp_path / 'data'}", f"--out={out}", f"--work={tmp_path / 'work'}",
-                                      "--device=cpu", "--batch=2", "--budget_s=600"])
+                                      "--device=cpu", "--batch=2", "--budget_s=600",
+                                      "--lrs=1e-4,3e-4"])
     gpu.main()
     result = json.loads((out / "results.json").read_text())
     assert result["tokenizer"] == "as imported" and result["control"]["unchanged"] is True
     assert result["iters"] == 4 and result["tokens"] == 4 * 2 * 64  # the token bound binds
-    assert [arm["lr"] for arm in result["arms"]] == list(gpu.LRS)
+    assert [arm["lr"] for arm in result["arms"]] == [1e-4, 3e-4] and result["compile"] is False
     for arm in result["arms"]:
         assert arm["iters_done"] == 4 and not arm["stopped_early"]
         assert arm["losses"]["val"] != result["start"]["val"]  # distillation moved the shrunk model
