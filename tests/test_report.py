@@ -845,3 +845,19 @@ def test_the_gpu_recovery_reads_its_gap_against_the_two_percent_goal_and_the_cpu
     assert "| 0.0003 | tied m = 288, distilled, 163,840 tokens | 67.3 M | 3.8000 | +1.1% |" in table
     assert "| 49,152 | 3.9500 | 3.9500 |" in table
     assert report.missing("real_model_gpu").startswith("*Not run yet: `scripts/real_distill_gpu.sh`")
+
+
+def test_learning_the_half_map_further_reads_each_variant_against_sixteen_steps_and_the_twenty_percent_aim():
+    def row(options, val, kl):
+        return {"m": 288, "calibration": "shakespeare", "options": ["--tie_head=True", "--tie_keep=32", *options],
+                "losses": {"val": val, "general": val + 0.8},
+                "corrections": {"learned_map": {"initial": 2.095, "learned": kl}}}
+    rows = [row(["--learn_steps=16"], 4.6509, 1.140)]
+    assert report.half_learning_reading(rows, 3.7584) == []  # no variant yet
+    rows += [row(["--learn_steps=32"], 4.5500, 0.950), row(["--learn_steps=16", "--learn_lr=3e-3"], 4.6000, 1.0)]
+    line = report.half_learning_reading(rows, 3.7584)[0]
+    assert ("16 steps at lr 1e-3: val 4.6509 (+23.7%), general 5.4509, calibration KL 2.095 → 1.140): 32 steps: val "
+            "4.5500 (+21.1%), general 5.3500, calibration KL 2.095 → 0.950; 16 steps at lr 3e-3: val 4.6000") in line
+    assert line.endswith("The issue's −50% aim, val ≤ 4.5101 (+20%), is missed: the best of them ends at +21.1%.")
+    rows[1]["losses"]["val"] = 4.5000
+    assert report.half_learning_reading(rows, 3.7584)[0].endswith("is met: the best of them ends at +19.7%.")
