@@ -24,7 +24,9 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   (``--learn_steps=32``), also on twice the calibration tokens (``--calib_batches=16``); the general case learned
   too (calibrated on English news); at m = 432 and m = 288 the learned map followed by ``--refit=readers`` (the two
   corrections together: does the refit still pay on a learned map?), and with the tie fitted to the original's
-  logits (``--retie_target=original``: the refit then leaves the head) at m = 432, with and without the refit.
+  logits (``--retie_target=original``: the refit then leaves the head) at m = 432, with and without the refit;
+  at m = 288, whose calibration KL after 16 steps is far above m = 432's, learned twice as long
+  (``--learn_steps=32``) and at three times the rate (``--learn_lr=3e-3``), one factor each.
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
