@@ -26,7 +26,7 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   corrections together: does the refit still pay on a learned map?), and with the tie fitted to the original's
   logits (``--retie_target=original``: the refit then leaves the head) at m = 432, with and without the refit;
   at m = 288, whose calibration KL after 16 steps is far above m = 432's, learned twice as long
-  (``--learn_steps=32``) and at three times the rate (``--learn_lr=3e-3``), one factor each.
+  (``--learn_steps=32``) and at three times the rate (``--learn_lr=3e-3``), one factor each, and both.
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -86,7 +86,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN_LONGER, "--calib_batches=16"), "shakespeare"), (M, 32, (LEARN, READERS), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN, READERS), "shakespeare"), (M, 32, (LEARN, READERS, TO_ORIGINAL), "shakespeare"),
          (M, 32, (LEARN, TO_ORIGINAL), "shakespeare"), (RATIOS[0.5], 32, (LEARN_LONGER,), "shakespeare"),
-         (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare")]
+         (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare"),
+         (RATIOS[0.5], 32, (LEARN_LONGER, LEARN_FASTER), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too

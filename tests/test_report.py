@@ -854,10 +854,12 @@ def test_learning_the_half_map_further_reads_each_variant_against_sixteen_steps_
                 "corrections": {"learned_map": {"initial": 2.095, "learned": kl}}}
     rows = [row(["--learn_steps=16"], 4.6509, 1.140)]
     assert report.half_learning_reading(rows, 3.7584) == []  # no variant yet
-    rows += [row(["--learn_steps=32"], 4.5500, 0.950), row(["--learn_steps=16", "--learn_lr=3e-3"], 4.6000, 1.0)]
+    rows += [row(["--learn_steps=32"], 4.5500, 0.950), row(["--learn_steps=16", "--learn_lr=3e-3"], 4.6000, 1.0),
+             row(["--learn_steps=32", "--learn_lr=3e-3"], 4.5800, 0.9)]
     line = report.half_learning_reading(rows, 3.7584)[0]
     assert ("16 steps at lr 1e-3: val 4.6509 (+23.7%), general 5.4509, calibration KL 2.095 → 1.140): 32 steps: val "
             "4.5500 (+21.1%), general 5.3500, calibration KL 2.095 → 0.950; 16 steps at lr 3e-3: val 4.6000") in line
+    assert "; 32 steps at lr 3e-3: val 4.5800 (+21.9%)" in line
     assert line.endswith("The issue's −50% aim, val ≤ 4.5101 (+20%), is missed: the best of them ends at +21.1%.")
     rows[1]["losses"]["val"] = 4.5000
     assert report.half_learning_reading(rows, 3.7584)[0].endswith("is met: the best of them ends at +19.7%.")
