@@ -545,10 +545,13 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         monkeypatch.setattr(real_tied_head, "untied_port", lambda src, data, row, more=(), ported=ported: (
             ported.append((row["options"], more)) or {"of": row["options"], "options": ["--map_file=T.pt", *more]}))
         real_tied_head.main()
-        # then the learned recipe's calibration draws (seeds 1, 2), which the results lack
-        recipe_spec = real_tied_head.RECIPE
-        assert built == (cells[-2:][::-1] + [(recipe_spec, 2), (recipe_spec, 1)] if reverse
-                         else cells[-2:] + [(recipe_spec, 1), (recipe_spec, 2)])
+        # then the learned recipes' calibration draws (seeds 1, 2: the best −25% row's, then the best −50% row's),
+        # which the results lack
+        recipe_spec, half_spec = real_tied_head.RECIPE, real_tied_head.HALF_RECIPE
+        assert half_spec in cells[-2:] and real_tied_head.LEARN_LONGER in half_spec[2] and half_spec[0] == 288
+        assert built == (cells[-2:][::-1] + [(recipe_spec, 2), (recipe_spec, 1), (half_spec, 2), (half_spec, 1)]
+                         if reverse else cells[-2:] + [(recipe_spec, 1), (recipe_spec, 2), (half_spec, 1),
+                                                       (half_spec, 2)])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
         learned = [list(real_tied_head.options(k, more)) for m, k, more, c in cells
                    if real_tied_head.LEARN in more and m == real_tied_head.M]
@@ -557,7 +560,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
         assert len(learned) == 6 and learned[0] == recipe
-        assert saves == ([] if reverse else [None, None, None, cells[-2][1], cells[-1][1], cells[-1][1]])
+        assert saves == ([] if reverse else [None, None, None, cells[-2][1], cells[-1][1], cells[-1][1],
+                                             cells[-1][1]])
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):
