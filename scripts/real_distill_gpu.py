@@ -43,6 +43,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
 import torch  # noqa: E402
+from real_distill import unchanged  # noqa: E402
 
 from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
 from dataset import HF_TOKENIZER_FILE, BatchLoader, evaluate_loss, load_meta, tokenizer_fingerprint  # noqa: E402
@@ -97,9 +98,9 @@ class Log:
 def command(args: list[str], log: Log, name: str) -> subprocess.Popen:
     """One step as a user types it, in its own process; its output goes to its own log file."""
     log(f"{name}: python {' '.join(args)}")
-    out = open(os.path.join(WORK, f"{name}.log"), "w")
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, NANOLGPT_PROGRESS="0"))
+    with open(os.path.join(WORK, f"{name}.log"), "w") as out:  # the child keeps its own copy of the file
+        return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, NANOLGPT_PROGRESS="0"))
 
 
 def finish(procs: dict[str, subprocess.Popen], log: Log, deadline: float = math.inf) -> dict[str, float]:
@@ -159,12 +160,6 @@ def full_losses(model_dir: str, data: dict[str, str], device: str) -> dict[str, 
     model = load_model(model_dir)[0].to(device)
     return {name: evaluate_loss(model, BatchLoader(data[text], BLOCK, 8, device), "val", None)
             for name, text in EVALS.items()}
-
-
-def unchanged(a: str, b: str) -> bool:
-    """Whether two checkpoints hold the same weights, bit for bit."""
-    x, y = load_model(a)[0].state_dict(), load_model(b)[0].state_dict()
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def check_control(src: str, data_dir: str, lr: float, device: str, batch: int, compile: bool, log: Log) -> dict:
@@ -307,7 +302,10 @@ def main() -> None:
         log(f"{name}: {arm['losses']} (val {arm['gap_to_control']['val']:+.2%} against the control)")
         result["arms"] = arms
         write(result, args.out, log)
-    result |= {"seconds": seconds, "total_seconds": round(time.time() - log.started, 1)}
+    total = round(time.time() - log.started, 1)
+    result |= {"seconds": seconds, "total_seconds": total,
+               "meta": {"command": "scripts/real_distill_gpu.py " + " ".join(sys.argv[1:]), "seconds": total,
+                        "hardware": f"{result.get('gpu', args.device)}, torch {torch.__version__}"}}
     write(result, args.out, log)
     log(f"wrote {os.path.join(args.out, 'results.json')}")
 

@@ -1307,7 +1307,8 @@ def real_model_gpu(r: dict) -> str:
     original distilled from itself (checked unchanged on the GPU); whole-split losses, the run's own val curve."""
     o, z, c = r["original"], r["start"], r["control"]
     passes = r["tokens"] / TINYSHAKESPEARE_TRAIN_TOKENS
-    lines = [f"SmolLM2-135M-Instruct on one {r['gpu']} (torch {r['torch'].split('+')[0]}): the tied m = {r['m']} "
+    where = r.get("gpu") or r["device"]
+    lines = [f"SmolLM2-135M-Instruct on one {where} (torch {r['torch'].split('+')[0]}): the tied m = {r['m']} "
              f"model ({' '.join(f'`{x}`' for x in r['options'])}, {z['parameters'] / 1e6:.1f} M parameters, shrunk "
              f"there by the CPU row's command) distilled from the original on {r['tokens']:,} tinyshakespeare train "
              f"tokens ({r['iters']} steps of {r['batch']} × {r['block']}: about {passes:.0f} passes over the "

@@ -164,3 +164,7 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(tmp_path, monkeyp
     assert result["start"]["parameters"] == sum(p.numel() for p in load_model(str(tmp_path / "work" / "m48"))[0]
                                                 .parameters())
     assert "distill" in result["seconds"] and (out / "log.txt").read_text().count("min]") > 8
+    assert result["meta"]["command"].endswith("--lrs=1e-4,3e-4") and result["meta"]["hardware"].startswith("cpu")
+    import report
+    table = report.real_model_gpu(result)  # a run of the script renders as it stands (no hand-added record)
+    assert "SmolLM2-135M-Instruct on one cpu" in table and "| 0.0003 | tied m = 48, distilled, 512 tokens |" in table
