@@ -19,7 +19,8 @@ one global map nearly lossless before any finetuning. ``transform.py`` calls the
 - ``learn_map`` (``--learn_steps=N``): T itself is optimised over matrices with orthonormal rows (torch's
   orthogonal parametrization, a retraction onto the Stiefel manifold), weights frozen and the port applied
   differentiably, to minimise KL(original ‖ transformed) on calibration batches (SpinQuant's idea, for a width
-  change). The best T seen — never worse than the initial one on the calibration loss — is returned.
+  change). The best T seen — never worse than the initial one on the calibration loss — is returned. With
+  ``--learn_gain_lr`` each norm's per-coordinate gain is learned with it (``gain_readers``).
 
 Refit needs ``porting='residual'``: the sandwich rules re-split the heads, so the transformed Q/K/V outputs have
 no original counterpart to be fitted to.
@@ -287,8 +288,21 @@ def kl_to_original(original_logp: torch.Tensor, logits: torch.Tensor) -> torch.T
     return (original_logp.exp() * (original_logp - logq)).sum(-1).mean()
 
 
+def gain_readers(params: dict, sites: list[tuple[str, list[str]]], gains: dict[str, torch.Tensor]) -> dict:
+    """W′·norm_m(h′) → W′·diag(g)·norm_m(h′): a per-coordinate gain g (m values) of each norm in ``sites``
+    (``readers_by_norm``), folded into every Linear reader it feeds (the canonical form's norms keep their scalar
+    gain, so the model's form and parameter count stay as they are). Returns a new dict; ``params`` is unchanged."""
+    params = dict(params)
+    for norm, readers in sites:
+        for reader in readers:
+            key = f"{reader}.weight"
+            params[key] = params[key] * gains[norm].to(params[key].dtype)
+    return params
+
+
 def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
-              seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict]:
+              seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = (), gain_lr: float = 0.0,
+              sites: list[tuple[str, list[str]]] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
     """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
 
     ``held``: coordinates whose column of T stays as it starts — a row e_iᵀ of its own (``--tie_keep``,
@@ -296,12 +310,16 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     (``free_block``), so what those options promise (T·diag(γ) = diag(γ′)·T there, which ``retie_head`` needs)
     still holds after learning.
 
+    ``gain_lr`` > 0: each norm of ``sites`` also learns a per-coordinate gain g = exp(s) (s from 0, Adam at
+    ``gain_lr``), folded into its readers (``gain_readers``): the m-space norms get back the per-dimension freedom
+    the original's had, jointly with T, on the same calibration KL.
+
     ``port(T)`` returns (a GPT of width m, its parameters as a dict of tensors differentiable in T). Adam on the
     orthogonal parametrization's free parameter, one calibration batch per step (cycled). Returns the best of
-    the initial and the final T on the whole calibration set (so never worse than the initialisation) and a
-    record of the losses. Memory: the original's targets are kept as its final hidden states (the head is
-    applied when needed), and a batch is processed ``tokens_per_pass`` tokens at a time with the gradient
-    accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held (the default, 1024,
+    the initial and the final (T, gains) on the whole calibration set (so never worse than the initialisation;
+    gains None where none were learned or the initial map was kept) and a record of the losses. Memory: the
+    original's targets are kept as its final hidden states (the head is applied when needed), and a batch is
+    processed ``tokens_per_pass`` tokens at a time with the gradient accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held (the default, 1024,
     is one pass per batch for the char model's 16 × 64 calibration batches: its cached results stay exact)."""
     T_init = orthonormal_rows(T_init.cpu()).to(T_init.device)  # on the CPU: the same start on every device
     free_rows, free_columns = free_block(T_init, held)
@@ -320,12 +338,23 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
 
     with torch.no_grad():
         targets = [original(b, features=True)[0] for b in batches]
-    optimizer = torch.optim.Adam(holder.parameters(), lr=lr)
+    m = T_init.shape[0]
+    log_gains = {norm: torch.zeros(m, device=T_init.device, requires_grad=True) for norm, _ in sites} \
+        if gain_lr > 0 else {}
+    optimizer = torch.optim.Adam([{"params": list(holder.parameters()), "lr": lr}]
+                                 + ([{"params": list(log_gains.values()), "lr": gain_lr}] if log_gains else []))
     rows = max(1, tokens_per_pass // batches[0].shape[1])
 
-    def kl_of_rows(T: torch.Tensor, k: int, part: slice) -> torch.Tensor:
-        """KL(original ‖ port(T)) summed over the tokens of rows ``part`` of batch k."""
+    def gains_of(logs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        return {norm: s.exp() for norm, s in logs.items()} if logs else None
+
+    def kl_of_rows(T: torch.Tensor, k: int, part: slice, gains: dict[str, torch.Tensor] | None = None
+                   ) -> torch.Tensor:
+        """KL(original ‖ port(T), its readers scaled by ``gains``) summed over the tokens of rows ``part`` of batch
+        k."""
         model, params = port(T)
+        if gains is not None:
+            params = gain_readers(params, sites, gains)
         logits = torch.func.functional_call(model, params, (batches[k][part],), {"all_logits": True})[0]
         with torch.no_grad():
             target = F.log_softmax(original.lm_head(targets[k][part]).float().flatten(0, -2), dim=-1)
@@ -334,27 +363,31 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     def parts(k: int) -> list[slice]:
         return [slice(i, i + rows) for i in range(0, len(batches[k]), rows)]
 
-    def calibration_loss(T: torch.Tensor) -> float:
+    def calibration_loss(T: torch.Tensor, gains: dict[str, torch.Tensor] | None = None) -> float:
         with torch.no_grad():
-            return sum(sum(kl_of_rows(T, k, p).item() for p in parts(k)) / batches[k].numel()
+            return sum(sum(kl_of_rows(T, k, p, gains).item() for p in parts(k)) / batches[k].numel()
                        for k in range(len(batches))) / len(batches)
 
     start = T_init
     losses = {"initial": calibration_loss(start)}
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(batches), generator=generator).tolist()
-    for step in progress(range(steps), "learn T", unit="step"):
+    for step in progress(range(steps), "learn T" + (" and gains" if log_gains else ""), unit="step"):
         k = order[step % len(order)]
         optimizer.zero_grad(set_to_none=True)
         for part in parts(k):  # the port is rebuilt per pass: each backward frees its own graph
-            (kl_of_rows(assembled(holder.weight), k, part) / batches[k].numel()).backward()
+            (kl_of_rows(assembled(holder.weight), k, part, gains_of(log_gains)) / batches[k].numel()).backward()
         optimizer.step()
     # float64 retraction of the learned block: T orthonormal to rounding, the held columns exactly as they started
     learned = assembled(orthonormal_rows(holder.weight.detach()))
-    losses["learned"] = calibration_loss(learned)
-    best = learned if losses["learned"] <= losses["initial"] else start
-    losses["kept"] = "learned" if best is learned else "initial"
-    return best, losses
+    gains = gains_of({norm: s.detach() for norm, s in log_gains.items()})
+    losses["learned"] = calibration_loss(learned, gains)
+    keep_learned = losses["learned"] <= losses["initial"]
+    losses["kept"] = "learned" if keep_learned else "initial"
+    if gains is not None:
+        every = torch.cat(list(gains.values()))
+        losses["gain_range"] = [every.min().item(), every.max().item()]
+    return (learned, gains, losses) if keep_learned else (start, None, losses)
 
 
 def free_block(T: torch.Tensor, held: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:

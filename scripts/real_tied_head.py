@@ -27,7 +27,9 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   logits (``--retie_target=original``: the refit then leaves the head) at m = 432, with and without the refit;
   at m = 288, whose calibration KL after 16 steps is far above m = 432's, learned twice as long
   (``--learn_steps=32``) and at three times the rate (``--learn_lr=3e-3``), one factor each; the longer one (the
-  best −50% row) with calibration seeds 1 and 2 too (``half_learned_draws``, n = 3, as for the best −25% row).
+  best −50% row) with calibration seeds 1 and 2 too (``half_learned_draws``, n = 3, as for the best −25% row);
+  at m = 432 every norm's per-coordinate gain learned with the map (``--learn_gain_lr``, Adam at 1e-2 and 3e-2,
+  one factor against the map alone: the canonical form leaves the m-space norms a scalar gain).
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -73,6 +75,8 @@ LEARN = "--learn_steps=16"  # T learned on the calibration KL (refit.learn_map):
 LEARN_LONGER = "--learn_steps=32"  # four passes: does the held-out loss keep falling with the calibration KL?
 # (and with twice the calibration tokens, --calib_batches=16: two passes again, over 65,536 tokens)
 LEARN_FASTER = "--learn_lr=3e-3"  # three times the default rate: at m = 288 the 16 steps end far from the m = 432 KL
+GAINS = "--learn_gain_lr=1e-2"  # every norm's per-coordinate gain learned with T (refit.gain_readers), Adam at 1e-2
+GAINS_FASTER = "--learn_gain_lr=3e-2"  # the gains at three times that rate (one factor)
 TO_ORIGINAL = "--retie_target=original"  # the tied head's gain fitted to the original's logits (the refit leaves
 # the head, which the tie replaces), not to the untied head's
 M = RATIOS[0.75]
@@ -87,7 +91,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN_LONGER, "--calib_batches=16"), "shakespeare"), (M, 32, (LEARN, READERS), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN, READERS), "shakespeare"), (M, 32, (LEARN, READERS, TO_ORIGINAL), "shakespeare"),
          (M, 32, (LEARN, TO_ORIGINAL), "shakespeare"), (RATIOS[0.5], 32, (LEARN_LONGER,), "shakespeare"),
-         (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare")]
+         (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare"), (M, 32, (LEARN, GAINS), "shakespeare"),
+         (M, 32, (LEARN, GAINS_FASTER), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
@@ -195,9 +200,11 @@ def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) 
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     for row in [x for x in payload["rows"] if LEARN in x.get("options", []) and x["m"] == M
                 and x.get("calibration") == "shakespeare" and READERS not in x["options"]
-                and TO_ORIGINAL not in x["options"]]:
+                and TO_ORIGINAL not in x["options"]
+                and not any(o.startswith("--learn_gain_lr") for o in x["options"])]:
         # the 16-step maps calibrated as the PCA rows (a row that changes only what follows the map — the refit,
-        # the tie's target — has its learned twin's T: ported already)
+        # the tie's target — has its learned twin's T: ported already; learned gains are in the weights, not in T,
+        # so a --map_file port would not be that model)
         if not any(p["of"] == row["options"] and not port_extra(p) for p in ports):
             ports.append(untied_port(src, data, row))
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")

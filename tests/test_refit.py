@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import refit
+import transform
 from checkpoint import load_checkpoint, load_model
 from configurator import load_config
 from dataset import BatchLoader
@@ -137,6 +138,41 @@ def test_learned_map_stays_orthonormal_and_never_loses_to_its_start(setup):
         torch.testing.assert_close(wrecked["T"], start["T"], atol=1e-5, rtol=0)
 
 
+def test_gain_readers_is_a_per_coordinate_norm_gain_folded_into_its_readers(setup):
+    """W·diag(g)·n(x) = W·(g ⊙ n(x)): the folded gain acts as a per-dimension gain of the norm would."""
+    model, _ = setup
+    sites = refit.readers_by_norm(model)
+    g = {norm: 0.5 + torch.rand(model.config.n_embd, generator=torch.Generator().manual_seed(i))
+         for i, (norm, _) in enumerate(sites)}
+    params = dict(model.named_parameters())
+    folded = refit.gain_readers(params, sites, g)
+    x = torch.randn(5, model.config.n_embd, generator=torch.Generator().manual_seed(9))
+    for norm, readers in sites:
+        for reader in readers:
+            W = params[f"{reader}.weight"]
+            torch.testing.assert_close(x @ folded[f"{reader}.weight"].T, (g[norm] * x) @ W.T, atol=1e-5, rtol=1e-5)
+    assert all(torch.equal(params[k], v) for k, v in model.named_parameters())  # its input is left as it was
+    assert {k for k in folded if not torch.equal(folded[k], params[k])} == {f"{r}.weight" for _, rs in sites
+                                                                               for r in rs}
+
+
+def test_learned_gains_lower_the_calibration_kl_and_are_in_the_saved_model(setup):
+    """--learn_gain_lr learns each norm's per-coordinate gain with T: at the same steps the calibration KL ends
+    lower than T's alone, and the returned model carries the gains (its KL is the one the learning recorded)."""
+    model, loader = setup
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=4, learn_steps=12, learn_lr=3e-3)
+    _, alone = transform_model(model, 16, **options)
+    new, both = transform_model(model, 16, learn_gain_lr=3e-2, **options)
+    learned, plain = both["corrections"]["learned_map"], alone["corrections"]["learned_map"]
+    assert learned["kept"] == "learned" and learned["learned"] < plain["learned"]
+    low, high = learned["gain_range"]
+    assert low < 0.99 and high > 1.01  # the gains moved
+    assert both["learn_gain_lr"] == 3e-2 and "map and norm gains learned" in " ".join(both["notes"])
+    original = canonical_model(model)[0]
+    batches = refit.calibration_batches(loader, 4, 0)
+    assert transform.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
+
+
 def test_refit_records_travel_through_the_cli_path(trained_dir, char_data_dir, tmp_path):
     record = transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16,
                                                   kind="pca", data_dir=char_data_dir, eval_iters=2, refit="all"))
@@ -177,6 +213,12 @@ def test_bad_correction_requests_fail_with_one_clear_error(setup):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=-2"])
     with pytest.raises(ConfigError, match="refit='x' is not one of"):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--refit=x"])
+    with pytest.raises(ConfigError, match="learn_gain_lr=0.01 needs learn_steps > 0"):
+        load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_gain_lr=1e-2"])
+    with pytest.raises(ConfigError, match="learn_gain_lr=-1.0 needs learn_steps > 0 and must be >= 0"):
+        load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=2", "--learn_gain_lr=-1"])
+    with pytest.raises(TransformError, match="learn_gain_lr=0.01 needs learn_steps > 0"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_gain_lr=1e-2)
 
 
 def test_the_chunked_calibration_kl_equals_the_whole_batch_kl(setup):
