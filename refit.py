@@ -319,8 +319,9 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     the initial and the final (T, gains) on the whole calibration set (so never worse than the initialisation;
     gains None where none were learned or the initial map was kept) and a record of the losses. Memory: the
     original's targets are kept as its final hidden states (the head is applied when needed), and a batch is
-    processed ``tokens_per_pass`` tokens at a time with the gradient accumulated, so no (tokens × vocabulary) tensor of the whole calibration set is ever held (the default, 1024,
-    is one pass per batch for the char model's 16 × 64 calibration batches: its cached results stay exact)."""
+    processed ``tokens_per_pass`` tokens at a time with the gradient accumulated, so no (tokens × vocabulary)
+    tensor of the whole calibration set is ever held (the default, 1024, is one pass per batch for the char
+    model's 16 × 64 calibration batches: its cached results stay exact)."""
     T_init = orthonormal_rows(T_init.cpu()).to(T_init.device)  # on the CPU: the same start on every device
     free_rows, free_columns = free_block(T_init, held)
     with torch.random.fork_rng(devices=[]):  # the parametrization completes T to a square orthogonal matrix at random
