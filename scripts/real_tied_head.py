@@ -29,7 +29,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   (``--learn_steps=32``) and at three times the rate (``--learn_lr=3e-3``), one factor each; the longer one (the
   best −50% row) with calibration seeds 1 and 2 too (``half_learned_draws``, n = 3, as for the best −25% row);
   at m = 432 every norm's per-coordinate gain learned with the map (``--learn_gain_lr``, Adam at 1e-2 and 3e-2,
-  one factor against the map alone: the canonical form leaves the m-space norms a scalar gain).
+  one factor against the map alone: the canonical form leaves the m-space norms a scalar gain), the 1e-2 row with
+  calibration seeds 1 and 2 too (``gains_draws``, paired by seed with the map alone's draws).
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -97,6 +98,11 @@ SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
 HALF_RECIPE = CELLS[20]  # the best −50% shrink (the map learned 32 steps): its calibration draws too
+GAINS_RECIPE = CELLS[22]  # the −25% map learned with its norm gains: its calibration draws too, paired with RECIPE's
+
+
+DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE))
+# (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 
 
 def options(keep: int, more: tuple[str, ...]) -> tuple[str, ...]:
@@ -224,6 +230,31 @@ def row_of(spec: tuple, row: dict) -> dict:
     return dict(row, tie_keep=keep, refit="readers" if READERS in more else "none")
 
 
+def missing(src: str, data: dict[str, str], started: float, reverse: bool) -> None:
+    """--part=missing: the CELLS and the DRAWN draws that results/real_model_tied/results.json lacks, built and added to
+    it (the rest kept as is); ``reverse``: built from the end, nothing saved."""
+    payload = saved("real_model_tied", "scripts/real_tied_head.sh")
+    todo = [spec for spec in CELLS if not has_row(payload["rows"], spec)]
+    if not reverse:  # the rows already saved first: their ports are minutes, a missing cell can take an hour
+        untied_ports(src, data, payload, started)
+    for spec in reversed(todo) if reverse else todo:
+        row = build(src, data, spec)
+        if not reverse:
+            payload["rows"].append(row_of(spec, row))
+            save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    if not reverse:
+        untied_ports(src, data, payload, started)
+    for key, spec in DRAWN:
+        if key in payload:
+            continue
+        if reverse:  # build only, from the last seed
+            for seed in reversed(SEEDS):
+                build(src, data, spec, seed)
+        else:
+            payload[key] = learned_draws(src, data, payload["rows"], spec=spec)
+            save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+
+
 def main() -> None:
     args, started, src, data = start(__doc__.split("\n\n")[0], ("missing", "timing", "all"))
     if args.part == "timing":  # alone on the machine: both cores are the run's
@@ -232,31 +263,13 @@ def main() -> None:
         save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
         return
     if args.part == "missing":
-        payload = saved("real_model_tied", "scripts/real_tied_head.sh")
-        todo = [spec for spec in CELLS if not has_row(payload["rows"], spec)]
-        if not args.reverse:  # the rows already saved first: their ports are minutes, a missing cell can take an hour
-            untied_ports(src, data, payload, started)
-        for spec in reversed(todo) if args.reverse else todo:
-            row = build(src, data, spec)
-            if not args.reverse:
-                payload["rows"].append(row_of(spec, row))
-                save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
-        if not args.reverse:
-            untied_ports(src, data, payload, started)
-        for key, spec in (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE)):
-            if key in payload:
-                continue
-            if args.reverse:  # build only, from the last seed
-                for seed in reversed(SEEDS):
-                    build(src, data, spec, seed)
-            else:
-                payload[key] = learned_draws(src, data, payload["rows"], spec=spec)
-                save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+        missing(src, data, started, args.reverse)
         return
     if args.reverse:  # build only, from the end: the forward run writes the results in the table's order
         recovered(src, data)
         for seed in reversed(SEEDS):
-            build(src, data, RECIPE, seed)
+            for _, spec in DRAWN:
+                build(src, data, spec, seed)
             per_block(src, data, seed)
             build(src, data, CELLS[0], seed)
         for spec in reversed(CELLS):
@@ -271,8 +284,8 @@ def main() -> None:
     untied_ports(src, data, payload, started)
     payload["draws"] = draws(src, data, payload["rows"])
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
-    payload["learned_draws"] = learned_draws(src, data, payload["rows"])
-    payload["half_learned_draws"] = learned_draws(src, data, payload["rows"], spec=HALF_RECIPE)
+    for key, spec in DRAWN:
+        payload[key] = learned_draws(src, data, payload["rows"], spec=spec)
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     payload["recovery"] = recovered(src, data)
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")

@@ -993,6 +993,7 @@ def real_model_tied(r: dict) -> str:
                + recipe_timing_reading(r, bv) + tied_draws_reading(r.get("draws"))
                + learned_draws_reading(r.get("learned_draws"), bv, bg) + half_learning_reading(r["rows"], bv)
                + learned_draws_reading(r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
+               + gains_draws_reading(r.get("gains_draws"), r.get("learned_draws"), bv, bg)
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1212,16 +1213,17 @@ def tied_draws_reading(draws: dict | None) -> list[str]:
             f"parameters (m = 333, {draws['per_block_parameters'] / 1e6:.1f} M): " + "; ".join(out) + "."]
 
 
-def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float = 0.07, share: str = "−25%"
-                          ) -> list[str]:
-    """The best ``share`` shrink (the learned map) over calibration draws: mean ± std on both texts, against SliceGPT's
-    own code at the same width (n = 1: read against twice our spread) and the issue's aim (val gap ≤ ``aim``)."""
+def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float = 0.07, share: str = "−25%",
+                          title: str = "") -> list[str]:
+    """The best ``share`` shrink (the learned map; ``title`` names another row) over calibration draws: mean ± std on
+    both texts, against SliceGPT's own code at the same width (n = 1: read against twice our spread) and the issue's
+    aim (val gap ≤ ``aim``)."""
     if not draws:
         return []
     val, general = ([x[text] for x in draws["learned"]] for text in ("val", "general"))
     mean, std = statistics.fmean(val), statistics.stdev(val)
     what = tied_extra({"options": draws["of"]})
-    line = (f"- **The best {share} shrink over calibration draws** ({what}, m = {draws['m']}; "
+    line = (f"- **{title or f'The best {share} shrink'} over calibration draws** ({what}, m = {draws['m']}; "
             f"seeds {', '.join(map(str, draws['seeds']))}, n = {len(val)}): val {mean:.4f} ± {std:.4f} "
             f"({gap_words(mean, bv)}), general {statistics.fmean(general):.4f} ± {statistics.stdev(general):.4f} "
             f"({gap_words(statistics.fmean(general), bg)}); the aim, val ≤ {bv * (1 + aim):.4f} (+{aim:.0%}), "
@@ -1235,6 +1237,24 @@ def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float =
                  + ("inside twice our spread: no difference" if abs(mean - s) < 2 * std else
                     f"{'above' if s > mean else 'below'} our mean by more than twice our spread"))
     return [line + "."]
+
+
+def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: float) -> list[str]:
+    """The −25% map learned with its norm gains over calibration draws (``learned_draws_reading``), then against the
+    map learned alone on the same draws, paired by seed (``verdict``: a difference it does not find is none)."""
+    if not gains:
+        return []
+    line = learned_draws_reading(gains, bv, bg, title="The −25% map learned with its norm gains")[0]
+    if not alone or alone["seeds"] != gains["seeds"]:
+        return [line]
+    parts = []
+    for text in ("val", "general"):
+        a, b = ([x[text] for x in d["learned"]] for d in (gains, alone))
+        diffs = [x - y for x, y in zip(a, b)]
+        v = verdict(a, b, paired=True)
+        parts.append(f"{text} {statistics.fmean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} nats "
+                     f"({', '.join(f'{x:+.4f}' for x in diffs)}; {v['test']}, p = {v['p']:.2g}): {v['words']}")
+    return [line + " Against the map learned alone on the same draws (paired by seed): " + "; ".join(parts) + "."]
 
 
 def tied_recovery_reading(rec: dict | None) -> list[str]:

@@ -545,23 +545,23 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         monkeypatch.setattr(real_tied_head, "untied_port", lambda src, data, row, more=(), ported=ported: (
             ported.append((row["options"], more)) or {"of": row["options"], "options": ["--map_file=T.pt", *more]}))
         real_tied_head.main()
-        # then the learned recipes' calibration draws (seeds 1, 2: the best −25% row's, then the best −50% row's),
-        # which the results lack
-        recipe_spec, half_spec = real_tied_head.RECIPE, real_tied_head.HALF_RECIPE
-        assert half_spec in cells[-2:] and real_tied_head.LEARN_LONGER in half_spec[2] and half_spec[0] == 288
-        assert built == (cells[-2:][::-1] + [(recipe_spec, 2), (recipe_spec, 1), (half_spec, 2), (half_spec, 1)]
-                         if reverse else cells[-2:] + [(recipe_spec, 1), (recipe_spec, 2), (half_spec, 1),
-                                                       (half_spec, 2)])
+        # then the learned recipes' calibration draws (seeds 1, 2: the best −25% row's, the best −50% row's, then
+        # the −25% row learned with its gains), which the results lack
+        drawn = [real_tied_head.RECIPE, real_tied_head.HALF_RECIPE, real_tied_head.GAINS_RECIPE]
+        assert real_tied_head.LEARN_LONGER in drawn[1][2] and drawn[1][0] == 288
+        assert drawn[2] == cells[-2] and real_tied_head.GAINS in drawn[2][2]
+        assert built == (cells[-2:][::-1] + [(spec, seed) for spec in drawn for seed in (2, 1)] if reverse
+                         else cells[-2:] + [(spec, seed) for spec in drawn for seed in (1, 2)])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
         learned = [list(real_tied_head.options(k, more)) for m, k, more, c in cells
                    if real_tied_head.LEARN in more and m == real_tied_head.M]
-        # not the news-calibrated one, nor one that changes only what follows the map (its T is its learned twin's);
-        # the recipe's T also with the readers' refit, once
+        # not the news-calibrated one, nor one that changes only what follows the map (its T is its learned twin's),
+        # nor one with learned gains (they are in its weights, not in T); the recipe's T also with the readers'
+        # refit, once
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
-        assert len(learned) == 6 and learned[0] == recipe
-        assert saves == ([] if reverse else [None, None, None, cells[-2][1], cells[-1][1], cells[-1][1],
-                                             cells[-1][1]])
+        assert len(learned) == 8 and learned[0] == recipe
+        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 5)
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):

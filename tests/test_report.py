@@ -812,6 +812,30 @@ def test_the_learned_draws_read_against_the_aim_and_slicegpt(monkeypatch):
     assert "the aim, val ≤ 4.5101 (+20%), is met by the mean (2 of 3 draws within it)" in line
 
 
+def test_the_gains_draws_read_against_the_aim_and_the_map_alone_paired_by_seed(monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: None)
+    alone = {"seeds": [0, 1, 2], "of": ["--tie_head=True", "--tie_keep=32", "--learn_steps=16"], "m": 432,
+             "learned": [{"val": 4.0398, "general": 4.5613}, {"val": 4.0583, "general": 4.5747},
+                         {"val": 4.0759, "general": 4.5731}]}
+    gains = dict(alone, of=alone["of"] + ["--learn_gain_lr=1e-2"],
+                 learned=[{"val": 4.0198, "general": 4.5366}, {"val": 4.0390, "general": 4.5500},
+                          {"val": 4.0550, "general": 4.5480}])
+    line = report.gains_draws_reading(gains, alone, 3.7584, 3.7886)[0]
+    assert line.startswith("- **The −25% map learned with its norm gains over calibration draws** (learn_steps=16, "
+                           "learn_gain_lr=1e-2, m = 432; seeds 0, 1, 2, n = 3): val 4.0379 ± 0.0176 (+7.4%)")
+    assert "is missed by 0.0164 nats (1 of 3 draws within it)" in line
+    # paired by seed: −0.0200, −0.0193, −0.0209 on val is a shift the paired t-test finds
+    assert line.endswith("Against the map learned alone on the same draws (paired by seed): val -0.0201 ± 0.0008 "
+                         "nats (-0.0200, -0.0193, -0.0209; paired t, p = 0.00053): lower; general -0.0248 ± 0.0002 "
+                         "nats (-0.0247, -0.0247, -0.0251; paired t, p = 2.9e-05): lower.")
+    gains["learned"][1]["val"], gains["learned"][2]["val"] = 4.0800, 4.0700  # lower, higher, lower: no clear shift
+    line = report.gains_draws_reading(gains, alone, 3.7584, 3.7886)[0]
+    assert "val -0.0014" in line and "): no difference; general" in line
+    assert report.gains_draws_reading(gains, None, 3.7584, 3.7886) == report.learned_draws_reading(
+        gains, 3.7584, 3.7886, title="The −25% map learned with its norm gains")
+    assert report.gains_draws_reading(None, alone, 3.7584, 3.7886) == []
+
+
 def gpu_result(val_best: float = 3.8987) -> dict:
     arm = lambda lr, val, general: {"lr": lr, "losses": {"val": val, "general": general}, "iters_done": 10,  # noqa: E731
                                     "stopped_early": False, "curve": [[0, 5.6], [3 * 64 * 256, 3.95],
