@@ -34,7 +34,8 @@ batch, at the rate and batch that results/real_model_distill/results.json alread
 recipe, one factor: β in ``HIDDEN`` (the tuning effort: those values), data order 0; the control distilled from
 itself with the lowest β's loss; and, if that β ends below the KL alone, two more data orders (n = 3).
 ``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
-rows, m = 432 and m = 288) with the best recipe: another start, the same recipe and control.
+rows, m = 432 and m = 288, and m = 432 learned with its norm gains, ``--learn_gain_lr``) with the best recipe:
+another start, the same recipe and control.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from real_tied_head import LEARN, RECOVER, build  # noqa: E402
+from real_tied_head import GAINS, LEARN, RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
@@ -264,18 +265,24 @@ def features(src: str, data: dict[str, str], payload: dict, started: float, reve
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 
+LEARNED_STARTS = (("learned", RECOVER, (LEARN,), "-learned"), ("half_learned", HALF, (LEARN,), "-learned"),
+                  ("gains_learned", RECOVER, (LEARN, GAINS), "-learned-gains"))
+# (results key, the tied cell, its learning options, the run's label): the learned starts --part=learned distils
+
+
 def learned(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
     """A better start, one factor: the tied map learned on the calibration KL (results/real_model_tied's
     ``--learn_steps`` rows) distilled with the best recipe, against that recipe's control; at −25% parameters
-    added as "learned", at −50% (m = 288) as "half_learned" (``reverse``: build the −50% run only, saving nothing)."""
+    added as "learned", at −50% (m = 288) as "half_learned", and the −25% map learned with its norm gains as
+    "gains_learned" (``reverse``: build the last start's run only, saving nothing)."""
     chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
-    for key, spec in (("learned", RECOVER), ("half_learned", HALF))[::-1 if reverse else 1]:
-        start = build(src, data, (spec[0], spec[1], (LEARN,), spec[3]))
-        run = arm(data, start, chosen, name="-learned", batch=best, m=spec[0])
+    for key, spec, more, name in LEARNED_STARTS[::-1 if reverse else 1]:
+        start = build(src, data, (spec[0], spec[1], more, spec[3]))
+        run = arm(data, start, chosen, name=name, batch=best, m=spec[0])
         if reverse:
             return
         payload[key] = dict(run, zero_shot=start["losses"], start_parameters=parameters(start["out_dir"]),
-                            option=LEARN, m=spec[0])
+                            option=" ".join(more), m=spec[0])
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 

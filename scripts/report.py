@@ -1512,18 +1512,20 @@ def shakespeare_on_novel(r: dict) -> list[str]:
 
 
 def learned_rows(r: dict) -> list[str]:
-    """Each learned map's start (−25%, then −50% parameters), zero-shot and distilled with the best recipe (gaps to
-    that recipe's control)."""
-    return [line for key in ("learned", "half_learned") if r.get(key) for line in learned_start_rows(r, r[key])]
+    """Each learned map's start (−25%, then −50% parameters, then −25% learned with its norm gains), zero-shot and
+    distilled with the best recipe (gaps to that recipe's control)."""
+    return [line for key in ("learned", "half_learned", "gains_learned") if r.get(key)
+            for line in learned_start_rows(r, r[key])]
 
 
 def learned_start_rows(r: dict, x: dict) -> list[str]:
     own = best_recipe_control(r)["losses"]
     batch, steps = recipe_in_batch(r, x["batch"])
     z, a, m = x["zero_shot"], x["losses"], x.get("m", r["start"]["m"])
-    return [f"| — | tied m = {m} + learned map, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
+    what = "learned map and norm gains" if "--learn_gain_lr" in x.get("option", "") else "learned map"
+    return [f"| — | tied m = {m} + {what}, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
             f"{gap_words(z['val'], own['val'])} | {z['general']:.4f} | {gap_words(z['general'], own['general'])} | — |",
-            f"| {x['lr']:g} | tied m = {m} + learned map, distilled, batch {batch} × {steps} steps | "
+            f"| {x['lr']:g} | tied m = {m} + {what}, distilled, batch {batch} × {steps} steps | "
             f"{x['parameters'] / 1e6:.1f} M | {a['val']:.4f} | {gap_words(a['val'], own['val'])} | "
             f"{a['general']:.4f} | {gap_words(a['general'], own['general'])} | {x['step']['seconds'] / 60:.0f} |"]
 
@@ -1543,6 +1545,25 @@ def learned_reading(r: dict) -> list[str]:
             f"control) against {plain['val']:.4f} ({gap_words(plain['val'], own['val'])})"
             + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
             + f"; general {x['losses']['general']:.4f} against {plain['general']:.4f} (n = 1)."]
+
+
+def gains_learned_reading(r: dict) -> list[str]:
+    """The −25% map learned with its norm gains, distilled, against the map learned alone in the same recipe (one
+    factor: the gains; the data orders' spread the yardstick, n = 1 each) and the issue's goal (within 3%)."""
+    x, y = r.get("gains_learned"), r.get("learned")
+    if not x or not y:
+        return []
+    own, spread = best_recipe_control(r)["losses"], best_recipe_spread(r)
+    v, w = x["losses"]["val"], y["losses"]["val"]
+    same = spread is not None and abs(v - w) < 2 * spread
+    return [f"- **The gains too, one factor** (`{x['option']}` against `{y['option']}`, the same recipe and control): "
+            f"zero-shot val {x['zero_shot']['val']:.4f} against {y['zero_shot']['val']:.4f}; after distillation "
+            f"{v:.4f} ({gap_words(v, own['val'])} above the control) against {w:.4f} ({gap_words(w, own['val'])})"
+            + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
+            + f"; general {x['losses']['general']:.4f} against {y['losses']['general']:.4f} (n = 1). The issue's goal, "
+            f"within {RECOVERY_GOAL:.0%} of the control (val ≤ {own['val'] * (1 + RECOVERY_GOAL):.4f}): "
+            + ("met" if v <= own["val"] * (1 + RECOVERY_GOAL) else
+               f"missed by {v - own['val'] * (1 + RECOVERY_GOAL):.4f} nats") + " on one data order."]
 
 
 def half_learned_reading(r: dict) -> list[str]:
@@ -1714,7 +1735,7 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
                    + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
     out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + features_reading(r)
-            + learned_reading(r) + half_learned_reading(r))
+            + learned_reading(r) + gains_learned_reading(r) + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:

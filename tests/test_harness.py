@@ -393,29 +393,35 @@ def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_
     assert real_distill.saved_results() == saved
 
 
-def test_the_learned_part_distils_both_learned_widths_and_reverse_builds_only_the_half(monkeypatch):
-    """real_distill --part=learned: the learned m = 432 and m = 288 starts, each distilled with the best recipe and
-    saved under its own key with its zero-shot losses; --reverse builds the −50% run and saves nothing."""
+def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_the_last(monkeypatch):
+    """real_distill --part=learned: the learned m = 432 and m = 288 starts and the m = 432 map learned with its norm
+    gains, each distilled with the best recipe and saved under its own key with its zero-shot losses and options;
+    --reverse builds the last start's run and saves nothing."""
     import real_distill
 
     for reverse in (False, True):
         built, arms, saves = [], [], []
         monkeypatch.setattr(real_distill, "build", lambda src, data, spec, built=built: built.append(spec) or {
-            "out_dir": f"m{spec[0]}", "losses": {"val": spec[0] / 100}})
+            "out_dir": f"m{spec[0]}{''.join(spec[2])}", "losses": {"val": spec[0] / 100}})
         monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, name="", batch=8, m=432, arms=arms: (
             arms.append((start["out_dir"], lr, name, batch, m)) or {"losses": {"val": 3.9}}))
         monkeypatch.setattr(real_distill, "parameters", lambda out: 1)
         monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
         payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1}}
         real_distill.learned("src", {}, payload, 0.0, reverse)
-        widths = [real_distill.HALF[0]] if reverse else [real_distill.RECOVER[0], real_distill.HALF[0]]
-        assert [spec[0] for spec in built] == widths and all(real_distill.LEARN in spec[2] for spec in built)
-        assert arms == [(f"m{m}", 1e-4, "-learned", 1, m) for m in widths]
+        learn, gains = (real_distill.LEARN,), (real_distill.LEARN, real_distill.GAINS)
+        starts = [(real_distill.RECOVER[0], learn, "-learned"), (real_distill.HALF[0], learn, "-learned"),
+                  (real_distill.RECOVER[0], gains, "-learned-gains")]
+        starts = starts[-1:] if reverse else starts
+        assert [(spec[0], spec[2]) for spec in built] == [(m, more) for m, more, _ in starts]
+        assert arms == [(f"m{m}{''.join(more)}", 1e-4, name, 1, m) for m, more, name in starts]
         if reverse:
-            assert saves == [] and "half_learned" not in payload
+            assert saves == [] and "gains_learned" not in payload
         else:
-            assert len(saves) == 2 and payload["half_learned"]["m"] == real_distill.HALF[0]
+            assert len(saves) == 3 and payload["half_learned"]["m"] == real_distill.HALF[0]
             assert payload["learned"]["zero_shot"] == {"val": real_distill.RECOVER[0] / 100}
+            assert payload["gains_learned"]["option"] == "--learn_steps=16 --learn_gain_lr=1e-2"
+            assert payload["learned"]["option"] == "--learn_steps=16"
 
 
 @pytest.mark.parametrize("wins", [True, False])
