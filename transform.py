@@ -464,10 +464,11 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
             return skeleton, port_weights(dict(sd), cfg, T_, T_.T, porting, None, rescale_gains)[0]
 
         held = coordinates.exclude + coordinates.keep if learn_hold else ()
+        sites = readers_by_norm(skeleton)
         T, learned_gains, corrections["learned_map"] = learn_map(
             original, T, differentiable_port, batches, learn_steps, learn_lr, seed, held=held,
-            gain_lr=learn_gain_lr, sites=readers_by_norm(skeleton))
-        gain_sites = readers_by_norm(skeleton) if learned_gains else []
+            gain_lr=learn_gain_lr, sites=sites)
+        gain_sites = sites if learned_gains else []
         T_pinv = T.T.clone()
         notes.append(f"map {'and norm gains ' if learn_gain_lr > 0 else ''}learned for {learn_steps} steps from "
                      f"kind={kind!r}: calibration KL {corrections['learned_map']['initial']:.4f} → "
