@@ -300,9 +300,24 @@ def gain_readers(params: dict, sites: list[tuple[str, list[str]]], gains: dict[s
     return params
 
 
+def gain_writers(params: dict, writers: tuple[str, ...], gains: dict[str, torch.Tensor]) -> dict:
+    """T·W·x + T·b → diag(c)·(T·W·x + T·b): a per-coordinate gain c (m values) on what each residual writer in
+    ``writers`` adds to the m-space stream, folded into its weight's rows (and its bias). It rescales each block's
+    share of every kept coordinate (a per-writer diag(c)·T, T itself shared); form and parameter count stay as
+    they are. Returns a new dict; ``params`` is unchanged."""
+    params = dict(params)
+    for writer in writers:
+        for key in (f"{writer}.weight", f"{writer}.bias"):
+            if params.get(key) is not None:
+                gain = gains[writer].to(params[key].dtype)
+                params[key] = params[key] * (gain[:, None] if params[key].dim() == 2 else gain)
+    return params
+
+
 def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
               seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = (), gain_lr: float = 0.0,
-              sites: list[tuple[str, list[str]]] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
+              sites: list[tuple[str, list[str]]] = (), writers: tuple[str, ...] = ()
+              ) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
     """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
 
     ``held``: coordinates whose column of T stays as it starts — a row e_iᵀ of its own (``--tie_keep``,
@@ -312,7 +327,8 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
 
     ``gain_lr`` > 0: each norm of ``sites`` also learns a per-coordinate gain g = exp(s) (s from 0, Adam at
     ``gain_lr``), folded into its readers (``gain_readers``): the m-space norms get back the per-dimension freedom
-    the original's had, jointly with T, on the same calibration KL.
+    the original's had, jointly with T, on the same calibration KL. ``writers`` (with ``gain_lr`` > 0): each of
+    these residual writers learns a per-coordinate gain on its output too (``gain_writers``), at the same rate.
 
     ``port(T)`` returns (a GPT of width m, its parameters as a dict of tensors differentiable in T). Adam on the
     orthogonal parametrization's free parameter, one calibration batch per step (cycled). Returns the best of
@@ -340,8 +356,8 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     with torch.no_grad():
         targets = [original(b, features=True)[0] for b in batches]
     m = T_init.shape[0]
-    log_gains = {norm: torch.zeros(m, device=T_init.device, requires_grad=True) for norm, _ in sites} \
-        if gain_lr > 0 else {}
+    log_gains = {name: torch.zeros(m, device=T_init.device, requires_grad=True)
+                 for name in [norm for norm, _ in sites] + list(writers)} if gain_lr > 0 else {}
     optimizer = torch.optim.Adam([{"params": list(holder.parameters()), "lr": lr}]
                                  + ([{"params": list(log_gains.values()), "lr": gain_lr}] if log_gains else []))
     rows = max(1, tokens_per_pass // batches[0].shape[1])
@@ -355,7 +371,7 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
         k."""
         model, params = port(T)
         if gains is not None:
-            params = gain_readers(params, sites, gains)
+            params = gain_writers(gain_readers(params, sites, gains), writers, gains)
         logits = torch.func.functional_call(model, params, (batches[k][part],), {"all_logits": True})[0]
         with torch.no_grad():
             target = F.log_softmax(original.lm_head(targets[k][part]).float().flatten(0, -2), dim=-1)
@@ -386,8 +402,11 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     keep_learned = losses["learned"] <= losses["initial"]
     losses["kept"] = "learned" if keep_learned else "initial"
     if gains is not None:
-        every = torch.cat(list(gains.values()))
+        every = torch.cat([g for name, g in gains.items() if name not in writers])
         losses["gain_range"] = [every.min().item(), every.max().item()]
+        if writers:
+            every = torch.cat([gains[w] for w in writers])
+            losses["writer_gain_range"] = [every.min().item(), every.max().item()]
     return (learned, gains, losses) if keep_learned else (start, None, losses)
 
 

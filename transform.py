@@ -101,6 +101,7 @@ from refit import (
     fit_gains,
     gain_outliers,
     gain_readers,
+    gain_writers,
     kl_to_original,
     learn_map,
     readers_by_norm,
@@ -158,6 +159,8 @@ class TransformConfig:
     learn_lr: float = 1e-3  # Adam learning rate of the learned map
     learn_gain_lr: float = 0.0  # > 0: with learn_steps, every norm also learns a per-coordinate gain (m values,
     #                             folded into its readers: refit.gain_readers) jointly with T, at this Adam rate
+    learn_writer_gains: bool = False  # with learn_gain_lr: every residual writer (attention and MLP out) learns a
+    #                                   per-coordinate gain on its output too (refit.gain_writers), at the same rate
     learn_hold: bool = True  # the learned map keeps the --tie_keep/--pca_keep rows e_iᵀ and --pca_exclude's zero
     #                          columns as they start (refit.free_block); False learns all of T (an ablation: it
     #                          breaks what those options promise, the tie's commuting rows among them)
@@ -202,7 +205,7 @@ class TransformConfig:
             raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
-        check_gain_learning(self.learn_gain_lr, self.learn_steps, ConfigError)
+        check_gain_learning(self.learn_gain_lr, self.learn_steps, ConfigError, self.learn_writer_gains)
         if not self.learn_hold and not self.learn_steps:
             raise ConfigError("learn_hold=False chooses what a learned map may change: add --learn_steps=N or drop "
                               "--learn_hold")
@@ -247,11 +250,14 @@ class TransformConfig:
                               "count >= 0 with --porting=per_block, or drop --map_groups")
 
 
-def check_gain_learning(gain_lr: float, learn_steps: int, error: type[Exception]) -> None:
-    """Raise ``error`` for learned gains without a learned map, or at a negative rate."""
+def check_gain_learning(gain_lr: float, learn_steps: int, error: type[Exception], writers: bool = False) -> None:
+    """Raise ``error`` for learned gains without a learned map, at a negative rate, or writer gains without a rate."""
     if gain_lr < 0 or gain_lr > 0 and not learn_steps:
         raise error(f"learn_gain_lr={gain_lr} needs learn_steps > 0 and must be >= 0: add --learn_steps=N (the "
                     "gains are learned with the map) or drop --learn_gain_lr")
+    if writers and not gain_lr > 0:
+        raise error("learn_writer_gains=True learns the writers' gains at learn_gain_lr: add --learn_gain_lr=R "
+                    "(R > 0, with --learn_steps=N) or drop --learn_writer_gains")
 
 
 def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: str,
@@ -398,14 +404,16 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     calib_weighting: str = "unit", sequential_calibration: bool = False,
                     calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
                     map_groups: int = 0, learn_hold: bool = True,
-                    tie_keep: int = 0, retie_target: str = "head", learn_gain_lr: float = 0.0) -> tuple[GPT, dict]:
+                    tie_keep: int = 0, retie_target: str = "head", learn_gain_lr: float = 0.0,
+                    learn_writer_gains: bool = False) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``pca_exclude`` / ``pca_keep``: coordinates kept out of a PCA map's range / in it as rows of their own
     (``maps.pca_map``); ``tie_keep``: with ``tie_head``, that many of the final gain's outliers kept
     (``refit.gain_outliers``), and ``retie_target`` what the tied head is fitted to (``apply_refit``);
     ``learn_hold``: a learned map keeps those coordinates' columns (``refit.free_block``); ``learn_gain_lr`` > 0:
-    every norm's per-coordinate gain is learned with it, folded into its readers (``refit.gain_readers``);
+    every norm's per-coordinate gain is learned with it, folded into its readers (``refit.gain_readers``), and
+    with ``learn_writer_gains`` every residual writer's output gain too (``refit.gain_writers``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -418,7 +426,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                          grow_reader_std, grow_mask_iters, rms_preserve)
     check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer),
                    tie_keep, retie_target)
-    check_gain_learning(learn_gain_lr, learn_steps, TransformError)
+    check_gain_learning(learn_gain_lr, learn_steps, TransformError, learn_writer_gains)
     coordinates = Coordinates(pca_exclude, pca_keep + gain_outliers(model, tie_keep)).normalized()
     check_coordinates(coordinates, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
@@ -453,7 +461,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     device = model.transformer.wte.weight.device
     T, T_pinv = T.to(device), T_pinv.to(device)  # the one move: every rule below meets the weights on their device
     corrections: dict = {}
-    gain_sites, learned_gains = [], {}  # learned norm gains, folded into their readers after the port
+    gain_sites, gain_writer_sites, learned_gains = [], (), {}  # learned gains, folded in after the port
     if refit != "none" or learn_steps > 0 or tie_head:
         batches = calibration_batches(calibration_loader, calib_batches, seed)
         original = model_from_state(dict(sd), cfg)
@@ -465,12 +473,14 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
 
         held = coordinates.exclude + coordinates.keep if learn_hold else ()
         sites = readers_by_norm(skeleton)
+        writers = residual_roles(skeleton.config).writers if learn_writer_gains else ()
         T, learned_gains, corrections["learned_map"] = learn_map(
             original, T, differentiable_port, batches, learn_steps, learn_lr, seed, held=held,
-            gain_lr=learn_gain_lr, sites=sites)
-        gain_sites = sites if learned_gains else []
+            gain_lr=learn_gain_lr, sites=sites, writers=writers)
+        gain_sites, gain_writer_sites = (sites, writers) if learned_gains else ([], ())
         T_pinv = T.T.clone()
-        notes.append(f"map {'and norm gains ' if learn_gain_lr > 0 else ''}learned for {learn_steps} steps from "
+        gained = "" if learn_gain_lr <= 0 else "and norm and writer gains " if learn_writer_gains else "and norm gains "
+        notes.append(f"map {gained}learned for {learn_steps} steps from "
                      f"kind={kind!r}: calibration KL {corrections['learned_map']['initial']:.4f} → "
                      f"{corrections['learned_map']['learned']:.4f} (kept: {corrections['learned_map']['kept']})")
         lap("learn")
@@ -481,7 +491,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     else:
         reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, seed) if grow_noise > 0 else None
         new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv, rescale_gains)
-        new_sd = gain_readers(new_sd, gain_sites, learned_gains)
+        new_sd = gain_writers(gain_readers(new_sd, gain_sites, learned_gains), gain_writer_sites, learned_gains)
     if restore_attn_scale:
         restore_attention_scale(new_sd, new_cfg, d)
         notes.append(f"attention scale restored: Q × √(m/d) = {math.sqrt(m / d):.4f}")
@@ -517,6 +527,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "learn_hold": learn_hold and learn_steps > 0, "learn_gain_lr": learn_gain_lr,
+              "learn_writer_gains": learn_writer_gains and learn_gain_lr > 0,
               "corrections": corrections, "seconds": time.perf_counter() - started, "phase_seconds": clock.seconds,
               "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
@@ -773,7 +784,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
         calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude, map_groups=cfg.map_groups,
         pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep, learn_hold=cfg.learn_hold, retie_target=cfg.retie_target,
-        learn_gain_lr=cfg.learn_gain_lr,
+        learn_gain_lr=cfg.learn_gain_lr, learn_writer_gains=cfg.learn_writer_gains,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

@@ -32,7 +32,10 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   one factor against the map alone: the canonical form leaves the m-space norms a scalar gain), the 1e-2 row with
   calibration seeds 1 and 2 too (``gains_draws``, paired by seed with the map alone's draws); the map and its
   gains learned 32 steps, at m = 432 (one factor against 16) and at m = 288 (one factor against the best −50% row);
-  and the general case learned with its gains (calibrated on English news, one factor against the map alone).
+  and the general case learned with its gains (calibrated on English news, one factor against the map alone);
+  the −50% row learned with its gains with calibration seeds 1 and 2 too (``half_gains_draws``, paired by seed with
+  ``half_learned_draws``); at m = 432 every residual writer's output gain learned too (``--learn_writer_gains``, at
+  the norms' rate: one factor against the norms' gains alone).
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -80,6 +83,7 @@ LEARN_LONGER = "--learn_steps=32"  # four passes: does the held-out loss keep fa
 LEARN_FASTER = "--learn_lr=3e-3"  # three times the default rate: at m = 288 the 16 steps end far from the m = 432 KL
 GAINS = "--learn_gain_lr=1e-2"  # every norm's per-coordinate gain learned with T (refit.gain_readers), Adam at 1e-2
 GAINS_FASTER = "--learn_gain_lr=3e-2"  # the gains at three times that rate (one factor)
+WRITERS = "--learn_writer_gains=True"  # each attention/MLP output's per-coordinate gain too (refit.gain_writers)
 TO_ORIGINAL = "--retie_target=original"  # the tied head's gain fitted to the original's logits (the refit leaves
 # the head, which the tie replaces), not to the untied head's
 M = RATIOS[0.75]
@@ -96,15 +100,18 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN, TO_ORIGINAL), "shakespeare"), (RATIOS[0.5], 32, (LEARN_LONGER,), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare"), (M, 32, (LEARN, GAINS), "shakespeare"),
          (M, 32, (LEARN, GAINS_FASTER), "shakespeare"), (M, 32, (LEARN_LONGER, GAINS), "shakespeare"),
-         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "shakespeare"), (M, 32, (LEARN, GAINS), "news")]
+         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "shakespeare"), (M, 32, (LEARN, GAINS), "news"),
+         (M, 32, (LEARN, GAINS, WRITERS), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
 HALF_RECIPE = CELLS[20]  # the best −50% shrink (the map learned 32 steps): its calibration draws too
 GAINS_RECIPE = CELLS[22]  # the −25% map learned with its norm gains: its calibration draws too, paired with RECIPE's
+HALF_GAINS_RECIPE = CELLS[25]  # the −50% map learned with its norm gains: its draws, paired with HALF_RECIPE's
 
 
-DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE))
+DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
+         ("half_gains_draws", HALF_GAINS_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 
 

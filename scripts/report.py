@@ -994,6 +994,7 @@ def real_model_tied(r: dict) -> str:
                + learned_draws_reading(r.get("learned_draws"), bv, bg) + half_learning_reading(r["rows"], bv)
                + learned_draws_reading(r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
                + gains_draws_reading(r.get("gains_draws"), r.get("learned_draws"), bv, bg)
+               + gains_draws_reading(r.get("half_gains_draws"), r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1239,12 +1240,13 @@ def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float =
     return [line + "."]
 
 
-def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: float) -> list[str]:
-    """The −25% map learned with its norm gains over calibration draws (``learned_draws_reading``), then against the
-    map learned alone on the same draws, paired by seed (``verdict``: a difference it does not find is none)."""
+def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: float, aim: float = 0.07,
+                        share: str = "−25%") -> list[str]:
+    """The ``share`` map learned with its norm gains over calibration draws (``learned_draws_reading``), then against
+    the map learned alone on the same draws, paired by seed (``verdict``: a difference it does not find is none)."""
     if not gains:
         return []
-    line = learned_draws_reading(gains, bv, bg, title="The −25% map learned with its norm gains")[0]
+    line = learned_draws_reading(gains, bv, bg, aim, share, title=f"The {share} map learned with its norm gains")[0]
     if not alone or alone["seeds"] != gains["seeds"]:
         return [line]
     parts = []

@@ -12,6 +12,7 @@ from configurator import load_config
 from dataset import BatchLoader
 from errors import ConfigError, TransformError
 from porting import canonical_model
+from roles import residual_roles
 from transform import TransformConfig, transform_checkpoint, transform_model
 from transform import main as transform_main  # the CLI's printing
 
@@ -173,6 +174,46 @@ def test_learned_gains_lower_the_calibration_kl_and_are_in_the_saved_model(setup
     assert transform.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
 
 
+def test_gain_writers_is_a_per_coordinate_gain_on_each_writers_output(setup):
+    """diag(c)·(W·x + b): the folded gain scales what each writer adds to the stream, coordinate by coordinate."""
+    model, _ = setup
+    writers = residual_roles(model.config).writers
+    n = model.config.n_embd
+    c = {w: 0.5 + torch.rand(n, generator=torch.Generator().manual_seed(i)) for i, w in enumerate(writers)}
+    params = dict(model.named_parameters())
+    folded = refit.gain_writers(params, writers, c)
+    for writer in writers:
+        module = model.get_submodule(writer)
+        x = torch.randn(5, module.in_features, generator=torch.Generator().manual_seed(3))
+        bias = folded.get(f"{writer}.bias")
+        out = x @ folded[f"{writer}.weight"].T + (bias if bias is not None else 0)
+        torch.testing.assert_close(out, c[writer] * module(x), atol=1e-5, rtol=1e-5)
+    assert all(torch.equal(params[k], v) for k, v in model.named_parameters())  # its input is left as it was
+    changed = {k for k in folded if not torch.equal(folded[k], params[k])}
+    assert {k.rsplit(".", 1)[0] for k in changed} == set(writers)
+
+
+def test_learned_writer_gains_are_learned_and_in_the_saved_model(setup):
+    """--learn_writer_gains adds each writer's output gain to the norms' gains: they move, the calibration KL ends
+    below the start, and the returned model carries both (its KL is the one the learning recorded). Whether they
+    beat the norms' gains alone is the real model's question (results/real_model_tied), not this toy's."""
+    model, loader = setup
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=4, learn_steps=12, learn_lr=3e-3,
+                   learn_gain_lr=3e-2)
+    _, readers = transform_model(model, 16, **options)
+    new, both = transform_model(model, 16, learn_writer_gains=True, **options)
+    learned, plain = both["corrections"]["learned_map"], readers["corrections"]["learned_map"]
+    assert learned["kept"] == "learned" and learned["learned"] < learned["initial"] / 2
+    assert learned["learned"] != plain["learned"]
+    low, high = learned["writer_gain_range"]
+    assert low < 0.99 and high > 1.01 and "writer_gain_range" not in plain
+    assert both["learn_writer_gains"] and not readers["learn_writer_gains"]
+    assert "map and norm and writer gains learned" in " ".join(both["notes"])
+    original = canonical_model(model)[0]
+    batches = refit.calibration_batches(loader, 4, 0)
+    assert transform.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
+
+
 def test_refit_records_travel_through_the_cli_path(trained_dir, char_data_dir, tmp_path):
     record = transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16,
                                                   kind="pca", data_dir=char_data_dir, eval_iters=2, refit="all"))
@@ -219,6 +260,10 @@ def test_bad_correction_requests_fail_with_one_clear_error(setup):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=2", "--learn_gain_lr=-1"])
     with pytest.raises(TransformError, match="learn_gain_lr=0.01 needs learn_steps > 0"):
         transform_model(model, 16, kind="pca", calibration_loader=loader, learn_gain_lr=1e-2)
+    with pytest.raises(ConfigError, match="learn_writer_gains=True learns the writers' gains at learn_gain_lr"):
+        load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=2", "--learn_writer_gains=True"])
+    with pytest.raises(TransformError, match="add --learn_gain_lr=R"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=2, learn_writer_gains=True)
 
 
 def test_the_chunked_calibration_kl_equals_the_whole_batch_kl(setup):

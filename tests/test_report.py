@@ -849,6 +849,18 @@ def test_the_gains_draws_read_against_the_aim_and_the_map_alone_paired_by_seed(m
     assert report.gains_draws_reading(gains, None, 3.7584, 3.7886) == report.learned_draws_reading(
         gains, 3.7584, 3.7886, title="The −25% map learned with its norm gains")
     assert report.gains_draws_reading(None, alone, 3.7584, 3.7886) == []
+    # the −50% rows: their own aim (+20%) and title, paired the same way
+    half = dict(alone, m=288, of=["--tie_head=True", "--tie_keep=32", "--learn_steps=32"],
+                learned=[{"val": 4.5056, "general": 5.3614}, {"val": 4.4778, "general": 5.4007},
+                         {"val": 4.4155, "general": 5.3026}])
+    half_gains = dict(half, of=half["of"] + ["--learn_gain_lr=1e-2"],
+                      learned=[{"val": 4.4244, "general": 5.2466}, {"val": 4.4000, "general": 5.3000},
+                               {"val": 4.3500, "general": 5.2000}])
+    line = report.gains_draws_reading(half_gains, half, 3.7584, 3.7886, 0.20, "−50%")[0]
+    assert line.startswith("- **The −50% map learned with its norm gains over calibration draws** (learn_steps=32, "
+                           "learn_gain_lr=1e-2, m = 288; seeds 0, 1, 2, n = 3): val 4.3915 ± 0.0379 (+16.8%)")
+    assert "the aim, val ≤ 4.5101 (+20%), is met by the mean (3 of 3 draws within it)" in line
+    assert "val -0.0748 ± 0.0083 nats (-0.0812, -0.0778, -0.0655; paired t, p = 0.004): lower" in line
 
 
 def gpu_result(val_best: float = 3.8987) -> dict:
