@@ -990,7 +990,8 @@ def real_model_tied(r: dict) -> str:
                      f"→ {fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
                      f"{gap_words(g, bg)} | {row['step']['seconds']:.0f} |")
     reading = (tied_reading(r["rows"], plain, ref, bv, bg) + learned_tie_reading(r, bv)
-               + recipe_timing_reading(r, bv) + tied_draws_reading(r.get("draws"))
+               + recipe_timing_reading(r, bv) + recipe_timing_reading(r, bv, "gains_recipe_timing")
+               + tied_draws_reading(r.get("draws"))
                + learned_draws_reading(r.get("learned_draws"), bv, bg) + half_learning_reading(r["rows"], bv)
                + learned_draws_reading(r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
                + gains_draws_reading(r.get("gains_draws"), r.get("learned_draws"), bv, bg)
@@ -1164,10 +1165,10 @@ def untied_port_extra(port: dict) -> list[str]:
     return [o for o in port.get("options", []) if not o.startswith("--map_file=")]
 
 
-def recipe_timing_reading(r: dict, bv: float) -> list[str]:
-    """The best −25% recipe run again on both cores (``recipe_timing``): the CLI's wall time and its phases, beside
-    the same row on one thread."""
-    timing = r.get("recipe_timing")
+def recipe_timing_reading(r: dict, bv: float, key: str = "recipe_timing") -> list[str]:
+    """A −25% recipe run again on both cores (``key``: the best row's ``recipe_timing``, the GUIDE's
+    ``gains_recipe_timing``): the CLI's wall time and its phases, beside the same row on one thread."""
+    timing = r.get(key)
     if not timing:
         return []
     one = next((x for x in r["rows"] if x.get("options") == timing["of"] and x["calibration"] == "shakespeare"), None)

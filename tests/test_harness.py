@@ -574,7 +574,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):
-    """--part=timing builds the best −25% row again with --threads=2 and saves it beside the rows, which it keeps."""
+    """--part=timing builds the best −25% row and the GUIDE's recipe again with --threads=2 and saves each beside the
+    rows, which it keeps; what is saved is not built again."""
     import json
 
     import real_tied_head
@@ -589,8 +590,15 @@ def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, mon
     calls, saved = [], []
     monkeypatch.setattr(real_tied_head, "cell", lambda src, data, m, kind, **kw: calls.append((m, kw)) or {
         "step": {"seconds": 900.0}})
-    monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(payload))
+    results = tmp_path / "real_model_tied" / "results.json"
+    monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(payload) or results.write_text(
+        json.dumps(payload)))
     real_tied_head.main()
-    (m, kw), = calls
-    assert m == real_tied_head.M and kw["threads"] == 2 and real_tied_head.LEARN in kw["extra"]
+    (m, kw), (m2, kw2) = calls  # the best row, then the GUIDE's recipe (its norm gains learned too)
+    assert m == m2 == real_tied_head.M and kw["threads"] == kw2["threads"] == 2 and real_tied_head.LEARN in kw["extra"]
+    assert real_tied_head.GAINS not in kw["extra"] and real_tied_head.GAINS in kw2["extra"]
     assert saved[-1]["rows"] == [{"m": 1}] and saved[-1]["recipe_timing"]["threads"] == 2
+    assert saved[-1]["gains_recipe_timing"]["of"] == list(real_tied_head.options(*real_tied_head.GAINS_RECIPE[1:3]))
+    calls.clear()
+    real_tied_head.main()  # both saved: nothing is built again
+    assert calls == []

@@ -784,6 +784,11 @@ def test_the_recipe_timing_reads_both_cores_against_the_one_thread_row():
         "against 1551 s on one thread; val 4.0401 (+7.5%), the one-thread row's 4.0398 (float sums in another "
         "order)."]
     assert report.recipe_timing_reading({"rows": rows}, 3.7584) == []
+    gains = dict(timing, of=options + ["--learn_gain_lr=1e-2"], options=options + ["--learn_gain_lr=1e-2"],
+                 step={"seconds": 880.0})
+    line = report.recipe_timing_reading({"rows": rows, "gains_recipe_timing": gains}, 3.7584, "gains_recipe_timing")
+    assert line[0].startswith("- **The whole recipe on 2 threads** (m = 432, learn_steps=16, learn_gain_lr=1e-2; ")
+    assert "880 s (14.7 min;" in line[0] and "against" not in line[0]  # no one-thread row with its options here
 
 
 def test_the_readers_refit_words_name_what_happened_to_the_head():
