@@ -35,7 +35,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   and the general case learned with its gains (calibrated on English news, one factor against the map alone);
   the −50% row learned with its gains with calibration seeds 1 and 2 too (``half_gains_draws``, paired by seed with
   ``half_learned_draws``); at m = 432 every residual writer's output gain learned too (``--learn_writer_gains``, at
-  the norms' rate: one factor against the norms' gains alone).
+  the norms' rate: one factor against the norms' gains alone), with calibration seeds 1 and 2 too
+  (``writer_gains_draws``, paired by seed with ``gains_draws``).
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -110,10 +111,11 @@ RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows hel
 HALF_RECIPE = CELLS[20]  # the best −50% shrink (the map learned 32 steps): its calibration draws too
 GAINS_RECIPE = CELLS[22]  # the −25% map learned with its norm gains: its calibration draws too, paired with RECIPE's
 HALF_GAINS_RECIPE = CELLS[25]  # the −50% map learned with its norm gains: its draws, paired with HALF_RECIPE's
+WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer gains: its draws, paired with GAINS_RECIPE's
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
-         ("half_gains_draws", HALF_GAINS_RECIPE))
+         ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 TIMED = (("recipe_timing", RECIPE), ("gains_recipe_timing", GAINS_RECIPE))  # (results key, the row --part=timing
 # builds again on both cores)

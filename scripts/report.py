@@ -996,6 +996,8 @@ def real_model_tied(r: dict) -> str:
                + learned_draws_reading(r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
                + gains_draws_reading(r.get("gains_draws"), r.get("learned_draws"), bv, bg)
                + gains_draws_reading(r.get("half_gains_draws"), r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
+               + gains_draws_reading(r.get("writer_gains_draws"), r.get("gains_draws"), bv, bg,
+                                     what="its norm and writer gains", against="the norms' gains alone")
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1242,12 +1244,13 @@ def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float =
 
 
 def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: float, aim: float = 0.07,
-                        share: str = "−25%") -> list[str]:
-    """The ``share`` map learned with its norm gains over calibration draws (``learned_draws_reading``), then against
-    the map learned alone on the same draws, paired by seed (``verdict``: a difference it does not find is none)."""
+                        share: str = "−25%", what: str = "its norm gains",
+                        against: str = "the map learned alone") -> list[str]:
+    """The ``share`` map learned with ``what`` over calibration draws (``learned_draws_reading``), then against
+    ``against`` on the same draws, paired by seed (``verdict``: a difference it does not find is none)."""
     if not gains:
         return []
-    line = learned_draws_reading(gains, bv, bg, aim, share, title=f"The {share} map learned with its norm gains")[0]
+    line = learned_draws_reading(gains, bv, bg, aim, share, title=f"The {share} map learned with {what}")[0]
     if not alone or alone["seeds"] != gains["seeds"]:
         return [line]
     parts = []
@@ -1257,7 +1260,7 @@ def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: f
         v = verdict(a, b, paired=True)
         parts.append(f"{text} {statistics.fmean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} nats "
                      f"({', '.join(f'{x:+.4f}' for x in diffs)}; {v['test']}, p = {v['p']:.2g}): {v['words']}")
-    return [line + " Against the map learned alone on the same draws (paired by seed): " + "; ".join(parts) + "."]
+    return [line + f" Against {against} on the same draws (paired by seed): " + "; ".join(parts) + "."]
 
 
 def tied_recovery_reading(rec: dict | None) -> list[str]:

@@ -866,6 +866,12 @@ def test_the_gains_draws_read_against_the_aim_and_the_map_alone_paired_by_seed(m
                            "learn_gain_lr=1e-2, m = 288; seeds 0, 1, 2, n = 3): val 4.3915 ± 0.0379 (+16.8%)")
     assert "the aim, val ≤ 4.5101 (+20%), is met by the mean (3 of 3 draws within it)" in line
     assert "val -0.0748 ± 0.0083 nats (-0.0812, -0.0778, -0.0655; paired t, p = 0.004): lower" in line
+    # the writers' gains against the norms' alone: named as such
+    writers = dict(gains, of=gains["of"] + ["--learn_writer_gains=True"])
+    line = report.gains_draws_reading(writers, gains, 3.7584, 3.7886, what="its norm and writer gains",
+                                      against="the norms' gains alone")[0]
+    assert line.startswith("- **The −25% map learned with its norm and writer gains over calibration draws** ")
+    assert "Against the norms' gains alone on the same draws (paired by seed): val +0.0000 ± 0.0000" in line
 
 
 def gpu_result(val_best: float = 3.8987) -> dict:
