@@ -46,6 +46,9 @@ two are compared with n = 3 draws, paired by seed; and the best −25% row (the 
 (n = 3: how far its zero-shot loss moves with the calibration text; built by ``--part=missing`` where absent).
 Recovery: the tied m = 432, K = 32 model finetuned with results/real_model_recovery's recipe and LM loss (98,304
 tinyshakespeare train tokens, the same data order; its control is quoted from there).
+Held-out KL (``--part=heldout``, from the saved models): the PCA map and the maps learned 16 and 32 steps, alone and
+with their norm gains (and 32 steps on twice the calibration tokens), measured by KL(original ‖ shrunk) on 16,384
+of the calibration tokens and on as many val tokens, beside their val losses.
 Timing (``--part=timing``, alone on the machine): the best −25% row (the learned map) built again on both cores
 (``--threads=2``), the whole CLI run timed, with the seconds per phase its record gives; then the recipe the GUIDE
 gives (the map learned with its norm gains) the same way (``gains_recipe_timing``); each only where the results
@@ -65,8 +68,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
+from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS  # noqa: E402
 from real_model import (  # noqa: E402
+    BLOCK,
     FINETUNE,
     PER_BLOCK_EQUAL_PARAMETERS_M,
     RATIOS,
@@ -76,7 +81,8 @@ from real_model import (  # noqa: E402
     finetuned,
 )
 from real_quantization import save, saved, start  # noqa: E402
-from refit import gain_outliers  # noqa: E402
+from refit import calibration_batches, gain_outliers  # noqa: E402
+from transform import calibration_kl  # noqa: E402
 
 TIE = "--tie_head=True"
 READERS = "--refit=readers"
@@ -117,6 +123,11 @@ WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer ga
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
+HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
+# and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their
+# KL on text the maps never saw
+HELDOUT_BATCHES = 4  # windows of 16 × 256 tokens: 16,384 calibration tokens (seed 0's first 4 batches), as many val
+HELDOUT_SEED = 50_000  # the val windows' seeds (HELDOUT_SEED + k): no calibration batch uses them
 TIMED = (("recipe_timing", RECIPE), ("gains_recipe_timing", GAINS_RECIPE))  # (results key, the row --part=timing
 # builds again on both cores)
 
@@ -138,6 +149,28 @@ def recipe_timing(src: str, data: dict[str, str], spec: tuple = RECIPE) -> dict:
     recipe in ≤ 15 minutes on 2 CPU cores", timed as a user runs it (the CLI's subprocess: start, load, calibrate,
     learn, port, tie, save) with its record's seconds per phase. Run it with nothing else on the machine."""
     return dict(build(src, data, spec, threads=2), threads=2, of=list(options(*spec[1:3])))
+
+
+def heldout_kl(src: str, rows: list[dict], text: str) -> dict:
+    """KL(original ‖ shrunk) per token, the saved (tied) models', on the first HELDOUT_BATCHES calibration batches of
+    calibration seed 0 (text the map learned on) and on as many val windows (text it never saw), for each HELDOUT
+    row of ``rows``: does what learning longer gains on the calibration KL carry to held-out text, and does the val
+    loss follow the held-out KL? ``text``: the prepared tinyshakespeare directory."""
+    original = load_model(src)[0].eval()
+    loader = BatchLoader(text, BLOCK, 16, "cpu")
+    seen = calibration_batches(loader, HELDOUT_BATCHES, 0)
+    unseen = [loader.get_batch("val", seed=HELDOUT_SEED + k)[0] for k in range(HELDOUT_BATCHES)]
+    out = []
+    for spec in HELDOUT:
+        row = next(x for x in rows if has_row([x], spec))
+        model = load_model(row["out_dir"])[0].eval()
+        with torch.no_grad():
+            out.append({"m": row["m"], "options": row["options"], "calibration": calibration_kl(original, model, seen),
+                        "heldout": calibration_kl(original, model, unseen), "val": row["losses"]["val"],
+                        "general": row["losses"]["general"]})
+        print(f"held-out KL, {' '.join(row['options'])}: calibration {out[-1]['calibration']:.4f}, val windows "
+              f"{out[-1]['heldout']:.4f}", flush=True)
+    return {"tokens": HELDOUT_BATCHES * 16 * BLOCK, "rows": out}
 
 
 def per_block(src: str, data: dict[str, str], seed: int) -> dict:
@@ -272,7 +305,12 @@ def missing(src: str, data: dict[str, str], started: float, reverse: bool) -> No
 
 
 def main() -> None:
-    args, started, src, data = start(__doc__.split("\n\n")[0], ("missing", "timing", "all"))
+    args, started, src, data = start(__doc__.split("\n\n")[0], ("missing", "timing", "heldout", "all"))
+    if args.part == "heldout":  # the saved models' KL on seen and unseen text (minutes per model)
+        payload = saved("real_model_tied", "scripts/real_tied_head.sh")
+        payload["heldout_kl"] = heldout_kl(src, payload["rows"], data["shakespeare"])
+        save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+        return
     if args.part == "timing":  # alone on the machine: both cores are the run's
         payload = saved("real_model_tied", "scripts/real_tied_head.sh")
         for key, spec in TIMED:

@@ -603,3 +603,42 @@ def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, mon
     calls.clear()
     real_tied_head.main()  # both saved: nothing is built again
     assert calls == []
+
+
+def test_the_tied_heads_heldout_part_measures_each_row_on_seen_and_unseen_text(tmp_path, monkeypatch):
+    """--part=heldout loads each HELDOUT row's saved model and measures its KL to the original on calibration batches
+    of seed 0 and on val windows with seeds no calibration uses, and saves them beside the rows, which it keeps."""
+    import json
+
+    import real_tied_head
+    import torch
+
+    import real_quantization
+
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
+    rows = [{"m": m, "options": list(real_tied_head.options(k, more)), "calibration": c, "out_dir": f"run{i}",
+             "losses": {"val": 4.0 + i / 100, "general": 5.0}}
+            for i, (m, k, more, c) in enumerate(real_tied_head.CELLS)]
+    (tmp_path / "real_model_tied").mkdir()
+    (tmp_path / "real_model_tied" / "results.json").write_text(json.dumps({"rows": rows}))
+    args = type("A", (), {"part": "heldout", "reverse": False})()
+    monkeypatch.setattr(real_tied_head, "start", lambda *a: (args, 0.0, "src", {"shakespeare": "text"}))
+    loader = type("L", (), {"get_batch": lambda self, split, seed: (torch.tensor([[seed, split == "val"]]), None)})()
+    monkeypatch.setattr(real_tied_head, "BatchLoader", lambda text, block, batch, device: loader)
+    monkeypatch.setattr(real_tied_head, "load_model", lambda path: (type("M", (), {"eval": lambda self: path})(), {}))
+    calls = []  # (model, the batches' seeds and splits) per KL; the KL returned is the call's number
+    monkeypatch.setattr(real_tied_head, "calibration_kl", lambda original, model, batches: calls.append(
+        (model, [(int(b[0, 0]), "val" if b[0, 1] else "train") for b in batches])) or float(len(calls)))
+    saved = []
+    monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(payload))
+    real_tied_head.main()
+    result = saved[-1]["heldout_kl"]
+    assert result["tokens"] == real_tied_head.HELDOUT_BATCHES * 16 * 256 and saved[-1]["rows"] == rows
+    indices = [real_tied_head.CELLS.index(spec) for spec in real_tied_head.HELDOUT]
+    assert indices == [0, 10, 13, 15, 22, 24]
+    n = real_tied_head.HELDOUT_BATCHES
+    for i, (index, row) in enumerate(zip(indices, result["rows"])):
+        assert calls[2 * i] == (f"run{index}", [(10_000 + k, "train") for k in range(n)])  # seed 0's calibration
+        assert calls[2 * i + 1] == (f"run{index}", [(real_tied_head.HELDOUT_SEED + k, "val") for k in range(n)])
+        assert (row["calibration"], row["heldout"]) == (2 * i + 1, 2 * i + 2)
+        assert row["val"] == rows[index]["losses"]["val"] and row["options"] == rows[index]["options"]
