@@ -998,7 +998,7 @@ def real_model_tied(r: dict) -> str:
                + gains_draws_reading(r.get("half_gains_draws"), r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
                + gains_draws_reading(r.get("writer_gains_draws"), r.get("gains_draws"), bv, bg,
                                      what="its norm and writer gains", against="the norms' gains alone")
-               + tied_recovery_reading(r.get("recovery")))
+               + heldout_reading(r.get("heldout_kl"), bv) + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
                   "the calibration draws are n = 3 and tested)."] + reading
@@ -1261,6 +1261,43 @@ def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: f
         parts.append(f"{text} {statistics.fmean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} nats "
                      f"({', '.join(f'{x:+.4f}' for x in diffs)}; {v['test']}, p = {v['p']:.2g}): {v['words']}")
     return [line + f" Against {against} on the same draws (paired by seed): " + "; ".join(parts) + "."]
+
+
+def heldout_reading(held: dict | None, bv: float) -> list[str]:
+    """The saved models' KL to the original on calibration tokens and on unseen val tokens (``heldout_kl``): how much
+    of what learning fits stays on the calibration text, and whether learning longer (32 steps against 16, one
+    factor, with and without the norm gains) moves the held-out KL and the val loss the same way."""
+    if not held:
+        return []
+    rows = held["rows"]
+
+    def find(*options: str) -> dict | None:
+        return next((x for x in rows if x["options"][2:] == list(options)), None)
+
+    def words(x: dict) -> str:
+        return (f"calibration {x['calibration']:.3f}, held-out {x['heldout']:.3f}, val {x['val']:.4f} "
+                f"({gap_words(x['val'], bv)})")
+    pca = find()
+    out = [f"- **What learning fits, and what carries to unseen text** (KL(original ‖ shrunk) per token of the saved "
+           f"tied m = {rows[0]['m']} models on {held['tokens']:,} of calibration seed 0's tokens and on as many val "
+           "tokens; n = 1 each): " + "; ".join(f"{tied_extra(x) if x['options'][2:] else 'the PCA map'}: {words(x)}"
+                                               for x in rows) + "."]
+    short, alone = find("--learn_steps=16"), find("--learn_steps=16", "--learn_gain_lr=1e-2")
+    if pca and short:
+        fitted, carried = pca["calibration"] - short["calibration"], pca["heldout"] - short["heldout"]
+        out.append(f"- Learning 16 steps lowers the calibration KL by {fitted:.3f} and the held-out KL by "
+                   f"{carried:.3f}: {1 - carried / fitted:.0%} of what it fits stays on the calibration text (the PCA "
+                   f"map's two KLs differ by {pca['calibration'] - pca['heldout']:+.3f}).")
+    for start, more in ((short, ("--learn_steps=32",)), (alone, ("--learn_steps=32", "--learn_gain_lr=1e-2"))):
+        longer = find(*more)
+        if start and longer:
+            out.append(f"- 32 steps against 16 ({tied_extra(longer)}): calibration KL "
+                       f"{longer['calibration'] - start['calibration']:+.3f}, held-out KL "
+                       f"{longer['heldout'] - start['heldout']:+.3f}, val {longer['val'] - start['val']:+.4f} nats"
+                       + (": the held-out KL falls while the val loss rises, so past 16 steps the KL to the original "
+                          "no longer tracks the loss on the text's own tokens" if longer["heldout"] < start["heldout"]
+                          and longer["val"] > start["val"] else "") + ".")
+    return out
 
 
 def tied_recovery_reading(rec: dict | None) -> list[str]:

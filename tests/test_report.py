@@ -931,3 +931,26 @@ def test_learning_the_half_map_further_reads_each_variant_against_sixteen_steps_
     rows[1]["losses"]["val"] = 4.5000
     assert report.half_learning_reading(rows, 3.7584)[0].endswith("ends at +19.7%, within it by 0.0101 nats on one "
                                                                   "calibration draw.")
+
+
+def test_the_heldout_kl_reads_what_learning_fits_and_what_carries():
+    tied = ["--tie_head=True", "--tie_keep=32"]
+    row = lambda more, calibration, heldout, val: {"m": 432, "options": tied + more, "calibration": calibration,  # noqa: E731
+                                                   "heldout": heldout, "val": val, "general": 4.5}
+    held = {"tokens": 16384, "rows": [row([], 0.826, 0.820, 4.3036), row(["--learn_steps=16"], 0.427, 0.578, 4.0398),
+                                      row(["--learn_steps=32"], 0.354, 0.572, 4.0467)]}
+    lines = report.heldout_reading(held, 3.7584)
+    assert lines[0].startswith("- **What learning fits, and what carries to unseen text** (KL(original ‖ shrunk) per "
+                               "token of the saved tied m = 432 models on 16,384 of calibration seed 0's tokens")
+    assert "the PCA map: calibration 0.826, held-out 0.820, val 4.3036 (+14.5%); learn_steps=16: calibration 0.427" \
+        in lines[0]
+    # (0.826 − 0.427) fitted, (0.820 − 0.578) carried: 1 − 0.242 / 0.399 = 39% stays on the calibration text
+    assert lines[1] == ("- Learning 16 steps lowers the calibration KL by 0.399 and the held-out KL by 0.242: 39% of "
+                        "what it fits stays on the calibration text (the PCA map's two KLs differ by +0.006).")
+    assert lines[2] == ("- 32 steps against 16 (learn_steps=32): calibration KL -0.073, held-out KL -0.006, val "
+                        "+0.0069 nats: the held-out KL falls while the val loss rises, so past 16 steps the KL to the "
+                        "original no longer tracks the loss on the text's own tokens.")
+    assert len(lines) == 3  # no gains rows: no second pair
+    held["rows"][2]["val"] = 4.03  # the val loss follows: no such clause
+    assert report.heldout_reading(held, 3.7584)[2].endswith("val -0.0098 nats.")
+    assert report.heldout_reading(None, 3.7584) == []
