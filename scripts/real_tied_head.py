@@ -36,7 +36,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   the −50% row learned with its gains with calibration seeds 1 and 2 too (``half_gains_draws``, paired by seed with
   ``half_learned_draws``); at m = 432 every residual writer's output gain learned too (``--learn_writer_gains``, at
   the norms' rate: one factor against the norms' gains alone), with calibration seeds 1 and 2 too
-  (``writer_gains_draws``, paired by seed with ``gains_draws``).
+  (``writer_gains_draws``, paired by seed with ``gains_draws``); and the map and its gains learned 12 steps (one factor
+  against 16: does val, which rises from 16 steps to 32, fall from 16 to 12?).
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -89,6 +90,7 @@ READERS = "--refit=readers"
 LEARN = "--learn_steps=16"  # T learned on the calibration KL (refit.learn_map): two passes over the 8 batches
 LEARN_LONGER = "--learn_steps=32"  # four passes: does the held-out loss keep falling with the calibration KL?
 # (and with twice the calibration tokens, --calib_batches=16: two passes again, over 65,536 tokens)
+LEARN_SHORTER = "--learn_steps=12"  # fewer steps: past 16 the val loss rises while the held-out KL still falls
 LEARN_FASTER = "--learn_lr=3e-3"  # three times the default rate: at m = 288 the 16 steps end far from the m = 432 KL
 GAINS = "--learn_gain_lr=1e-2"  # every norm's per-coordinate gain learned with T (refit.gain_readers), Adam at 1e-2
 GAINS_FASTER = "--learn_gain_lr=3e-2"  # the gains at three times that rate (one factor)
@@ -110,7 +112,7 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare"), (M, 32, (LEARN, GAINS), "shakespeare"),
          (M, 32, (LEARN, GAINS_FASTER), "shakespeare"), (M, 32, (LEARN_LONGER, GAINS), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "shakespeare"), (M, 32, (LEARN, GAINS), "news"),
-         (M, 32, (LEARN, GAINS, WRITERS), "shakespeare")]
+         (M, 32, (LEARN, GAINS, WRITERS), "shakespeare"), (M, 32, (LEARN_SHORTER, GAINS), "shakespeare")]
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
