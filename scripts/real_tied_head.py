@@ -71,6 +71,7 @@ import torch  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS  # noqa: E402
+from logger import progress  # noqa: E402
 from real_model import (  # noqa: E402
     BLOCK,
     FINETUNE,
@@ -163,7 +164,7 @@ def heldout_kl(src: str, rows: list[dict], text: str) -> dict:
     seen = calibration_batches(loader, HELDOUT_BATCHES, 0)
     unseen = [loader.get_batch("val", seed=HELDOUT_SEED + k)[0] for k in range(HELDOUT_BATCHES)]
     out = []
-    for spec in HELDOUT:
+    for spec in progress(HELDOUT, "held-out KL", unit="model"):  # minutes per model: a line with an ETA
         row = next(x for x in rows if has_row([x], spec))
         model = load_model(row["out_dir"])[0].eval()
         with torch.no_grad():
