@@ -78,7 +78,9 @@ def gpt2_encoding():
                         "(here: ../shared/tiktoken_cache)") from e
 
 
-def _atomic_write(path: str, write) -> None:
+def atomic_write(path: str, write) -> None:
+    """Write ``path`` through ``write(file)`` into a temporary file, then rename it into place: a failed or
+    interrupted write leaves no half-written file."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -97,7 +99,7 @@ def token_dtype(meta: dict | None) -> type:
 def write_split(ids: np.ndarray, path: str, dtype: type = np.uint16) -> None:
     if ids.size and int(ids.max()) >= np.iinfo(dtype).max + 1:
         raise DataError(f"token id {int(ids.max())} does not fit {np.dtype(dtype).name}")
-    _atomic_write(path, lambda f: f.write(ids.astype(dtype).tobytes()))
+    atomic_write(path, lambda f: f.write(ids.astype(dtype).tobytes()))
 
 
 MIN_TEXT_CHARS = 1000
@@ -159,7 +161,7 @@ def writing_dataset(out_dir: str) -> Iterator[dict]:
 def write_meta(out_dir: str, meta: dict, tokens: dict[str, int]) -> dict:
     """meta.pkl, the tokenizer description plus the manifest: how many tokens each split's .bin holds."""
     meta = dict(meta, tokens=dict(tokens))
-    _atomic_write(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
+    atomic_write(os.path.join(out_dir, "meta.pkl"), lambda f: pickle.dump(meta, f))
     return meta
 
 

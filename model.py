@@ -273,6 +273,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return rotated.flatten(-2).type_as(x)
 
 
+class KVCache:
+    """The keys and values of the positions a model has read so far, per block: generation then feeds only each
+    new token through the model, so a step costs O(T) instead of the O(T²) of reading the whole context again.
+    ``length``: the positions held (the next token's position)."""
+
+    def __init__(self, n_layer: int):
+        self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
+        self.length = 0
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block ``layer``'s keys and values (B, n_kv_head, length + T, head_dim): the held ones, then k, v."""
+        held = self.layers[layer]
+        if held is not None:
+            k, v = torch.cat((held[0], k), dim=2), torch.cat((held[1], v), dim=2)
+        self.layers[layer] = (k, v)
+        return k, v
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head attention; with n_kv_head < n_head, grouped-query attention: key/value head j serves query heads
     j·g … j·g + g − 1 (g = n_head / n_kv_head), as Llama's repeat_kv. c_attn holds [Q; K; V] stacked by rows:
@@ -288,6 +306,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
         self.scale = config.attn_scale  # None: SDPA's 1/√head_dim
+        self.layer = layer  # its slot in a KVCache
         self.window = config.attn_window if config.windowed(layer) else 0
         if config.qk_norm:  # per head, over head_dim: not on the residual axis, so no width map touches them
             self.q_norm = Norm(config.head_dim, "rmsnorm", "vector", False, config.norm_eps)
@@ -305,24 +324,27 @@ class CausalSelfAttention(nn.Module):
         if self.use_rope:
             self.rope_cos, self.rope_sin = shared_rope_tables(*self.rope_args, device=device)
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, n_head, T, head_dim) and k, v (B, n_kv_head, T, head_dim), QK-norm and RoPE applied."""
+    def heads(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, n_head, T, head_dim) and k, v (B, n_kv_head, T, head_dim), QK-norm and RoPE applied; x's first
+        position is ``start``."""
         B, T, _ = x.size()
         q, k, v = self.c_attn(x).split(self.split_sizes, dim=2)
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.use_rope:
-            cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+            cos, sin = self.rope_cos[start:start + T], self.rope_sin[start:start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v
 
-    def mask(self, T: int, device) -> torch.Tensor | None:
-        """The causal mask (T, T), banded to the last ``window`` positions in a windowed block; None: plain causal."""
-        if not self.window or T <= self.window:
+    def mask(self, T: int, device, start: int = 0) -> torch.Tensor | None:
+        """The causal mask (T, start + T) of queries at positions start … start + T − 1 over keys 0 … start + T − 1,
+        banded to the last ``window`` positions in a windowed block; None: plain causal (start = 0)."""
+        if start == 0 and (not self.window or T <= self.window):
             return None
-        i = torch.arange(T, device=device)
-        return (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.window)
+        i = torch.arange(start, start + T, device=device)[:, None]
+        j = torch.arange(start + T, device=device)[None, :]
+        return (j <= i) & (i - j < self.window) if self.window else j <= i
 
     def pattern(self, x: torch.Tensor) -> torch.Tensor:
         """The attention probabilities (B, n_head, T, T) that forward uses (for analysis, not for speed)."""
@@ -334,10 +356,13 @@ class CausalSelfAttention(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
         return scores.masked_fill(~mask, float("-inf")).softmax(-1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         B, T, _ = x.size()
-        q, k, v = self.heads(x)
-        mask = self.mask(T, x.device)
+        start = cache.length if cache is not None else 0
+        q, k, v = self.heads(x, start)
+        if cache is not None:
+            k, v = cache.extend(self.layer, k, v)
+        mask = self.mask(T, x.device, start)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=mask is None,
             scale=self.scale, **({"enable_gqa": True} if self.n_kv_head != self.n_head else {}))
@@ -400,11 +425,11 @@ class Block(nn.Module):
         shortcut = getattr(self, f"shortcut_{which}", None)
         return x if shortcut is None else shortcut(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         if self.peri:
-            x = self.skip(x, 1) + self.ln_1_out(self.attn(self.ln_1(x)))
+            x = self.skip(x, 1) + self.ln_1_out(self.attn(self.ln_1(x), cache))
             return self.skip(x, 2) + self.ln_2_out(self.mlp(self.ln_2(x)))
-        x = self.skip(x, 1) + self.attn(self.ln_1(x))
+        x = self.skip(x, 1) + self.attn(self.ln_1(x), cache)
         return self.skip(x, 2) + self.mlp(self.ln_2(x))
 
 
@@ -520,25 +545,30 @@ class GPT(nn.Module):
         return_hidden: bool = False,
         all_logits: bool = False,
         features: bool = False,
+        cache: KVCache | None = None,
     ):
         """Returns (logits, loss), or (logits, loss, hidden) with ``return_hidden``, or (final normed state,
         hidden) with ``features`` (no head: for losses computed outside, e.g. distillation in chunks).
 
         logits are (B, T, V) when targets are given or ``all_logits``; else (B, 1, V) for the last
-        position only, as in nanoGPT. ``hidden`` is a list of L+1 residual-stream states (B, T, d):
+        position only, as in nanoGPT. With a ``cache`` idx continues the positions it holds (their keys and values
+        are read from it, idx's are added to it). ``hidden`` is a list of L+1 residual-stream states (B, T, d):
         after the embedding, then after every block. With ``norm_reg`` λ > 0 the training loss adds
         R = λ · mean over tokens and layers 1..L of max(0, ‖h‖₂ − (μ_E + 1.5·σ_E)).
         """
         B, T = idx.size()
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of length {T} is longer than block_size={self.config.block_size}")
-        x = self.embed(idx)
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of length {start + T} is longer than block_size={self.config.block_size}")
+        x = self.embed(idx, start)
         keep_hidden = return_hidden or features or (self.config.norm_reg > 0 and targets is not None)
         hidden = [x] if keep_hidden else None
         for block in self.transformer.h:
-            x = block(x)
+            x = block(x, cache)
             if keep_hidden:
                 hidden.append(x)
+        if cache is not None:
+            cache.length += T
         x = self.transformer.ln_f(x)
         if features:
             return x, hidden
@@ -561,13 +591,14 @@ class GPT(nn.Module):
             return logits, loss, hidden
         return logits, loss
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """The residual stream before the first block: token (+ learned position) embeddings, dropout."""
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """The residual stream before the first block: token (+ learned position) embeddings, dropout; idx's first
+        position is ``start``."""
         x = self.transformer.wte(idx)
         if self.config.embed_scale != 1.0:  # Gemma's √d, on the input only (a tied head reads E itself)
             x = x * self.config.embed_scale
         if "wpe" in self.transformer:
-            x = x + self.transformer.wpe(torch.arange(idx.size(1), device=idx.device))
+            x = x + self.transformer.wpe(torch.arange(start, start + idx.size(1), device=idx.device))
         return self.transformer.drop(x)
 
     @torch.no_grad()
@@ -658,10 +689,16 @@ class GPT(nn.Module):
     def generate_tokens(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                         top_k: int | None = None, vocab_limit: int | None = None) -> Iterator[torch.Tensor]:
         """``generate`` one token at a time: yields each new (B, 1) token as it is sampled, keeping only the last
-        block_size tokens as context, so memory and time per token stay bounded however many are asked for."""
+        block_size tokens as context, so memory and time per token stay bounded however many are asked for. A
+        KVCache holds the context's keys and values, so each step reads only the new token; once the context fills
+        block_size and starts to slide, its positions shift, and each step reads the whole window again (as
+        without a cache)."""
         context = idx[:, -self.config.block_size:]
+        cache, feed = KVCache(self.config.n_layer), context
         for _ in range(max_new_tokens):
-            logits, _ = self(context)
+            if cache.length + feed.size(1) > self.config.block_size:
+                cache, feed = KVCache(self.config.n_layer), context
+            logits, _ = self(feed, cache=cache)
             logits = logits[:, -1, :] / max(temperature, 1e-8)
             if vocab_limit is not None:
                 logits[:, vocab_limit:] = -float("inf")
@@ -670,4 +707,5 @@ class GPT(nn.Module):
                 logits[logits < v[:, [-1]]] = -float("inf")
             token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             context = torch.cat((context, token), dim=1)[:, -self.config.block_size:]
+            feed = token
             yield token

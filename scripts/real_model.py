@@ -47,7 +47,11 @@ SLICEGPT_HALF_PARAMETERS_M = 158  # SliceGPT's parameters fit 59·m² + 232,512�
 # every choice SliceGPT makes, on our per-block maps: its order, its weighting, its first-site moment
 SLICEGPT_CHOICES = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
-TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt"}
+TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt", "samples": "self"}
+# samples: the model's own text (sample.py at temperature 1, all tokens: its own distribution), for data-free
+# calibration — 256 samples of 256 tokens, so the train split (90%) holds more than the 32,768 calibration tokens
+SELF_SAMPLES = ["--num_samples=256", "--batch_size=64", "--max_new_tokens=256", "--temperature=1", "--top_k=None",
+                "--seed=1337", "--device=cpu"]
 EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
 
 
@@ -76,17 +80,35 @@ def imported() -> tuple[str, dict]:
     return cached("import", "smollm2", {"requirement": source.requirement, "sha256": source.sha256}, build)
 
 
+def self_samples(model_dir: str) -> tuple[str, dict]:
+    """The model's own samples as one text file (sample.py --save_to), with the step's seconds: the text of
+    data-free calibration."""
+    def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)
+        step = run_step(["sample.py", f"--out_dir={model_dir}", f"--save_to={os.path.join(out, 'samples.txt')}",
+                         *SELF_SAMPLES])
+        return {"sample": step}
+
+    out, result = cached("samples", "smollm2", {"args": SELF_SAMPLES, "model": harness.relative(model_dir)}, build)
+    return os.path.join(out, "samples.txt"), result
+
+
 def prepared(model_dir: str, text: str) -> str:
     """``text`` tokenized with the model's own tokenizer (prepare.py: 90% train, 10% val)."""
     def build(out: str) -> dict:
-        if TEXTS[text]:
+        if text == "samples":
+            source = self_samples(model_dir)[0]
+        elif TEXTS[text]:
             run_step(["fetch.py", "--what=english"])
+            source = cache_path(TEXTS[text])
         step = run_step(["prepare.py", f"--tokenizer_from={model_dir}", f"--out_dir={out}", "--overwrite=True",
-                         *([f"--input={cache_path(TEXTS[text])}"] if TEXTS[text] else [])])
+                         *([f"--input={source}"] if TEXTS[text] else [])])
         return {"prepare": step}
 
-    return cached("data", f"smollm2-{text}", {"text": text, "file": TEXTS[text], "model": harness.relative(model_dir)},
-                  build)[0]
+    spec = {"text": text, "file": TEXTS[text], "model": harness.relative(model_dir)}
+    if text == "samples":
+        spec["sampled"] = SELF_SAMPLES
+    return cached("data", f"smollm2-{text}", spec, build)[0]
 
 
 def evaluation_losses(model, data: dict[str, str]) -> dict:

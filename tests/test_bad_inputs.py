@@ -284,6 +284,9 @@ CASES = [
     ("sample", lambda c: [f"--out_dir={c.trained}", f"--start=FILE:{c.binary_file}"], ["is not UTF-8 text"]),
     ("sample", lambda c: [f"--out_dir={c.trained}", "--device=cuda"], ["CUDA is not available"]),
     ("sample", lambda c: [f"--out_dir={c.empty_dir}"], ["no checkpoint at"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", "--batch_size=4"], ["needs --save_to"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", f"--save_to={c.tmp}/no/such/s.txt"], ["does not exist"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", f"--save_to={c.empty_dir}"], ["is a directory"]),
     ("sample", lambda c: [f"--out_dir={c.no_meta_small_vocab}"], ["records no tokenizer that fits", "--from_nanogpt"]),
     ("sample", lambda c: [f"--out_dir={c.trained}", "--start=ÆØÅ"], ["are not in this model's vocabulary"]),
     # convert.py

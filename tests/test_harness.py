@@ -642,3 +642,22 @@ def test_the_tied_heads_heldout_part_measures_each_row_on_seen_and_unseen_text(t
         assert calls[2 * i + 1] == (f"run{index}", [(real_tied_head.HELDOUT_SEED + k, "val") for k in range(n)])
         assert (row["calibration"], row["heldout"]) == (2 * i + 1, 2 * i + 2)
         assert row["val"] == rows[index]["losses"]["val"] and row["options"] == rows[index]["options"]
+
+
+def test_data_free_calibration_text_is_the_models_own_samples_prepared(runs, trained_dir, monkeypatch):
+    """real_model's 'samples' text: sample.py --save_to on the model itself, then prepared with its tokenizer like
+    every other text (90% train, 10% val), built once."""
+    import numpy as np
+
+    import real_model
+    from dataset import load_meta
+    monkeypatch.setattr(real_model, "SELF_SAMPLES", ["--num_samples=12", "--batch_size=8", "--max_new_tokens=100",
+                                                     "--temperature=1", "--top_k=None", "--device=cpu"])
+    data = real_model.prepared(trained_dir, "samples")
+    path, result = real_model.self_samples(trained_dir)  # the cached file: not sampled again
+    text = open(path).read()
+    assert text.count("\n\n") >= 12 and result["sample"]["seconds"] > 0
+    ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "val")]
+    assert sum(len(x) for x in ids) == len(text)  # a char model: a token per character
+    assert load_meta(data)["vocab_size"] > 0
+    assert len([d for d in os.listdir(runs) if d.startswith("samples-") and not d.endswith(".lock")]) == 1

@@ -14,6 +14,7 @@ from model import (
     NORM_TYPES,
     POSITIONS,
     GPTConfig,
+    KVCache,
     apply_rope,
     rope_tables,
 )
@@ -158,6 +159,55 @@ def test_generate_extends_the_prompt():
     model = GPT(tiny())
     out = model.generate(torch.zeros(1, 3, dtype=torch.long), max_new_tokens=10, top_k=5)
     assert out.shape == (1, 13)
+
+
+CACHE_VARIANTS = [
+    {},  # learned positions, LayerNorm, GELU
+    {"pos": "rope", "mlp": "swiglu", "norm_type": "rmsnorm", "n_head": 4, "n_kv_head": 2, "head": "tied"},  # Llama
+    {"pos": "rope", "norm_placement": "peri", "attn_window": 3, "global_every": 2, "qk_norm": True},  # Gemma 3's
+]
+
+
+def sharp(model: GPT, scale: float = 4.0) -> GPT:
+    """``model`` with every parameter scaled up: attention far from uniform, so a wrong mask or position shows."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model.eval()
+
+
+@pytest.mark.parametrize("variant", CACHE_VARIANTS)
+def test_cached_steps_give_the_logits_of_reading_the_whole_context(variant):
+    torch.manual_seed(0)
+    model = sharp(GPT(tiny(**variant)))
+    x = torch.randint(0, 13, (2, 8))
+    with torch.no_grad():
+        full, _ = model(x, all_logits=True)
+        cache = KVCache(model.config.n_layer)
+        pieces = [model(x[:, :3], cache=cache, all_logits=True)[0]]  # a prompt of 3, then one token at a time
+        pieces += [model(x[:, t:t + 1], cache=cache)[0] for t in range(3, 8)]
+    assert cache.length == 8
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="longer than block_size"):
+        model(x[:, :1], cache=cache)
+
+
+def uncached_generation(model: GPT, idx: torch.Tensor, steps: int) -> torch.Tensor:
+    """Greedy decoding the naive way: the whole (last block_size) context read again at every step."""
+    for _ in range(steps):
+        logits, _ = model(idx[:, -model.config.block_size:])
+        idx = torch.cat((idx, logits[:, -1:].argmax(-1)), dim=1)
+    return idx
+
+
+@pytest.mark.parametrize("variant", CACHE_VARIANTS)
+def test_generation_with_its_cache_equals_reading_the_whole_context_each_step(variant):
+    torch.manual_seed(1)
+    model = sharp(GPT(tiny(**variant)))  # greedy choices far apart, not float ties
+    prompt = torch.randint(0, 13, (3, 2))
+    steps = 14  # past block_size = 8: the window slides and the positions shift
+    cached = model.generate(prompt, steps, top_k=1)
+    torch.testing.assert_close(cached, uncached_generation(model, prompt, steps))
 
 
 def test_model_imports_nothing_from_the_project():

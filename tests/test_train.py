@@ -198,6 +198,26 @@ def test_sample_prints_text(trained_dir):
     assert len(texts) == 2 and all(t.startswith("The") and len(t) == 23 for t in texts)
 
 
+def test_sample_save_to_writes_batched_samples_that_equal_one_at_a_time(trained_dir, tmp_path):
+    from sample import SampleConfig, sample, save_samples
+    greedy = dict(out_dir=trained_dir, start="The", num_samples=5, max_new_tokens=12, top_k=1)
+    one_at_a_time = sample(SampleConfig(**greedy))
+    path = tmp_path / "samples.txt"
+    assert save_samples(SampleConfig(**greedy, save_to=str(path), batch_size=2)) == 5 * 12  # batches 2, 2, 1
+    assert path.read_text() == "".join(text + "\n\n" for text in one_at_a_time)
+    assert os.listdir(tmp_path) == ["samples.txt"]  # no temporary file left
+
+
+def test_sample_save_to_refuses_an_existing_file_and_leaves_it(trained_dir, tmp_path):
+    path = tmp_path / "samples.txt"
+    path.write_text("mine")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={trained_dir}",
+                             f"--save_to={path}", "--max_new_tokens=4"], capture_output=True, text=True,
+                            env=_env(), timeout=60)
+    assert result.returncode != 0 and "--overwrite=True" in result.stderr and "Traceback" not in result.stderr
+    assert path.read_text() == "mine"
+
+
 def test_cli_reports_config_errors_cleanly():
     result = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--n_layr=2"], capture_output=True,
                             text=True, env=_env(), timeout=60)
