@@ -445,13 +445,18 @@ def loss_cells(losses: dict, control: dict) -> str:
             f"{gap_words(losses['general'], control['general'])}")
 
 
+CALIBRATION_TEXTS = {"shakespeare": "Shakespeare", "news": "English news", "samples": "the model's own samples",
+                     "novel": "the novel's train split"}  # real_model.TEXTS in words
+GENERAL_CALIBRATIONS = ("news", "samples")  # the issue's general case: neither Shakespeare nor the novel evaluated on
+
+
 def real_model_label(row: dict) -> str:
     """A real-model row's name: the map, the rule when it is not ours, the calibration text when PCA reads one."""
     name = row["kind"] + ("" if row["porting"] == "residual" else f", {row['porting']}")
     if row.get("source", "imported") not in ("imported", "as imported"):
         name += ", 9 kv heads" if row["porting"] == "residual" else ""
     if row["kind"] == "pca" or any(o.startswith("--refit") for o in row.get("options", [])):
-        name += f" (calibrated on {'Shakespeare' if row['calibration'] == 'shakespeare' else 'English news'})"
+        name += f" (calibrated on {CALIBRATION_TEXTS[row['calibration']]})"
     return name + "".join(f", {o.lstrip('-')}" for o in row.get("options", []))
 
 
@@ -705,7 +710,8 @@ def equal_parameters_reading(r: dict, bv: float, bg: float) -> list[str]:
         near += [(f"SliceGPT's own code, m = {x['width']}", x) for x in (sg or {}).get("rows", [])
                  if abs(x["parameters"] / target - 1) < 0.01]
         near += [(real_model_label(x) + f", m = {x['m']}", x) for x in (load("real_model_tied") or {}).get("rows", [])
-                 if abs(x["parameters"] / target - 1) < 0.01]  # the head kept tied (next section's table)
+                 if abs(x["parameters"] / target - 1) < 0.01 and x["calibration"] == "shakespeare"]  # the head kept
+        # tied (next section's table); the other calibration texts are the general case's (its own lines)
         if len(near) < 2:
             continue
         near.sort(key=lambda nx: nx[1]["losses"]["val"])
@@ -718,19 +724,23 @@ def equal_parameters_reading(r: dict, bv: float, bg: float) -> list[str]:
 
 
 def general_case_reading(r: dict, bg: float) -> list[str]:
-    """The issue's general case: calibrated on general English (news), evaluated on another (the novel); every
-    news-calibrated row at each m, best general first."""
+    """The issue's general case: calibrated on general English (the news) or on the model's own samples (data-free),
+    evaluated on another text (the novel); every such row at each m, best general first. Then the rows calibrated
+    on the novel's own train split: not the general case but its in-domain bound — what calibration on the very
+    text evaluated reaches."""
     tied = (load("real_model_tied") or {}).get("rows", [])  # the head kept tied (its own section)
-    news = sorted((x for x in r["rows"] + tied
-                   if x["calibration"] == "news" and x.get("source", "imported") == "imported"),
-                  key=lambda x: (-x["m"], x["losses"]["general"]))
+    rows = [x for x in r["rows"] + tied if x.get("source", "imported") == "imported"]
     out = []
-    for m in dict.fromkeys(x["m"] for x in news):
-        at = [x for x in news if x["m"] == m]
-        out.append(f"- **The general case, m = {m}: calibrated on English news, evaluated on the novel** (best "
-                   "first): " + "; ".join(f"{real_model_label(x)} general {x['losses']['general']:.4f} "
-                                          f"({gap_words(x['losses']['general'], bg)}), "
-                                          f"{x['parameters'] / 1e6:.1f} M" for x in at) + " (n = 1 each).")
+    for texts, what in ((GENERAL_CALIBRATIONS, "The general case, m = {m}: calibrated on English news or the model's "
+                         "own samples, evaluated on the novel"),
+                        (("novel",), "Its in-domain bound, m = {m}: calibrated on the novel's train split, evaluated "
+                         "on its val split")):
+        chosen = sorted((x for x in rows if x["calibration"] in texts), key=lambda x: (-x["m"], x["losses"]["general"]))
+        for m in dict.fromkeys(x["m"] for x in chosen):
+            at = [x for x in chosen if x["m"] == m]
+            named = (f"{real_model_label(x)} general {x['losses']['general']:.4f} "
+                     f"({gap_words(x['losses']['general'], bg)}), {x['parameters'] / 1e6:.1f} M" for x in at)
+            out.append(f"- **{what.format(m=m)}** (best first): " + "; ".join(named) + " (n = 1 each).")
     return out
 
 
@@ -984,7 +994,7 @@ def real_model_tied(r: dict) -> str:
         fit = row["corrections"].get("tied_head", {})
         v, g = row["losses"]["val"], row["losses"]["general"]
         share = f"{row['parameters'] / n0 - 1:+.0%}"
-        text = "Shakespeare" if row["calibration"] == "shakespeare" else "English news"
+        text = CALIBRATION_TEXTS[row["calibration"]]
         lines.append(f"| {text} | {row['m']} | {row['parameters'] / 1e6:.1f} M ({share}) | {row['tie_keep']} | "
                      f"{row['refit']} | {tied_extra(row)} | {fit.get('relative_logit_residual_untied_gain', 0):.3f} "
                      f"→ {fit.get('relative_logit_residual', 0):.3f} | {v:.4f} | {gap_words(v, bv)} | {g:.4f} | "
@@ -1053,7 +1063,9 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
         out.append(f"- **One factor, m = {x['m']}, K = {x['tie_keep']}{refit}, {what}:** val {x['losses']['val']:.4f}, "
                    f"general {x['losses']['general']:.4f}, against {twin['losses']['val']:.4f} / "
                    f"{twin['losses']['general']:.4f}" + (" (the general case: the novel is neither calibration text)"
-                                                          if x["calibration"] == "news" else "")
+                                                          if x["calibration"] in GENERAL_CALIBRATIONS else
+                                                          " (the in-domain bound: the novel's own train split)"
+                                                          if x["calibration"] == "novel" else "")
                    + learned_words(x) + ".")
     return out
 
@@ -1073,7 +1085,7 @@ def refit_words(x: dict, twin: dict) -> str:
 
 def one_factor_twins(rows: list[dict]) -> list[tuple[dict, dict, str]]:
     """(row, its twin, the factor in words) for each tied row that differs from another in one factor: the
-    calibration text (English news against Shakespeare, every option the same) or one of its other options
+    calibration text (another text against Shakespeare, every option the same) or one of its other options
     (against the row of the same calibration with the rest of them; the row with none where no such row exists)."""
     def extras(x: dict) -> list[str]:
         return [o for o in tied_extra(x).split(", ") if o != "—"]
@@ -1082,22 +1094,24 @@ def one_factor_twins(rows: list[dict]) -> list[tuple[dict, dict, str]]:
         return next((y for y in rows if y is not x and y["m"] == x["m"] and y["tie_keep"] == x["tie_keep"]
                      and y["refit"] == x["refit"] and y["calibration"] == calibration and extras(y) == options), None)
 
-    def both(options: list[str], news: bool) -> str:
-        common = ([f"with {', '.join(options)}"] if options else []) + (["calibrated on English news"] if news else [])
+    def both(options: list[str], calibration: str) -> str:
+        common = ([f"with {', '.join(options)}"] if options else []) + (
+            [f"calibrated on {CALIBRATION_TEXTS[calibration]}"] if calibration != "shakespeare" else [])
         return f" (both {' and '.join(common)})" if common else ""
 
     out = []
     for x in rows:
-        mine, news = extras(x), x["calibration"] == "news"
-        if news and (y := twin(x, "shakespeare", mine)):
-            out.append((x, y, "calibrated on English news instead of Shakespeare" + both(mine, False)))
+        mine, text = extras(x), x["calibration"]
+        if text != "shakespeare" and (y := twin(x, "shakespeare", mine)):
+            out.append((x, y, f"calibrated on {CALIBRATION_TEXTS[text]} instead of Shakespeare"
+                        + both(mine, "shakespeare")))
         if not mine:
             continue
         fewer = [[o for o in mine if o != one] for one in reversed(mine)] + [[]]  # one option less, else none
         rest = next((r for r in fewer if twin(x, x["calibration"], r)), None)
         if rest is not None:
             added = [o for o in mine if o not in rest]
-            out.append((x, twin(x, x["calibration"], rest), f"with {', '.join(added)}" + both(rest, news)))
+            out.append((x, twin(x, x["calibration"], rest), f"with {', '.join(added)}" + both(rest, text)))
     return out
 
 
