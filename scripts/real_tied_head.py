@@ -37,7 +37,10 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   ``half_learned_draws``); at m = 432 every residual writer's output gain learned too (``--learn_writer_gains``, at
   the norms' rate: one factor against the norms' gains alone), with calibration seeds 1 and 2 too
   (``writer_gains_draws``, paired by seed with ``gains_draws``); and the map and its gains learned 12 steps (one factor
-  against 16: does val, which rises from 16 steps to 32, fall from 16 to 12?).
+  against 16: does val, which rises from 16 steps to 32, fall from 16 to 12?). The general case's in-domain bound:
+  the PCA map and the map learned with its gains calibrated on the novel's own train split (evaluated on its val
+  split, so not the general case: what calibrating on the very text evaluated reaches); and data-free calibration,
+  the same two calibrated on the model's own samples (sample.py at temperature 1: real_model.SELF_SAMPLES).
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -113,7 +116,11 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (LEARN, LEARN_FASTER), "shakespeare"), (M, 32, (LEARN, GAINS), "shakespeare"),
          (M, 32, (LEARN, GAINS_FASTER), "shakespeare"), (M, 32, (LEARN_LONGER, GAINS), "shakespeare"),
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "shakespeare"), (M, 32, (LEARN, GAINS), "news"),
-         (M, 32, (LEARN, GAINS, WRITERS), "shakespeare"), (M, 32, (LEARN_SHORTER, GAINS), "shakespeare")]
+         (M, 32, (LEARN, GAINS, WRITERS), "shakespeare"), (M, 32, (LEARN_SHORTER, GAINS), "shakespeare"),
+         (M, 32, (), "novel"), (M, 32, (LEARN, GAINS), "novel"), (M, 32, (), "samples"),
+         (M, 32, (LEARN, GAINS), "samples")]
+# the last four: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
+# split: what calibration on the very text evaluated reaches) and data-free calibration (the model's own samples)
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
