@@ -40,7 +40,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   against 16: does val, which rises from 16 steps to 32, fall from 16 to 12?). The general case's in-domain bound:
   the PCA map and the map learned with its gains calibrated on the novel's own train split (evaluated on its val
   split, so not the general case: what calibrating on the very text evaluated reaches); and data-free calibration,
-  the same two calibrated on the model's own samples (sample.py at temperature 1: real_model.SELF_SAMPLES).
+  the same two calibrated on the model's own samples (sample.py at temperature 1: real_model.SELF_SAMPLES); the
+  learned bound with calibration seeds 1 and 2 too (``novel_bound_draws``), and at m = 288 learned 32 steps.
   Each learned m = 432 map is
   also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
@@ -118,9 +119,10 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "shakespeare"), (M, 32, (LEARN, GAINS), "news"),
          (M, 32, (LEARN, GAINS, WRITERS), "shakespeare"), (M, 32, (LEARN_SHORTER, GAINS), "shakespeare"),
          (M, 32, (), "novel"), (M, 32, (LEARN, GAINS), "novel"), (M, 32, (), "samples"),
-         (M, 32, (LEARN, GAINS), "samples")]
-# the last four: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
-# split: what calibration on the very text evaluated reaches) and data-free calibration (the model's own samples)
+         (M, 32, (LEARN, GAINS), "samples"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "novel")]
+# the last five: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
+# split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
+# own samples)
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
@@ -128,10 +130,12 @@ HALF_RECIPE = CELLS[20]  # the best −50% shrink (the map learned 32 steps): it
 GAINS_RECIPE = CELLS[22]  # the −25% map learned with its norm gains: its calibration draws too, paired with RECIPE's
 HALF_GAINS_RECIPE = CELLS[25]  # the −50% map learned with its norm gains: its draws, paired with HALF_RECIPE's
 WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer gains: its draws, paired with GAINS_RECIPE's
+NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
-         ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE))
+         ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
+         ("novel_bound_draws", NOVEL_BOUND))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
 # and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their

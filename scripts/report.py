@@ -1008,7 +1008,8 @@ def real_model_tied(r: dict) -> str:
                + gains_draws_reading(r.get("half_gains_draws"), r.get("half_learned_draws"), bv, bg, 0.20, "−50%")
                + gains_draws_reading(r.get("writer_gains_draws"), r.get("gains_draws"), bv, bg,
                                      what="its norm and writer gains", against="the norms' gains alone")
-               + heldout_reading(r.get("heldout_kl"), bv) + tied_recovery_reading(r.get("recovery")))
+               + heldout_reading(r.get("heldout_kl"), bv) + general_bound_reading(r, bv, bg)
+               + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
                   "the calibration draws are n = 3 and tested)."] + reading
@@ -1275,6 +1276,41 @@ def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: f
         parts.append(f"{text} {statistics.fmean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} nats "
                      f"({', '.join(f'{x:+.4f}' for x in diffs)}; {v['test']}, p = {v['p']:.2g}): {v['words']}")
     return [line + f" Against {against} on the same draws (paired by seed): " + "; ".join(parts) + "."]
+
+
+def general_bound_reading(r: dict, bv: float, bg: float, aim: float = 0.10) -> list[str]:
+    """The general case (calibrated on another general text, evaluated on the novel) against its in-domain bound:
+    the same recipe calibrated on the novel's own train split (``novel_bound_draws``, n = 3) — does any calibration
+    text reach the issue's aim (general gap ≤ ``aim``), and how much does the map specialise to its text?"""
+    bound = r.get("novel_bound_draws")
+    if not bound:
+        return []
+    of = bound["of"]
+    general, val = ([x[text] for x in bound["learned"]] for text in ("general", "val"))
+    mean, limit = statistics.fmean(general), bg * (1 + aim)
+    line = (f"- **The general case's in-domain bound over calibration draws** ({tied_extra({'options': of})}, "
+            f"m = {bound['m']}, calibrated on the novel's own train split and evaluated on its val split; seeds "
+            f"{', '.join(map(str, bound['seeds']))}, n = {len(general)}): general {mean:.4f} ± "
+            f"{statistics.stdev(general):.4f} ({gap_words(mean, bg)}), val {statistics.fmean(val):.4f} ± "
+            f"{statistics.stdev(val):.4f} ({gap_words(statistics.fmean(val), bv)}); the aim, general ≤ {limit:.4f} "
+            f"(+{aim:.0%}), " + ("is met by the mean" if mean <= limit else f"is missed by {mean - limit:.4f} nats")
+            + f" ({sum(g <= limit for g in general)} of {len(general)} draws within it), calibrating on the very "
+            "text evaluated")
+    same = [x for x in r["rows"] if x["m"] == bound["m"] and x["options"] == of
+            and x["calibration"] in GENERAL_CALIBRATIONS]
+    if same:
+        line += "; the same recipe on a general text (n = 1 each): " + ", ".join(
+            f"{CALIBRATION_TEXTS[x['calibration']]} {x['losses']['general']:.4f} "
+            f"({gap_words(x['losses']['general'], bg)})" for x in sorted(same, key=lambda x: x["losses"]["general"]))
+    shakespeare = r.get("gains_draws")
+    if shakespeare and shakespeare["of"] == of:
+        own = statistics.fmean(x["val"] for x in shakespeare["learned"])
+        novel = statistics.fmean(x["general"] for x in shakespeare["learned"])
+        line += (f". Each text's map is best on its own text: calibrated on Shakespeare (n = "
+                 f"{len(shakespeare['learned'])}), val {own:.4f} ({gap_words(own, bv)}) and the novel {novel:.4f} "
+                 f"({gap_words(novel, bg)}); calibrated on the novel, the novel {gap_words(mean, bg)} and val "
+                 f"{gap_words(statistics.fmean(val), bv)}")
+    return [line + "."]
 
 
 def heldout_reading(held: dict | None, bv: float) -> list[str]:

@@ -954,3 +954,30 @@ def test_the_heldout_kl_reads_what_learning_fits_and_what_carries():
     held["rows"][2]["val"] = 4.03  # the val loss follows: no such clause
     assert report.heldout_reading(held, 3.7584)[2].endswith("val -0.0098 nats.")
     assert report.heldout_reading(None, 3.7584) == []
+
+
+def test_the_general_case_reads_against_its_in_domain_bound():
+    """The novel-calibrated draws against the +10% aim, the same recipe on the general texts beside them, and each
+    text's map on the other's text."""
+    of = ["--tie_head=True", "--tie_keep=32", "--learn_steps=16", "--learn_gain_lr=1e-2"]
+    bound = {"seeds": [0, 1, 2], "m": 432, "of": of,
+             "learned": [{"val": 4.5628, "general": 4.1824}, {"val": 4.55, "general": 4.17},
+                         {"val": 4.57, "general": 4.19}]}
+    row = lambda calibration, general: {"m": 432, "options": of, "calibration": calibration,  # noqa: E731
+                                        "losses": {"val": 4.9, "general": general}}
+    shakespeare = {"of": of, "learned": [{"val": 4.0198, "general": 4.5366}, {"val": 4.04, "general": 4.54},
+                                         {"val": 4.0543, "general": 4.56}]}
+    r = {"novel_bound_draws": bound, "gains_draws": shakespeare,
+         "rows": [row("news", 4.7191), row("samples", 4.6379), row("novel", 4.1824), row("shakespeare", 4.5366)]}
+    line, = report.general_bound_reading(r, 3.7584, 3.7886)
+    assert line.startswith("- **The general case's in-domain bound over calibration draws** (learn_steps=16, "
+                           "learn_gain_lr=1e-2, m = 432, calibrated on the novel's own train split")
+    assert "general 4.1808 ± 0.0101 (+10.4%), val 4.5609 ± 0.0101 (+21.4%)" in line
+    assert "the aim, general ≤ 4.1675 (+10%), is missed by 0.0133 nats (0 of 3 draws within it)" in line
+    # the general texts only, best first; the Shakespeare and novel rows are not the general case
+    assert ("the same recipe on a general text (n = 1 each): the model's own samples 4.6379 (+22.4%), English news "
+            "4.7191 (+24.6%).") in line
+    assert "calibrated on Shakespeare (n = 3), val 4.0380 (+7.4%) and the novel 4.5455 (+20.0%)" in line
+    bound["learned"][0]["general"] = 4.10  # the mean within the aim now
+    assert "is met by the mean (1 of 3 draws within it)" in report.general_bound_reading(r, 3.7584, 3.7886)[0]
+    assert report.general_bound_reading({"rows": []}, 3.7584, 3.7886) == []
