@@ -2426,6 +2426,14 @@ def benchmarks(_: dict | None) -> str:
                       f"{ds['rounds']} alternating rounds of {ds['iters']} steps in one process, each round's median): "
                       f"plain LM finetuning {_ms(ds['lm'])} ms/iter, `--distill` {_ms(ds['distill'])} ms/iter — "
                       f"{_ms(ds['ratio'], 2)}× (the teacher's forward and the chunked KL)."]
+    sp = _bench("sample_speed")
+    if sp:
+        lines += ["", f"Generation with the KV cache (`python bench/sample_speed.py`, the {sp['model']} "
+                      f"({sp['layers']} × {sp['width']}), {sp['batch']} samples × {sp['tokens']} tokens after a "
+                      f"{sp['prompt']}-token prompt, {sp['rounds']} alternating rounds in one process, {sp['threads']} "
+                      f"thread): {_ms(sp['cached_tokens_per_s'], 1)} tokens/s against nanoGPT's loop (the whole "
+                      f"context read at every step) {_ms(sp['naive_tokens_per_s'], 1)} — {_ms(sp['speedup'], 1)}× (the "
+                      "saving grows with the length generated; greedy picks checked equal first)."]
     g = _bench("geometry_speed")
     if g:
         sec = g["seconds"]
