@@ -82,10 +82,12 @@ from real_model import (  # noqa: E402
     FINETUNE,
     PER_BLOCK_EQUAL_PARAMETERS_M,
     RATIOS,
+    SELF_SAMPLES,
     SLICEGPT_CHOICES,
     THREADS,
     cell,
     finetuned,
+    self_samples,
 )
 from real_quantization import save, saved, start  # noqa: E402
 from refit import calibration_batches, gain_outliers  # noqa: E402
@@ -281,6 +283,12 @@ def untied_ports(src: str, data: dict[str, str], payload: dict, started: float) 
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
 
 
+def self_samples_record(src: str) -> dict:
+    """What the data-free calibration text cost: sample.py's options, wall seconds and peak memory (its cached step)."""
+    step = self_samples(src)[1]["sample"]
+    return {"args": SELF_SAMPLES, "seconds": step["seconds"], "peak_mb": step["peak_mb"], "threads": THREADS}
+
+
 def has_row(rows: list[dict], spec: tuple) -> bool:
     """Whether saved ``rows`` hold the cell ``spec`` (its width, options and calibration text)."""
     m, keep, more, calib = spec
@@ -309,6 +317,9 @@ def missing(src: str, data: dict[str, str], started: float, reverse: bool) -> No
             save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     if not reverse:
         untied_ports(src, data, payload, started)
+        if "self_samples" not in payload and any(x["calibration"] == "samples" for x in payload["rows"]):
+            payload["self_samples"] = self_samples_record(src)
+            save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     for key, spec in DRAWN:
         if key in payload:
             continue
