@@ -364,6 +364,7 @@ def main() -> None:
     for spec in CELLS:
         payload["rows"].append(row_of(spec, build(src, data, spec)))
         save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    payload["self_samples"] = self_samples_record(src)  # what the rows calibrated on the own samples cost to sample
     untied_ports(src, data, payload, started)
     payload["draws"] = draws(src, data, payload["rows"])
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
