@@ -40,6 +40,7 @@ from model import GPT
 
 REFIT_MODES = ("none", "gains", "readers", "all")
 RETIE_TARGETS = ("head", "original")  # what a head kept tied is fitted to (retie_head's target logits)
+LEARN_DECAYS = ("none", "cosine")  # learn_map's rate schedules: constant, or a half cosine down to 0
 
 
 class _Stop(Exception):
@@ -316,7 +317,7 @@ def gain_writers(params: dict, writers: tuple[str, ...], gains: dict[str, torch.
 
 def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
               seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = (), gain_lr: float = 0.0,
-              sites: list[tuple[str, list[str]]] = (), writers: tuple[str, ...] = ()
+              sites: list[tuple[str, list[str]]] = (), writers: tuple[str, ...] = (), decay: str = "none"
               ) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
     """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
 
@@ -329,6 +330,10 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     ``gain_lr``), folded into its readers (``gain_readers``): the m-space norms get back the per-dimension freedom
     the original's had, jointly with T, on the same calibration KL. ``writers`` (with ``gain_lr`` > 0): each of
     these residual writers learns a per-coordinate gain on its output too (``gain_writers``), at the same rate.
+
+    ``decay``: 'none' keeps both rates constant; 'cosine' scales them at step t of ``steps`` by
+    ``decay_factor`` = ½(1 + cos(π·t/steps)), from 1 at the first step to nearly 0 at the last, so that the last
+    batches, which a constant rate lets pull T toward themselves, move it least.
 
     ``port(T)`` returns (a GPT of width m, its parameters as a dict of tensors differentiable in T). Adam on the
     orthogonal parametrization's free parameter, one calibration batch per step (cycled). Returns the best of
@@ -361,6 +366,7 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     optimizer = torch.optim.Adam([{"params": list(holder.parameters()), "lr": lr}]
                                  + ([{"params": list(log_gains.values()), "lr": gain_lr}] if log_gains else []))
     rows = max(1, tokens_per_pass // batches[0].shape[1])
+    rates = [group["lr"] for group in optimizer.param_groups]
 
     def gains_of(logs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         return {norm: s.exp() for norm, s in logs.items()} if logs else None
@@ -391,6 +397,8 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     order = torch.randperm(len(batches), generator=generator).tolist()
     for step in progress(range(steps), "learn T" + (" and gains" if log_gains else ""), unit="step"):
         k = order[step % len(order)]
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate * decay_factor(decay, step, steps)
         optimizer.zero_grad(set_to_none=True)
         for part in parts(k):  # the port is rebuilt per pass: each backward frees its own graph
             (kl_of_rows(assembled(holder.weight), k, part, gains_of(log_gains)) / batches[k].numel()).backward()
@@ -408,6 +416,14 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
             every = torch.cat([gains[w] for w in writers])
             losses["writer_gain_range"] = [every.min().item(), every.max().item()]
     return (learned, gains, losses) if keep_learned else (start, None, losses)
+
+
+def decay_factor(decay: str, step: int, steps: int) -> float:
+    """The rate at step ``step`` (0-based) of ``steps``, relative to the set rate: 1 for 'none'; for 'cosine'
+    ½(1 + cos(π·step/steps)), 1 at step 0, falling to ½(1 + cos(π·(steps−1)/steps)) ≈ 0 at the last step."""
+    if decay not in LEARN_DECAYS:
+        raise ValueError(f"decay={decay!r} is not one of {LEARN_DECAYS}")
+    return 1.0 if decay == "none" else 0.5 * (1 + math.cos(math.pi * step / steps))
 
 
 def free_block(T: torch.Tensor, held: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:

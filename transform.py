@@ -95,6 +95,7 @@ from porting import (
     restore_layernorm,
 )
 from refit import (
+    LEARN_DECAYS,
     REFIT_MODES,
     RETIE_TARGETS,
     calibration_batches,
@@ -161,6 +162,9 @@ class TransformConfig:
     #                             folded into its readers: refit.gain_readers) jointly with T, at this Adam rate
     learn_writer_gains: bool = False  # with learn_gain_lr: every residual writer (attention and MLP out) learns a
     #                                   per-coordinate gain on its output too (refit.gain_writers), at the same rate
+    learn_decay: str = "none"  # the learned map's rates over its steps: 'none' (constant) | 'cosine' (from
+    #                            learn_lr and learn_gain_lr down to 0 along a half cosine: the last steps, on the
+    #                            last batches, move T least)
     learn_hold: bool = True  # the learned map keeps the --tie_keep/--pca_keep rows e_iᵀ and --pca_exclude's zero
     #                          columns as they start (refit.free_block); False learns all of T (an ablation: it
     #                          breaks what those options promise, the tie's commuting rows among them)
@@ -205,7 +209,8 @@ class TransformConfig:
             raise ConfigError(f"porting={self.porting!r} is not one of {PORTINGS} (or the alias 'head')")
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
-        check_gain_learning(self.learn_gain_lr, self.learn_steps, ConfigError, self.learn_writer_gains)
+        check_gain_learning(self.learn_gain_lr, self.learn_steps, ConfigError, self.learn_writer_gains,
+                            self.learn_decay)
         if not self.learn_hold and not self.learn_steps:
             raise ConfigError("learn_hold=False chooses what a learned map may change: add --learn_steps=N or drop "
                               "--learn_hold")
@@ -250,8 +255,13 @@ class TransformConfig:
                               "count >= 0 with --porting=per_block, or drop --map_groups")
 
 
-def check_gain_learning(gain_lr: float, learn_steps: int, error: type[Exception], writers: bool = False) -> None:
-    """Raise ``error`` for learned gains without a learned map, at a negative rate, or writer gains without a rate."""
+def check_gain_learning(gain_lr: float, learn_steps: int, error: type[Exception], writers: bool = False,
+                        decay: str = "none") -> None:
+    """Raise ``error`` for learned gains without a learned map, at a negative rate, writer gains without a rate, or
+    a rate schedule that is unknown or has no learned map to schedule."""
+    if decay not in LEARN_DECAYS or decay != "none" and not learn_steps:
+        raise error(f"learn_decay={decay!r} schedules a learned map's rates: one of {LEARN_DECAYS} with "
+                    "--learn_steps=N, or drop --learn_decay")
     if gain_lr < 0 or gain_lr > 0 and not learn_steps:
         raise error(f"learn_gain_lr={gain_lr} needs learn_steps > 0 and must be >= 0: add --learn_steps=N (the "
                     "gains are learned with the map) or drop --learn_gain_lr")
@@ -405,7 +415,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
                     map_groups: int = 0, learn_hold: bool = True,
                     tie_keep: int = 0, retie_target: str = "head", learn_gain_lr: float = 0.0,
-                    learn_writer_gains: bool = False) -> tuple[GPT, dict]:
+                    learn_writer_gains: bool = False, learn_decay: str = "none") -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``pca_exclude`` / ``pca_keep``: coordinates kept out of a PCA map's range / in it as rows of their own
@@ -413,7 +423,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     (``refit.gain_outliers``), and ``retie_target`` what the tied head is fitted to (``apply_refit``);
     ``learn_hold``: a learned map keeps those coordinates' columns (``refit.free_block``); ``learn_gain_lr`` > 0:
     every norm's per-coordinate gain is learned with it, folded into its readers (``refit.gain_readers``), and
-    with ``learn_writer_gains`` every residual writer's output gain too (``refit.gain_writers``);
+    with ``learn_writer_gains`` every residual writer's output gain too (``refit.gain_writers``); ``learn_decay``
+    schedules the learning rates (``refit.learn_map``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -426,7 +437,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                          grow_reader_std, grow_mask_iters, rms_preserve)
     check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer),
                    tie_keep, retie_target)
-    check_gain_learning(learn_gain_lr, learn_steps, TransformError, learn_writer_gains)
+    check_gain_learning(learn_gain_lr, learn_steps, TransformError, learn_writer_gains, learn_decay)
     coordinates = Coordinates(pca_exclude, pca_keep + gain_outliers(model, tie_keep)).normalized()
     check_coordinates(coordinates, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
@@ -476,7 +487,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         writers = residual_roles(skeleton.config).writers if learn_writer_gains else ()
         T, learned_gains, corrections["learned_map"] = learn_map(
             original, T, differentiable_port, batches, learn_steps, learn_lr, seed, held=held,
-            gain_lr=learn_gain_lr, sites=sites, writers=writers)
+            gain_lr=learn_gain_lr, sites=sites, writers=writers, decay=learn_decay)
         gain_sites, gain_writer_sites = (sites, writers) if learned_gains else ([], ())
         T_pinv = T.T.clone()
         gained = "" if learn_gain_lr <= 0 else "and norm and writer gains " if learn_writer_gains else "and norm gains "
@@ -527,7 +538,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "jl_eps": jl_eps, "jl_delta": jl_delta, "jl_points": n_points,
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "learn_hold": learn_hold and learn_steps > 0, "learn_gain_lr": learn_gain_lr,
-              "learn_writer_gains": learn_writer_gains and learn_gain_lr > 0,
+              "learn_writer_gains": learn_writer_gains and learn_gain_lr > 0, "learn_decay": learn_decay,
               "corrections": corrections, "seconds": time.perf_counter() - started, "phase_seconds": clock.seconds,
               "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
@@ -784,7 +795,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         tie_head=cfg.tie_head, calib_weighting=cfg.calib_weighting, sequential_calibration=cfg.sequential_calibration,
         calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude, map_groups=cfg.map_groups,
         pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep, learn_hold=cfg.learn_hold, retie_target=cfg.retie_target,
-        learn_gain_lr=cfg.learn_gain_lr, learn_writer_gains=cfg.learn_writer_gains,
+        learn_gain_lr=cfg.learn_gain_lr, learn_writer_gains=cfg.learn_writer_gains, learn_decay=cfg.learn_decay,
         grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)

@@ -32,7 +32,7 @@ os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
 import harness  # noqa: E402
 from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader, evaluate_loss  # noqa: E402
+from dataset import BatchLoader, evaluate_loss, read_shakespeare  # noqa: E402
 from fetch import SMOLLM2_GGUF, SOURCES, cache_path  # noqa: E402
 from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
 
@@ -47,11 +47,16 @@ SLICEGPT_HALF_PARAMETERS_M = 158  # SliceGPT's parameters fit 59·m² + 232,512�
 # every choice SliceGPT makes, on our per-block maps: its order, its weighting, its first-site moment
 SLICEGPT_CHOICES = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
-TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt", "samples": "self"}
+TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt", "samples": "self",
+         "mix": "mix"}
 # samples: the model's own text (sample.py at temperature 1, all tokens: its own distribution), for data-free
 # calibration — 256 samples of 256 tokens, so the train split (90%) holds more than the 32,768 calibration tokens
 SELF_SAMPLES = ["--num_samples=256", "--batch_size=64", "--max_new_tokens=256", "--temperature=1", "--top_k=None",
                 "--seed=1337", "--device=cpu"]
+# mix: a broad calibration text, the three that are not the novel in equal shares (MIX_CHARS of each, the start of
+# each: tinyshakespeare's val split is its end), interleaved in MIX_CHUNK-character pieces so that the train split
+# holds 90% of each
+MIX, MIX_CHARS, MIX_CHUNK = ("shakespeare", "news", "samples"), 250_000, 5_000
 EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
 
 
@@ -93,21 +98,65 @@ def self_samples(model_dir: str) -> tuple[str, dict]:
     return os.path.join(out, "samples.txt"), result
 
 
+def interleaved(texts: list[str], chars: int, chunk: int) -> str:
+    """The first ``chars`` characters of each text (each at least that long), in pieces of ``chunk`` characters
+    taken from each text in turn, every piece ending at a line break where one lies in its second half (so no
+    line is cut): every text has an equal share of any long stretch of the result."""
+    if any(len(text) < chars for text in texts):
+        raise ValueError(f"each text must hold {chars:,} characters, got {[len(t) for t in texts]}")
+    starts, pieces = [0] * len(texts), []
+    while any(start < chars for start in starts):
+        for i, text in enumerate(texts):
+            if starts[i] >= chars:
+                continue
+            end = min(starts[i] + chunk, chars)
+            cut = text.rfind("\n", starts[i] + chunk // 2, end)
+            end = cut + 1 if end < chars and cut >= 0 else end
+            pieces.append(text[starts[i]:end])
+            starts[i] = end
+    return "".join(pieces)
+
+
+def source_file(model_dir: str, text: str) -> str:
+    """The text file that ``text`` (not the corpus: prepare.py reads that itself) names: a fetched English text,
+    the model's own samples, or the mix (built once, in the cache)."""
+    if text == "samples":
+        return self_samples(model_dir)[0]
+    if text == "mix":
+        def build(out: str) -> dict:
+            parts = []
+            for name in MIX:
+                if TEXTS[name]:
+                    with open(source_file(model_dir, name), encoding="utf-8") as f:
+                        parts.append(f.read())
+                else:
+                    parts.append(read_shakespeare())
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "mix.txt"), "w", encoding="utf-8") as f:
+                f.write(interleaved(parts, MIX_CHARS, MIX_CHUNK))
+            return {"texts": list(MIX), "chars": MIX_CHARS, "chunk": MIX_CHUNK}
+
+        spec = {"texts": list(MIX), "chars": MIX_CHARS, "chunk": MIX_CHUNK, "sampled": SELF_SAMPLES,
+                "model": harness.relative(model_dir)}
+        return os.path.join(cached("mix", "smollm2", spec, build)[0], "mix.txt")
+    run_step(["fetch.py", "--what=english"])
+    return cache_path(TEXTS[text])
+
+
 def prepared(model_dir: str, text: str) -> str:
     """``text`` tokenized with the model's own tokenizer (prepare.py: 90% train, 10% val)."""
     def build(out: str) -> dict:
-        if text == "samples":
-            source = self_samples(model_dir)[0]
-        elif TEXTS[text]:
-            run_step(["fetch.py", "--what=english"])
-            source = cache_path(TEXTS[text])
+        if TEXTS[text]:
+            source = source_file(model_dir, text)
         step = run_step(["prepare.py", f"--tokenizer_from={model_dir}", f"--out_dir={out}", "--overwrite=True",
                          *([f"--input={source}"] if TEXTS[text] else [])])
         return {"prepare": step}
 
     spec = {"text": text, "file": TEXTS[text], "model": harness.relative(model_dir)}
-    if text == "samples":
+    if text in ("samples", "mix"):
         spec["sampled"] = SELF_SAMPLES
+    if text == "mix":
+        spec["mixed"] = {"texts": list(MIX), "chars": MIX_CHARS, "chunk": MIX_CHUNK}
     return cached("data", f"smollm2-{text}", spec, build)[0]
 
 

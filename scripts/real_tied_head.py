@@ -42,9 +42,13 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   split, so not the general case: what calibrating on the very text evaluated reaches); and data-free calibration,
   the same two calibrated on the model's own samples (sample.py at temperature 1: real_model.SELF_SAMPLES); the
   learned bound with calibration seeds 1 and 2 too (``novel_bound_draws``); at m = 288 the bound and the own samples,
-  each learned 32 steps with the gains (the best −50% recipe).
-  Each learned m = 432 map is
-  also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
+  each learned 32 steps with the gains (the best −50% recipe). At m = 432 the map and its gains learned with their
+  rates decayed along a half cosine to 0 (``--learn_decay=cosine``, one factor against constant rates: do the last
+  batches, which pull a constant-rate map toward themselves, decide the draw-to-draw spread?), with calibration
+  seeds 1 and 2 too (``cosine_draws``, paired by seed with ``gains_draws``); and the general case calibrated on a
+  mix (real_model.MIX: Shakespeare, the news and the own samples in equal shares, never the novel): does a broad
+  text read the novel better than any one of its parts? Each learned m = 432 map is also ported with the head
+  untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
@@ -102,6 +106,7 @@ LEARN_SHORTER = "--learn_steps=12"  # fewer steps: past 16 the val loss rises wh
 LEARN_FASTER = "--learn_lr=3e-3"  # three times the default rate: at m = 288 the 16 steps end far from the m = 432 KL
 GAINS = "--learn_gain_lr=1e-2"  # every norm's per-coordinate gain learned with T (refit.gain_readers), Adam at 1e-2
 GAINS_FASTER = "--learn_gain_lr=3e-2"  # the gains at three times that rate (one factor)
+COSINE = "--learn_decay=cosine"  # the rates fall along a half cosine to 0 over the steps (refit.decay_factor)
 WRITERS = "--learn_writer_gains=True"  # each attention/MLP output's per-coordinate gain too (refit.gain_writers)
 TO_ORIGINAL = "--retie_target=original"  # the tied head's gain fitted to the original's logits (the refit leaves
 # the head, which the tie replaces), not to the untied head's
@@ -123,7 +128,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN, GAINS, WRITERS), "shakespeare"), (M, 32, (LEARN_SHORTER, GAINS), "shakespeare"),
          (M, 32, (), "novel"), (M, 32, (LEARN, GAINS), "novel"), (M, 32, (), "samples"),
          (M, 32, (LEARN, GAINS), "samples"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "novel"),
-         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "samples")]
+         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "samples"), (M, 32, (LEARN, GAINS, COSINE), "shakespeare"),
+         (M, 32, (LEARN, GAINS), "mix")]
 # the last six: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
 # own samples; at m = 288 too)
@@ -135,11 +141,12 @@ GAINS_RECIPE = CELLS[22]  # the −25% map learned with its norm gains: its cali
 HALF_GAINS_RECIPE = CELLS[25]  # the −50% map learned with its norm gains: its draws, paired with HALF_RECIPE's
 WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer gains: its draws, paired with GAINS_RECIPE's
 NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
+COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
-         ("novel_bound_draws", NOVEL_BOUND))
+         ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
 # and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their

@@ -666,3 +666,46 @@ def test_data_free_calibration_text_is_the_models_own_samples_prepared(runs, tra
     assert sum(len(x) for x in ids) == len(text)  # a char model: a token per character
     assert load_meta(data)["vocab_size"] > 0
     assert len([d for d in os.listdir(runs) if d.startswith("samples-") and not d.endswith(".lock")]) == 1
+
+
+def test_interleaved_gives_each_text_an_equal_share_in_line_pieces():
+    """real_model.interleaved: each text's first ``chars`` characters, in order and whole; every prefix of the result
+    holds as much of each text, to within a piece; pieces end at line breaks where they can (a text's last piece
+    ends at ``chars``)."""
+    import real_model
+    texts = ["".join(f"{c * (3 + k % 5)}\n" for k in range(200)) for c in "abc"]  # lines of 4 to 8 characters
+    out = real_model.interleaved(texts, 500, 60)
+    assert len(out) == 1500
+    for c, text in zip("abc", texts):
+        assert out.count(c) == text[:500].count(c)
+    for prefix in range(0, 1500, 97):
+        shares = [out[:prefix].count(c) for c in "abc"]
+        assert max(shares) - min(shares) <= 60
+    lines = out.split("\n")  # no piece joins two texts inside a line, but where a text's last piece ends at chars
+    assert sum(len(set(line)) > 1 for line in lines) <= len(texts) - 1
+    with pytest.raises(ValueError, match="500"):
+        real_model.interleaved(["short", *texts[1:]], 500, 60)
+
+
+def test_the_calibration_mix_is_built_once_from_its_texts(runs, trained_dir, monkeypatch):
+    """real_model's 'mix' text: the MIX texts interleaved (here tinyshakespeare and the model's own samples: a char
+    model reads no news), cached, then prepared like every other text."""
+    import numpy as np
+
+    import real_model
+    monkeypatch.setattr(real_model, "SELF_SAMPLES", ["--num_samples=12", "--batch_size=8", "--max_new_tokens=100",
+                                                     "--temperature=1", "--top_k=None", "--device=cpu"])
+    monkeypatch.setattr(real_model, "MIX", ("shakespeare", "samples"))
+    monkeypatch.setattr(real_model, "MIX_CHARS", 1000)
+    monkeypatch.setattr(real_model, "MIX_CHUNK", 200)
+    samples = open(real_model.self_samples(trained_dir)[0]).read()
+    corpus = "".join(reversed(samples))  # in the toy model's vocabulary (it saw a slice of tinyshakespeare)
+    monkeypatch.setattr(real_model, "read_shakespeare", lambda: corpus)
+    path = real_model.source_file(trained_dir, "mix")
+    text = open(path).read()
+    assert text == real_model.interleaved([corpus, samples], 1000, 200)
+    assert real_model.source_file(trained_dir, "mix") == path  # cached: one mix directory
+    assert len([d for d in os.listdir(runs) if d.startswith("mix-") and not d.endswith(".lock")]) == 1
+    data = real_model.prepared(trained_dir, "mix")
+    ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "val")]
+    assert sum(len(x) for x in ids) == len(text) == 2000

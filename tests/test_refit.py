@@ -459,3 +459,47 @@ def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
                                                       "--learn_steps=N")):
         with pytest.raises(ConfigError, match=message):
             TransformConfig(in_dir="x", out_dir="y", width=8, **dict(dict(kind="pca"), **options)).validate()
+
+
+def test_decay_factor_is_a_half_cosine_from_one():
+    """½(1 + cos(π·t/steps)) against its values: 1 first, ½ halfway, near 0 last; 'none' stays 1."""
+    assert [refit.decay_factor("cosine", t, 4) for t in range(4)] == pytest.approx(
+        [1.0, (1 + math.sqrt(0.5)) / 2, 0.5, (1 - math.sqrt(0.5)) / 2])
+    assert refit.decay_factor("cosine", 15, 16) < 0.01
+    assert all(refit.decay_factor("none", t, 16) == 1.0 for t in range(16))
+    with pytest.raises(ValueError, match="linear"):
+        refit.decay_factor("linear", 0, 4)
+
+
+def test_learn_decay_scales_both_rates_at_every_step(setup, monkeypatch):
+    """--learn_decay=cosine: each Adam step runs at the set rates (T's and the gains') times decay_factor, and the
+    map it learns still lowers the calibration KL and is recorded; 'none' leaves every step at the set rates."""
+    model, loader = setup
+    seen = []
+    step = torch.optim.Adam.step
+
+    def spy(self, *args, **kwargs):
+        seen.append([group["lr"] for group in self.param_groups])
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=4, learn_steps=6, learn_lr=3e-3,
+                   learn_gain_lr=3e-2)
+    _, record = transform_model(model, 16, learn_decay="cosine", **options)
+    factors = [refit.decay_factor("cosine", t, 6) for t in range(6)]
+    assert seen == [pytest.approx([3e-3 * f, 3e-2 * f]) for f in factors]
+    learned = record["corrections"]["learned_map"]
+    assert learned["kept"] == "learned" and learned["learned"] < learned["initial"]
+    assert record["learn_decay"] == "cosine"
+    seen.clear()
+    _, constant = transform_model(model, 16, **options)
+    assert seen == [[3e-3, 3e-2]] * 6 and constant["learn_decay"] == "none"
+    assert constant["corrections"]["learned_map"]["learned"] != learned["learned"]
+
+
+def test_learn_decay_needs_a_learned_map_and_a_known_schedule(setup):
+    model, loader = setup
+    with pytest.raises(TransformError, match="learn_decay='cosine'.*--learn_steps"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_decay="cosine")
+    with pytest.raises(ConfigError, match="learn_decay='step'.*one of"):
+        TransformConfig(out_dir="x", width=16, learn_steps=4, learn_decay="step").validate()
