@@ -211,6 +211,8 @@ CASES = [
      ["kind='pca' shrinks or keeps the width"]),
     ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--kind=jl"],
      ["kind='jl' is not one of"]),
+    ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--kind=pca",
+                             "--learn_decay=cosine"], ["learn_decay='cosine' schedules a learned map", "--learn_steps"]),
     ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=32",
                              "--grow_mask_iters=50"], ["grow_mask_iters need width > d=32"]),
     ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=64",
