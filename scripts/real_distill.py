@@ -33,6 +33,8 @@ batch, at the rate and batch that results/real_model_distill/results.json alread
 --distill_hidden=β``: every block's output against T·(the original's), T the transform's own map) to the best
 recipe, one factor: β in ``HIDDEN`` (the tuning effort: those values), data order 0; the control distilled from
 itself with the lowest β's loss; and, if that β ends below the KL alone, two more data orders (n = 3).
+``--part=temperature`` runs the best recipe with both softmaxes at τ in ``TEMPERATURES`` (the KL scaled by τ²), one
+factor against τ = 1, the same way: data order 0, its control, two more data orders where it ends lower.
 ``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
 rows, m = 432 and m = 288, and m = 432 learned with its norm gains, ``--learn_gain_lr``) with the best recipe:
 another start, the same recipe and control.
@@ -63,6 +65,7 @@ GENERAL = (RECOVER[0], RECOVER[1], RECOVER[2], GENERAL_TEXT)  # results/real_mod
 HALF = (RATIOS[0.5], RECOVER[1], RECOVER[2], "shakespeare")  # results/real_model_tied's tied −50% row
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
 HIDDEN = (0.1, 1.0)  # β of the hidden-state term tried (--part=features); its value at the start is ≈ 0.12 per block
+TEMPERATURES = (2.0,)  # τ tried against the recipe's 1 (--part=temperature)
 
 
 def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
@@ -83,30 +86,35 @@ def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
             for a in FINETUNE]
 
 
-def loss_args(hidden: float) -> tuple[str, ...]:
-    """The distillation loss's options, with the hidden-state term of weight ``hidden`` where it is > 0."""
-    return (*DISTILL, f"--distill_hidden={hidden:g}") if hidden else DISTILL
+def loss_args(hidden: float, temperature: float = 1.0) -> tuple[str, ...]:
+    """The distillation loss's options, with the hidden-state term of weight ``hidden`` where it is > 0, and both
+    softmaxes at ``temperature`` where it is not DISTILL's 1."""
+    args = DISTILL if temperature == 1.0 else (*DISTILL[:-1], f"--distill_temperature={temperature:g}")
+    return (*args, f"--distill_hidden={hidden:g}") if hidden else args
 
 
 def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: str = "", batch: int = BATCH,
-        text: str = "shakespeare", m: int = RECOVER[0], hidden: float = 0.0) -> dict:
+        text: str = "shakespeare", m: int = RECOVER[0], hidden: float = 0.0, temperature: float = 1.0) -> dict:
     """A shrunk model (width ``m``) distilled from the original (the transform record's source) at ``lr`` on
-    ``text`` (with the hidden-state term of weight ``hidden``)."""
+    ``text`` (with the hidden-state term of weight ``hidden``, at ``temperature``)."""
     label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
+             + (f"-t{temperature:g}" if temperature != 1.0 else "")
              + (f"-s{data_seed}" if data_seed else "") + (f"-b{batch}" if batch != BATCH else "")
              + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden), recipe(lr, data_seed, batch), text),
-                lr=lr, batch=batch, text=text, hidden=hidden)
+    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden, temperature), recipe(lr, data_seed, batch),
+                          text), lr=lr, batch=batch, text=text, hidden=hidden,
+                **({"temperature": temperature} if temperature != 1.0 else {}))
 
 
 def control(src: str, data: dict[str, str], lr: float, batch: int = BATCH, text: str = "shakespeare",
-            hidden: float = 0.0) -> dict:
+            hidden: float = 0.0, temperature: float = 1.0) -> dict:
     """The original distilled from itself with the arms' recipe at ``lr`` in batches of ``batch`` on ``text``."""
-    label = (f"original-kd-self-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "") + (f"-b{batch}" if batch != BATCH
-                                                                                  else "")
+    label = (f"original-kd-self-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
+             + (f"-t{temperature:g}" if temperature != 1.0 else "") + (f"-b{batch}" if batch != BATCH else "")
              + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(src, data, label, (*loss_args(hidden), f"--teacher_dir={src}"), recipe(lr, batch=batch),
-                          text), lr=lr, batch=batch, text=text, hidden=hidden)
+    return dict(finetuned(src, data, label, (*loss_args(hidden, temperature), f"--teacher_dir={src}"),
+                          recipe(lr, batch=batch), text), lr=lr, batch=batch, text=text, hidden=hidden,
+                **({"temperature": temperature} if temperature != 1.0 else {}))
 
 
 def readers_start(src: str, data: dict[str, str]) -> dict:
@@ -121,9 +129,13 @@ def unchanged(a: str, b: str) -> bool:
 
 
 def main() -> None:
-    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "features", "learned", "all"))
+    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "features", "temperature", "learned",
+                                                                 "all"))
     if args.part == "features":
         features(src, data, saved_results(), started, args.reverse)
+        return
+    if args.part == "temperature":
+        temperatures(src, data, saved_results(), started, args.reverse)
         return
     if args.part == "learned":
         learned(src, data, saved_results(), started, args.reverse)
@@ -238,30 +250,46 @@ def features(src: str, data: dict[str, str], payload: dict, started: float, reve
     """The hidden-state term on the best recipe (the chosen rate in the best batch), one factor: β in HIDDEN on data
     order 0; the control with the lowest β's loss; two more data orders where it ends below the KL alone. Added to
     ``payload`` as "features" and saved after each model (``reverse``: build only, from the end)."""
+    loss_variants(src, data, payload, started, reverse, "features", "hidden", HIDDEN, "weights")
+
+
+def temperatures(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
+    """Both softmaxes at τ in TEMPERATURES (the KL scaled by τ², as distill.teacher_kl does) on the best recipe, one
+    factor against τ = 1: the teacher's small probabilities weigh more. Added to ``payload`` as "temperature"
+    (``loss_variants``)."""
+    loss_variants(src, data, payload, started, reverse, "temperature", "temperature", TEMPERATURES, "temperatures")
+
+
+def loss_variants(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool, key: str,
+                  option: str, values: tuple[float, ...], listed: str) -> None:
+    """The best recipe (the chosen rate in the best batch) with its loss changed in one ``option`` of ``arm`` (each
+    of ``values``) on data order 0; the control (the original distilled from itself) with the best value's loss;
+    where that value ends below the recipe's KL alone, two more data orders (n = 3). Saved under ``key`` after each
+    model, the values listed as ``listed`` (``reverse``: build only, from the end)."""
     chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
     start = build(src, data, RECOVER)
-    weights = tuple(reversed(HIDDEN)) if reverse else HIDDEN
     rows = {}
-    for beta in weights:
-        rows[beta] = arm(data, start, chosen, batch=best, hidden=beta)
+    for value in tuple(reversed(values)) if reverse else values:
+        rows[value] = arm(data, start, chosen, batch=best, **{option: value})
         if not reverse:
-            payload["features"] = {"lr": chosen, "batch": best, "weights": list(HIDDEN),
-                                   "rows": [{"hidden": b, "arm": rows[b]} for b in HIDDEN if b in rows]}
+            payload[key] = {"lr": chosen, "batch": best, listed: list(values),
+                            "rows": [{option: v, "arm": rows[v]} for v in values if v in rows]}
             save(payload, started, "real_model_distill", "scripts/real_distill.sh")
-    winner = min(HIDDEN, key=lambda b: rows[b]["losses"]["val"])
+    winner = min(values, key=lambda v: rows[v]["losses"]["val"])
     wins = rows[winner]["losses"]["val"] < best_recipe_arm(payload)["losses"]["val"]
     if reverse:
         if wins:
             for seed in reversed(DATA_SEEDS):
-                arm(data, start, chosen, seed, batch=best, hidden=winner)
-        control(src, data, chosen, best, hidden=winner)
+                arm(data, start, chosen, seed, batch=best, **{option: winner})
+        control(src, data, chosen, best, **{option: winner})
         return
-    own = control(src, data, chosen, best, hidden=winner)
-    payload["features"].update(chosen=winner, control=dict(own, unchanged=unchanged(src, own["out_dir"])))
+    own = control(src, data, chosen, best, **{option: winner})
+    payload[key].update(chosen=winner, control=dict(own, unchanged=unchanged(src, own["out_dir"])))
     save(payload, started, "real_model_distill", "scripts/real_distill.sh")
-    if wins:  # n = 3 where the term ends below the KL alone
-        runs = [rows[winner]] + [arm(data, start, chosen, seed, batch=best, hidden=winner) for seed in DATA_SEEDS]
-        payload["features"]["draws"] = draws(runs, own, chosen)
+    if wins:  # n = 3 where the variant ends below the KL alone
+        runs = [rows[winner]] + [arm(data, start, chosen, seed, batch=best, **{option: winner})
+                                 for seed in DATA_SEEDS]
+        payload[key]["draws"] = draws(runs, own, chosen)
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 

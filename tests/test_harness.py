@@ -425,22 +425,30 @@ def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_th
 
 
 @pytest.mark.parametrize("wins", [True, False])
-def test_the_hidden_state_part_tries_each_weight_then_the_lowest_ones_control_and_orders_only_if_it_wins(
-        monkeypatch, wins):
-    """real_distill --part=features: every β of HIDDEN in the best recipe (data order 0), the control distilled from
-    itself with the lowest β's loss, and two more data orders only where that β ends below the KL alone; saved."""
+@pytest.mark.parametrize("part", ["features", "temperature"])
+def test_a_loss_part_tries_each_value_then_the_lowest_ones_control_and_orders_only_if_it_wins(monkeypatch, wins,
+                                                                                               part):
+    """real_distill --part=features (each β of HIDDEN) and --part=temperature (each τ of TEMPERATURES): every value
+    in the best recipe (data order 0), the control distilled from itself with the lowest value's loss, and two more
+    data orders only where that value ends below the KL alone; saved."""
     import real_distill
 
+    option, values, run, listed = {"features": ("hidden", real_distill.HIDDEN, real_distill.features, "weights"),
+                                   "temperature": ("temperature", real_distill.TEMPERATURES, real_distill.temperatures,
+                                                   "temperatures")}[part]
     plain = 3.88
-    val = {real_distill.HIDDEN[0]: 3.95, real_distill.HIDDEN[-1]: 3.80 if wins else 3.90}
+    val = {v: 3.95 - 0.01 * i for i, v in enumerate(values)}
+    val[values[-1]] = 3.80 if wins else 3.90
     calls, saves = [], []
 
-    def fake_arm(data, start, lr, data_seed=0, name="", batch=8, text="shakespeare", m=432, hidden=0.0):
-        calls.append(("arm", hidden, data_seed, batch, lr))
-        return {"losses": {"val": val[hidden] + data_seed / 100, "general": 4.4}}
+    def fake_arm(data, start, lr, data_seed=0, name="", batch=8, text="shakespeare", m=432, **loss):
+        assert set(loss) == {option}
+        calls.append(("arm", loss[option], data_seed, batch, lr))
+        return {"losses": {"val": val[loss[option]] + data_seed / 100, "general": 4.4}}
 
-    def fake_control(src, data, lr, batch=8, text="shakespeare", hidden=0.0):
-        calls.append(("control", hidden, 0, batch, lr))
+    def fake_control(src, data, lr, batch=8, text="shakespeare", **loss):
+        assert set(loss) == {option}
+        calls.append(("control", loss[option], 0, batch, lr))
         return {"losses": {"val": 3.7584, "general": 3.7886}, "out_dir": "ctrl"}
 
     monkeypatch.setattr(real_distill, "build", lambda *a: {"out_dir": "start"})
@@ -450,21 +458,29 @@ def test_the_hidden_state_part_tries_each_weight_then_the_lowest_ones_control_an
     monkeypatch.setattr(real_distill, "save", lambda payload, *a: saves.append(json_copy(payload)))
     payload = {"chosen_lr": 1e-4, "rows": [], "batches": {"chosen": 1, "rows": [{"batch": 1, "arm": {
         "losses": {"val": plain}}}]}}
-    real_distill.features("src", {}, payload, 0.0, reverse=False)
-    best = min(val, key=val.get)  # the lowest β, whether or not it beats the KL alone
-    arms = [("arm", b, 0, 1, 1e-4) for b in real_distill.HIDDEN]
+    run("src", {}, payload, 0.0, reverse=False)
+    best = min(val, key=val.get)  # the lowest value, whether or not it beats the KL alone
+    arms = [("arm", v, 0, 1, 1e-4) for v in values]
     more = [("arm", best, s, 1, 1e-4) for s in real_distill.DATA_SEEDS] if wins else []
     assert calls == arms + [("control", best, 0, 1, 1e-4)] + more
-    f = saves[-1]["features"]
-    assert f["chosen"] == best and f["control"]["unchanged"] and [r["hidden"] for r in f["rows"]] == list(
-        real_distill.HIDDEN)
-    assert ("draws" in f) == wins
+    f = saves[-1][part]
+    assert f["chosen"] == best and f["control"]["unchanged"] and [r[option] for r in f["rows"]] == list(values)
+    assert f[listed] == list(values) and ("draws" in f) == wins
     if wins:
         assert f["draws"]["gap"]["val"]["each"] == pytest.approx([v / 3.7584 - 1 for v in (3.80, 3.81, 3.82)])
     calls.clear()
     saves.clear()
-    real_distill.features("src", {}, payload, 0.0, reverse=True)  # build only, from the end: saves nothing
-    assert not saves and calls[0] == ("arm", real_distill.HIDDEN[-1], 0, 1, 1e-4)
+    run("src", {}, payload, 0.0, reverse=True)  # build only, from the end: saves nothing
+    assert not saves and calls[0] == ("arm", values[-1], 0, 1, 1e-4)
+
+
+def test_the_distillation_loss_options_name_a_temperature_only_where_it_is_not_one():
+    """real_distill.loss_args: τ = 1 is DISTILL as it was (the cached runs' options); another τ replaces its
+    --distill_temperature, and the hidden-state term is added after it."""
+    import real_distill
+    assert real_distill.loss_args(0.0) == real_distill.loss_args(0.0, 1.0) == real_distill.DISTILL
+    assert real_distill.loss_args(0.1, 2.0) == ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=2",
+                                                "--distill_hidden=0.1")
 
 
 def json_copy(payload: dict) -> dict:
