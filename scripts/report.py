@@ -1414,7 +1414,7 @@ def real_model_distill(r: dict) -> str:
                   f"| {readers['lr']:g} | tied m = {r['start']['m']} + readers refit, distilled | "
                   f"{readers['parameters'] / 1e6:.1f} M | {a['val']:.4f} | {gap_words(a['val'], cv)} | "
                   f"{a['general']:.4f} | {gap_words(a['general'], cg)} | {readers['step']['seconds'] / 60:.0f} |"]
-    lines += distill_batch_rows(r) + half_rows(r) + general_case_rows(r) + features_rows(r) + learned_rows(r)
+    lines += distill_batch_rows(r) + half_rows(r) + general_case_rows(r) + loss_variant_rows(r) + learned_rows(r)
     lines += ["", f"*Made by `{r['meta']['command']}` on {r['meta']['hardware']}: this pass {r['meta']['seconds']} s "
               "(cached runs not rebuilt; each run's minutes are its own).*", ""]
     return "\n".join(lines + real_model_distill_reading(r))
@@ -1713,65 +1713,82 @@ def recipe_in_batch(r: dict, batch: int) -> tuple[int, int]:
                          r["recipe"]))
 
 
-def features_rows(r: dict) -> list[str]:
-    """The hidden-state term's rows (each β on the best recipe) and their own control; gaps to that control, none
+# the loss variants real_distill tries on the best recipe, one factor each: (results key, the option its rows carry,
+# its symbol, how a row names its loss, the reading's title)
+LOSS_VARIANTS = (("features", "hidden", "β", "the hidden-state term β = {v}",
+                  "The hidden-state term, one factor** (β·H added to the KL; H: every block's output against T·(the "
+                  "original's), T the shrink's own map, relative per token"),
+                 ("temperature", "temperature", "τ", "both softmaxes at τ = {v}",
+                  "The temperature, one factor** (both softmaxes at τ, the KL scaled by τ², against the recipe's "
+                  "τ = 1"))
+
+
+def loss_variant_rows(r: dict) -> list[str]:
+    """Each loss variant's rows (each value on the best recipe) and its own control; gaps to that control, none
     until it has run."""
-    f = r.get("features")
-    if not f:
-        return []
-    own = f.get("control")
-    batch, steps = recipe_in_batch(r, f["batch"])
     lines = []
-    if own:
-        x = own["losses"]
-        lines.append(f"| {own['lr']:g} | control with the hidden-state term β = {own['hidden']:g} (batch {batch} × "
-                     f"{steps} steps): original distilled from itself | {own['parameters'] / 1e6:.1f} M | "
-                     f"{x['val']:.4f} | 0 (itself) | {x['general']:.4f} | 0 (itself) | "
-                     f"{own['step']['seconds'] / 60:.0f} |")
-    for row in f["rows"]:
-        a = row["arm"]
-        gaps = (f"{gap_words(a['losses']['val'], own['losses']['val'])} | {a['losses']['general']:.4f} | "
-                f"{gap_words(a['losses']['general'], own['losses']['general'])}" if own
-                else f"— | {a['losses']['general']:.4f} | —")
-        lines.append(f"| {a['lr']:g} | tied m = {r['start']['m']}, distilled + hidden-state term β = "
-                     f"{row['hidden']:g}, batch {batch} × {steps} steps | {a['parameters'] / 1e6:.1f} M | "
-                     f"{a['losses']['val']:.4f} | {gaps} | {a['step']['seconds'] / 60:.0f} |")
+    for key, option, _, name, _ in LOSS_VARIANTS:
+        f = r.get(key)
+        if not f:
+            continue
+        own = f.get("control")
+        batch, steps = recipe_in_batch(r, f["batch"])
+        if own:
+            x = own["losses"]
+            lines.append(f"| {own['lr']:g} | control with {name.format(v=f'{own[option]:g}')} (batch {batch} × "
+                         f"{steps} steps): original distilled from itself | {own['parameters'] / 1e6:.1f} M | "
+                         f"{x['val']:.4f} | 0 (itself) | {x['general']:.4f} | 0 (itself) | "
+                         f"{own['step']['seconds'] / 60:.0f} |")
+        for row in f["rows"]:
+            a = row["arm"]
+            gaps = (f"{gap_words(a['losses']['val'], own['losses']['val'])} | {a['losses']['general']:.4f} | "
+                    f"{gap_words(a['losses']['general'], own['losses']['general'])}" if own
+                    else f"— | {a['losses']['general']:.4f} | —")
+            named = name.format(v=f"{row[option]:g}").removeprefix("the ")
+            lines.append(f"| {a['lr']:g} | tied m = {r['start']['m']}, distilled + {named}"
+                         f", batch {batch} × {steps} steps | {a['parameters'] / 1e6:.1f} M | "
+                         f"{a['losses']['val']:.4f} | {gaps} | {a['step']['seconds'] / 60:.0f} |")
     return lines
 
 
-def features_reading(r: dict) -> list[str]:
-    """The hidden-state term against the KL alone in the same recipe (order 0, n = 1 per β), and where its best β
+def loss_variant_reading(r: dict) -> list[str]:
+    """Each loss variant against the KL alone in the same recipe (order 0, n = 1 per value), and where its best value
     won, its data orders against the KL alone's (paired: the same orders and eval batches)."""
-    f = r.get("features")
-    if not f or not f.get("control"):
-        return []
-    own, plain = f["control"], best_recipe_arm(r)  # the hidden-state term ran in the best recipe
-    batch, steps = recipe_in_batch(r, f["batch"])
-    cv, cg = own["losses"]["val"], own["losses"]["general"]
-    words = "; ".join(f"β = {x['hidden']:g}: val {x['arm']['losses']['val']:.4f} "
-                      f"({gap_words(x['arm']['losses']['val'], cv)}), general {x['arm']['losses']['general']:.4f} "
-                      f"({gap_words(x['arm']['losses']['general'], cg)})" for x in f["rows"])
-    lowest = min(f["rows"], key=lambda x: x["arm"]["losses"]["val"])
-    below = lowest["arm"]["losses"]["val"] < plain["losses"]["val"]
-    d, plain_draws = f.get("draws"), best_recipe_draws(r)
-    spread = statistics.stdev(a["val"] for a in plain_draws["arm"]) if plain_draws else None
-    every = [abs(x["arm"]["losses"]["val"] - plain["losses"]["val"]) for x in f["rows"]]
-    inside = (f" Every β is inside twice the KL alone's data-order spread (± {spread:.4f}) of it: no difference."
-              if spread is not None and max(every) < 2 * spread else "")
-    out = [f"- **The hidden-state term, one factor** (β·H added to the KL; H: every block's output against T·(the "
-           f"original's), T the shrink's own map, relative per token; batch {batch} × {steps} steps, learning rate "
-           f"{f['lr']:g}, order 0; n = 1 per β): {words}; the KL alone {plain['losses']['val']:.4f} "
-           f"({gap_words(plain['losses']['val'], cv)}), general {plain['losses']['general']:.4f}: "
-           + (f"β = {lowest['hidden']:g} ends lower." if below else "no β ends below the KL alone.") + inside
-           + " Its control (the original distilled from itself with the term) is "
-           + ("the original bit for bit." if own["unchanged"] else "not the original's weights.")]
-    if d:
-        out += draw_lines(d, f"β = {lowest['hidden']:g}, batch {batch} × {steps} steps")
-        if plain_draws:
-            v = verdict(d["gap"]["val"]["each"], plain_draws["gap"]["val"]["each"], paired=True)
-            out.append(f"- **β = {lowest['hidden']:g} against the KL alone, val gap over the data orders** (n = "
-                       f"{len(d['gap']['val']['each'])} each, the same orders): {100 * d['gap']['val']['mean']:+.1f}% "
-                       f"against {100 * plain_draws['gap']['val']['mean']:+.1f}%: {v['words']} ({_p(v)}).")
+    out = []
+    for key, option, symbol, _, title in LOSS_VARIANTS:
+        f = r.get(key)
+        if not f or not f.get("control"):
+            continue
+        own, plain = f["control"], best_recipe_arm(r)  # the variant ran in the best recipe
+        batch, steps = recipe_in_batch(r, f["batch"])
+        cv = own["losses"]["val"]
+        cg = own["losses"]["general"]
+        words = "; ".join(f"{symbol} = {x[option]:g}: val {x['arm']['losses']['val']:.4f} "
+                          f"({gap_words(x['arm']['losses']['val'], cv)}), general "
+                          f"{x['arm']['losses']['general']:.4f} ({gap_words(x['arm']['losses']['general'], cg)})"
+                          for x in f["rows"])
+        lowest = min(f["rows"], key=lambda x: x["arm"]["losses"]["val"])
+        below = lowest["arm"]["losses"]["val"] < plain["losses"]["val"]
+        d, plain_draws = f.get("draws"), best_recipe_draws(r)
+        spread = statistics.stdev(a["val"] for a in plain_draws["arm"]) if plain_draws else None
+        every = [abs(x["arm"]["losses"]["val"] - plain["losses"]["val"]) for x in f["rows"]]
+        inside = (f" Every {symbol} is inside twice the KL alone's data-order spread (± {spread:.4f}) of it: no "
+                  "difference." if spread is not None and max(every) < 2 * spread else "")
+        out.append(f"- **{title}; batch {batch} × {steps} steps, learning rate {f['lr']:g}, order 0; n = 1 per "
+                   f"{symbol}): {words}; the KL alone {plain['losses']['val']:.4f} "
+                   f"({gap_words(plain['losses']['val'], cv)}), general {plain['losses']['general']:.4f}: "
+                   + (f"{symbol} = {lowest[option]:g} ends lower." if below else f"no {symbol} ends below the KL "
+                      "alone.") + inside + f" Its control (the original distilled from itself, {symbol} = "
+                   f"{own[option]:g}) is " + ("the original bit for bit." if own["unchanged"] else
+                                              "not the original's weights."))
+        if d:
+            out += draw_lines(d, f"{symbol} = {lowest[option]:g}, batch {batch} × {steps} steps")
+            if plain_draws:
+                v = verdict(d["gap"]["val"]["each"], plain_draws["gap"]["val"]["each"], paired=True)
+                out.append(f"- **{symbol} = {lowest[option]:g} against the KL alone, val gap over the data orders** "
+                           f"(n = {len(d['gap']['val']['each'])} each, the same orders): "
+                           f"{100 * d['gap']['val']['mean']:+.1f}% against "
+                           f"{100 * plain_draws['gap']['val']['mean']:+.1f}%: {v['words']} ({_p(v)}).")
     return out
 
 
@@ -1832,7 +1849,7 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    f"({gap_words(readers['losses']['val'], c['val'])} above the control"
                    + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
                    + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
-    out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + features_reading(r)
+    out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + loss_variant_reading(r)
             + learned_reading(r) + gains_learned_reading(r) + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")

@@ -637,7 +637,7 @@ def test_the_hidden_state_term_reads_against_its_own_control_and_the_kl_alone(mo
            "| +4.3% | 4.4000 | +16.1% | 30 |" in text
     assert ("order 0; n = 1 per β): β = 0.1: val 3.8900 (+3.5%), general 4.4000 (+16.1%); β = 1: val 3.9200 (+4.3%), "
             "general 4.4000 (+16.1%); the KL alone 3.8804 (+3.2%), general 4.4000: no β ends below the KL alone. Its "
-            "control (the original distilled from itself with the term) is the original bit for bit.") in text
+            "control (the original distilled from itself, β = 0.1) is the original bit for bit.") in text
     r["features"]["rows"][1]["arm"] = run(3.8900, hidden=1.0)  # both within twice the orders' spread (± 0.0150)
     assert "no β ends below the KL alone. Every β is inside twice the KL alone's data-order spread (± 0.0150) of " \
            "it: no difference. Its control" in report.real_model_distill(r)
@@ -648,6 +648,17 @@ def test_the_hidden_state_term_reads_against_its_own_control_and_the_kl_alone(mo
     assert "(β = 0.1, batch 1 × 384 steps; orders 0, 1, 2; n = 3): gap to the control +2.6% ± 0.1" in text
     assert "β = 0.1 against the KL alone, val gap over the data orders** (n = 3 each, the same orders): +2.6% " \
            "against +3.7%: lower (paired t" in text
+    r["temperature"] = {"lr": 1e-4, "batch": 1, "temperatures": [2.0], "chosen": 2.0,
+                        "rows": [{"temperature": 2.0, "arm": run(3.9000, temperature=2.0)}],
+                        "control": dict(control, temperature=2.0)}  # the same flow, another option
+    text = report.real_model_distill(r)
+    assert "| 0.0001 | tied m = 432, distilled + both softmaxes at τ = 2, batch 1 × 384 steps | 100.9 M | 3.9000 " \
+           "| +3.8% |" in text
+    assert "| 0.0001 | control with both softmaxes at τ = 2 (batch 1 × 384 steps): original distilled" in text
+    assert ("**The temperature, one factor** (both softmaxes at τ, the KL scaled by τ², against the recipe's τ = 1; "
+            "batch 1 × 384 steps, learning rate 0.0001, order 0; n = 1 per τ): τ = 2: val 3.9000 (+3.8%)") in text
+    assert "no τ ends below the KL alone. Every τ is inside twice the KL alone's data-order spread (± 0.0150) of it: " \
+           "no difference. Its control (the original distilled from itself, τ = 2) is the original bit for bit." in text
 
 
 def test_the_learned_start_reads_against_the_plain_start_in_the_best_recipe(monkeypatch):
