@@ -35,6 +35,9 @@ recipe, one factor: β in ``HIDDEN`` (the tuning effort: those values), data ord
 itself with the lowest β's loss; and, if that β ends below the KL alone, two more data orders (n = 3).
 ``--part=temperature`` runs the best recipe with both softmaxes at τ in ``TEMPERATURES`` (the KL scaled by τ²), one
 factor against τ = 1, the same way: data order 0, its control, two more data orders where it ends lower.
+``--part=mix`` runs the general case again from its best zero-shot start: the tied map learned with its norm gains on
+the calibration mix (real_model.MIX: Shakespeare, the news and the model's own samples), distilled on the mix with
+the best recipe, against the original distilled from itself on the mix, evaluated on the novel (which neither reads).
 ``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
 rows, m = 432 and m = 288, and m = 432 learned with its norm gains, ``--learn_gain_lr``) with the best recipe:
 another start, the same recipe and control.
@@ -48,7 +51,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from real_tied_head import GAINS, LEARN, RECOVER, build  # noqa: E402
+from real_tied_head import GAINS, LEARN, MIX_RECIPE, RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
@@ -129,16 +132,9 @@ def unchanged(a: str, b: str) -> bool:
 
 
 def main() -> None:
-    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", "features", "temperature", "learned",
-                                                                 "all"))
-    if args.part == "features":
-        features(src, data, saved_results(), started, args.reverse)
-        return
-    if args.part == "temperature":
-        temperatures(src, data, saved_results(), started, args.reverse)
-        return
-    if args.part == "learned":
-        learned(src, data, saved_results(), started, args.reverse)
+    args, started, src, data = begin(__doc__.split("\n\n")[0], ("arms", "later", *ADDED, "all"))
+    if args.part in ADDED:  # each adds to the saved results: (src, data, payload, started, reverse)
+        ADDED[args.part](src, data, saved_results(), started, args.reverse)
         return
     if args.part == "later":
         payload = saved_results()
@@ -216,15 +212,7 @@ def later(src: str, data: dict[str, str], payload: dict, started: float, chosen:
     """The general case and the −50% model at rate ``chosen`` in batches of ``best`` and, where ``best`` is not the
     recipe's batch, the other rates in it; added to ``payload`` and saved after each model."""
     # the general case: calibrated and distilled on English news, evaluated on the novel (neither text)
-    general = build(src, data, GENERAL)
-    payload["general_case"] = {"text": GENERAL_TEXT, "batch": best, "recipe": recipe(chosen, batch=best),
-                               "train_tokens": len(BatchLoader(data[GENERAL_TEXT], BLOCK, 1, "cpu").tokens("train")),
-                               "start": {"losses": general["losses"], "parameters": parameters(general["out_dir"])},
-                               "arm": arm(data, general, chosen, name="-news", batch=best, text=GENERAL_TEXT)}
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
-    own = control(src, data, chosen, best, GENERAL_TEXT)
-    payload["general_case"]["control"] = dict(own, unchanged=unchanged(src, own["out_dir"]))
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    general_case(src, data, payload, started, "general_case", GENERAL, "-news")
     # −50% parameters: the tied m = 288 model with the best recipe; its control is the best recipe's (the same run)
     half = build(src, data, HALF)
     payload["half"] = {"m": HALF[0], "batch": best, "start": {"losses": half["losses"],
@@ -244,6 +232,34 @@ def later(src: str, data: dict[str, str], payload: dict, started: float, chosen:
         runs = [rates[winner]] + [arm(data, start, winner, seed, batch=best) for seed in DATA_SEEDS]
         payload["batches"]["rate_draws"] = draws(runs, payload["batches"]["control"], winner)
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
+def general_case(src: str, data: dict[str, str], payload: dict, started: float, key: str, spec: tuple,
+                 name: str) -> None:
+    """results/real_model_tied's cell ``spec`` distilled on its own calibration text with the best recipe, and the
+    original distilled from itself on that text (its control), evaluated on the novel that neither reads; added to
+    ``payload`` under ``key`` and saved after each model."""
+    chosen, best, text = payload["chosen_lr"], payload["batches"]["chosen"], spec[3]
+    start = build(src, data, spec)
+    payload[key] = {"text": text, "batch": best, "recipe": recipe(chosen, batch=best),
+                    "train_tokens": len(BatchLoader(data[text], BLOCK, 1, "cpu").tokens("train")),
+                    "start": {"losses": start["losses"], "parameters": parameters(start["out_dir"]),
+                              "options": list(spec[2])},
+                    "arm": arm(data, start, chosen, name=name, batch=best, text=text)}
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    own = control(src, data, chosen, best, text)
+    payload[key]["control"] = dict(own, unchanged=unchanged(src, own["out_dir"]))
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
+def mix_case(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
+    """The general case from its best zero-shot start: the map learned with its norm gains on the calibration mix
+    (real_tied_head.MIX_RECIPE), distilled on the mix, against the original distilled from itself on the mix; saved
+    as "mix_case" (``reverse``: the control only, saving nothing)."""
+    if reverse:
+        control(src, data, payload["chosen_lr"], payload["batches"]["chosen"], MIX_RECIPE[3])
+        return
+    general_case(src, data, payload, started, "mix_case", MIX_RECIPE, "-learned-gains-mix")
 
 
 def features(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
@@ -340,6 +356,10 @@ def draws(runs: list[dict], ctrl: dict, lr: float) -> dict:
     return {"seeds": [0, *DATA_SEEDS], "lr": lr, "arm": [x["losses"] for x in runs],
             "gap": {text: {"mean": statistics.fmean(g), "std": statistics.stdev(g), "each": g}
                     for text, g in gaps.items()}}
+
+
+ADDED = {"features": features, "temperature": temperatures, "learned": learned, "mix": mix_case}
+# the parts that add to results/real_model_distill/results.json once it holds the rates and batches: --part → function
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ HALF_GAINS_RECIPE = CELLS[25]  # the −50% map learned with its norm gains: its
 WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer gains: its draws, paired with GAINS_RECIPE's
 NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
+MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),

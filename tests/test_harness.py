@@ -725,3 +725,34 @@ def test_the_calibration_mix_is_built_once_from_its_texts(runs, trained_dir, mon
     data = real_model.prepared(trained_dir, "mix")
     ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "val")]
     assert sum(len(x) for x in ids) == len(text) == 2000
+
+
+def test_the_mix_part_distils_the_mix_calibrated_map_on_the_mix_against_its_own_control(monkeypatch):
+    """real_distill --part=mix: real_tied_head.MIX_RECIPE's model distilled on the mix with the best recipe, then the
+    original distilled from itself on the mix; saved as "mix_case" with the start's losses and options; --reverse
+    builds the control only and saves nothing."""
+    import real_distill
+
+    calls, saves = [], []
+    monkeypatch.setattr(real_distill, "build", lambda src, data, spec: calls.append(("build", spec)) or {
+        "out_dir": "start", "losses": {"val": 4.15, "general": 4.48}})
+    monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, name="", batch=8, text="shakespeare": calls.append(
+        ("arm", start["out_dir"], lr, name, batch, text)) or {"losses": {"val": 4.0, "general": 4.2}})
+    monkeypatch.setattr(real_distill, "control", lambda src, data, lr, batch=8, text="shakespeare": calls.append(
+        ("control", lr, batch, text)) or {"losses": {"val": 3.7584, "general": 3.7886}, "out_dir": "ctrl"})
+    monkeypatch.setattr(real_distill, "unchanged", lambda a, b: True)
+    monkeypatch.setattr(real_distill, "parameters", lambda out: 100.9e6)
+    monkeypatch.setattr(real_distill, "BatchLoader", lambda *a: type("L", (), {"tokens": lambda self, s: [0] * 900})())
+    monkeypatch.setattr(real_distill, "save", lambda payload, *a: saves.append(json_copy(payload)))
+    payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1}}
+    real_distill.mix_case("src", {"mix": "d"}, payload, 0.0, reverse=True)
+    assert calls == [("control", 1e-4, 1, "mix")] and not saves
+    calls.clear()
+    real_distill.mix_case("src", {"mix": "d"}, payload, 0.0, reverse=False)
+    assert calls == [("build", real_distill.MIX_RECIPE), ("arm", "start", 1e-4, "-learned-gains-mix", 1, "mix"),
+                     ("control", 1e-4, 1, "mix")]
+    case = saves[-1]["mix_case"]
+    assert len(saves) == 2 and "control" not in saves[0]["mix_case"] and case["control"]["unchanged"]
+    assert case["text"] == "mix" and case["train_tokens"] == 900 and case["batch"] == 1
+    assert case["start"]["options"] == list(real_distill.MIX_RECIPE[2]) == ["--learn_steps=16", "--learn_gain_lr=1e-2"]
+    assert case["recipe"] == real_distill.recipe(1e-4, batch=1)
