@@ -92,7 +92,8 @@ def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
 def loss_args(hidden: float, temperature: float = 1.0) -> tuple[str, ...]:
     """The distillation loss's options, with the hidden-state term of weight ``hidden`` where it is > 0, and both
     softmaxes at ``temperature`` where it is not DISTILL's 1."""
-    args = DISTILL if temperature == 1.0 else (*DISTILL[:-1], f"--distill_temperature={temperature:g}")
+    args = DISTILL if temperature == 1.0 else tuple(
+        f"--distill_temperature={temperature:g}" if a.startswith("--distill_temperature=") else a for a in DISTILL)
     return (*args, f"--distill_hidden={hidden:g}") if hidden else args
 
 

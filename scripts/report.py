@@ -1550,10 +1550,14 @@ GENERAL_CASES = ("general_case", "mix_case")  # real_distill's general cases: fr
 # the map learned with its norm gains on the calibration mix (--part=mix)
 
 
+def start_options(g: dict) -> str:
+    """A general case's start options in words (", learn_steps=16, …"; "" for the plain map)."""
+    return "".join(f", {o.lstrip('-')}" for o in g["start"].get("options", []))
+
+
 def general_start(r: dict, g: dict) -> str:
     """A general case's start in words: the tied map, its calibration text and the options it was learned with."""
-    more = "".join(f", {o.lstrip('-')}" for o in g["start"].get("options", []))
-    return f"tied m = {r['start']['m']} calibrated on {CALIBRATION_TEXTS[g['text']]}{more}"
+    return f"tied m = {r['start']['m']} calibrated on {CALIBRATION_TEXTS[g['text']]}{start_options(g)}"
 
 
 def general_case_rows(r: dict) -> list[str]:
@@ -1591,10 +1595,10 @@ def distilled_general_case_reading(r: dict) -> list[str]:
             continue
         own, a, z = g["control"], g["arm"]["losses"], g["start"]["losses"]
         gap = a["general"] / own["losses"]["general"] - 1
-        more = "".join(f", {o.lstrip('-')}" for o in g["start"].get("options", []))
         out.append(f"- **The general case{'' if key == 'general_case' else ', its best start'}** (calibrated and "
-                   f"distilled on {CALIBRATION_TEXTS[g['text']]}{more}: {r['tokens']:,} distilled tokens pass over "
-                   f"its {g['train_tokens']:,}-token train split {r['tokens'] / g['train_tokens']:.1f} times; "
+                   f"distilled on {CALIBRATION_TEXTS[g['text']]}{start_options(g)}: {r['tokens']:,} distilled "
+                   f"tokens pass over its {g['train_tokens']:,}-token train split "
+                   f"{r['tokens'] / g['train_tokens']:.1f} times; "
                    f"evaluated on the novel, neither text): general {z['general']:.4f} → {a['general']:.4f}, "
                    f"{gap_words(a['general'], own['losses']['general'])} above its control ("
                    + ("the original bit for bit" if own["unchanged"] else "not the original's weights")
