@@ -44,6 +44,7 @@ os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
 import torch  # noqa: E402
 from real_distill import unchanged  # noqa: E402
+from real_tied_head import HALF_GAINS_RECIPE  # noqa: E402
 
 from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
 from dataset import HF_TOKENIZER_FILE, BatchLoader, evaluate_loss, load_meta, tokenizer_fingerprint  # noqa: E402
@@ -52,6 +53,9 @@ from real_model import BLOCK, CALIB, EVALS, RATIOS  # noqa: E402
 
 M = RATIOS[0.5]  # 288: the −50% width
 TIE = ("--tie_head=True", "--tie_keep=32")  # results/real_model_tied's −50% row (real_tied_head.CELLS[4])
+# the zero-shot map the arms start from: PCA (real_tied_head.CELLS[4]) or the best −50% zero-shot recipe, the map
+# learned 32 steps with its norm gains (HALF_GAINS_RECIPE), both with the head tied as TIE keeps it
+STARTS = {"pca": (), "learned": HALF_GAINS_RECIPE[2]}
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")  # real_distill's loss
 LRS = (1e-4, 3e-4)  # the CPU recipe's chosen rate, and three times it for a run of many more steps
 BATCH = 64  # windows of 256 tokens per step: 16,384 tokens
@@ -197,6 +201,13 @@ def curve(out_dir: str, batch: int = BATCH) -> list[list[float]]:
     return [[r["iter"] * batch * BLOCK, r["val/loss"]] for r in records(out_dir) if "val/loss" in r]
 
 
+def train_curve(out_dir: str, batch: int = BATCH) -> list[list[float]]:
+    """(tokens, the student's cross-entropy on its train batch, its KL to the teacher there) at each logged step:
+    beside the val curve, whether the passes over the train split fit it better than val."""
+    return [[r["iter"] * batch * BLOCK, r["train/lm_loss"], r.get("train/kd_loss", math.nan)]
+            for r in records(out_dir) if "train/lm_loss" in r]
+
+
 def progress(procs: dict[str, subprocess.Popen], dirs: dict[str, str], iters: int, log: Log,
              stop: threading.Event) -> None:
     """A progress line with an ETA every half minute while the arms run."""
@@ -222,6 +233,9 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/real_distill_gpu", help="checkpoints and step logs")
     parser.add_argument("--budget_s", type=float, default=520.0, help="seconds for the whole run: the arms get what "
                         "is left after the probe, less EVAL_RESERVE_S and a margin for their own evaluations")
+    parser.add_argument("--start", default="pca", choices=sorted(STARTS), help="the zero-shot map the arms start "
+                        "from: pca (real_tied_head.CELLS[4]) or learned (HALF_GAINS_RECIPE: T and the norm gains "
+                        "learned 32 steps on the calibration KL)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=BATCH, help="windows per step (a CPU dry run: 1)")
     parser.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS),
@@ -243,8 +257,8 @@ def main() -> None:
     WORK = args.work
     os.makedirs(WORK, exist_ok=True)
     log, result = Log(), {"device": args.device, "batch": args.batch, "block": BLOCK, "lrs": list(lrs), "m": M,
-                          "options": list(TIE), "max_tokens": MAX_TOKENS, "budget_s": args.budget_s,
-                          "compile": args.compile}
+                          "options": [*TIE, *STARTS[args.start]], "start_map": args.start,
+                          "max_tokens": MAX_TOKENS, "budget_s": args.budget_s, "compile": args.compile}
     if args.device.startswith("cuda"):
         result["gpu"] = torch.cuda.get_device_name(0)
     result["torch"] = torch.__version__
@@ -258,7 +272,8 @@ def main() -> None:
     write(result, args.out, log)
     seconds["transform"] = run(["transform.py", f"--in_dir={src}", f"--width={M}", "--kind=pca", "--porting=residual",
                                 f"--data_dir={data['shakespeare']}", f"--block_size={BLOCK}", *CALIB,
-                                "--eval_iters=0", "--seed=0", f"--device={args.device}", *TIE, f"--out_dir={student}",
+                                "--eval_iters=0", "--seed=0", f"--device={args.device}", *TIE, *STARTS[args.start],
+                                f"--out_dir={student}",
                                 "--overwrite=True"], log, "transform")
     result["start"] = dict(full_losses(student, data, args.device),
                            parameters=sum(p.numel() for p in load_model(student)[0].parameters()))
@@ -296,6 +311,7 @@ def main() -> None:
     for (name, out), lr in zip(dirs.items(), lrs):
         done = max((r.get("iter", 0) for r in records(out)), default=0)
         arm = {"lr": lr, "losses": full_losses(out, data, args.device), "curve": curve(out, args.batch),
+               "train_curve": train_curve(out, args.batch),
                "iters_done": done, "stopped_early": done < iters}
         arm["gap_to_control"] = {k: arm["losses"][k] / result["control"]["losses"][k] - 1 for k in EVALS}
         arms.append(arm)

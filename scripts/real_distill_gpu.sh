@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduce results/real_model_gpu/ on one CUDA GPU: SmolLM2-135M shrunk to −50% parameters (head tied) and
 # distilled from the original for as many steps as --budget_s holds (at most 50 M tokens), against its control.
+# With --start=learned (the arms start from the learned map) it writes results/real_model_gpu_learned/ instead.
 # See scripts/real_distill_gpu.py. The GGUF is fetched and the texts are tokenized as for the CPU rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +24,8 @@ print(folder)
 PY
 )
 gguf=$(python -c 'from fetch import SMOLLM2_GGUF, cache_path; print(cache_path(SMOLLM2_GGUF))')
-python scripts/real_distill_gpu.py --gguf="$gguf" --data="$data" --out=results/real_model_gpu "$@"
+out=results/real_model_gpu
+for arg in "$@"; do
+    if [[ $arg == --start=learned ]]; then out=results/real_model_gpu_learned; fi
+done
+python scripts/real_distill_gpu.py --gguf="$gguf" --data="$data" --out="$out" "$@"

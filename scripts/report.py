@@ -59,8 +59,9 @@ def missing(name: str) -> str:
         script = {"real_model_tied": "real_tied_head", "real_model_distill": "real_distill",
                   "real_model_hybrid": "real_hybrid"}[name]
         return f"*Not run yet: `scripts/{script}.sh` fills this table (CPU).*"
-    if name == "real_model_gpu":
-        return "*Not run yet: `scripts/real_distill_gpu.sh` fills this table (one CUDA GPU).*"
+    if name in ("real_model_gpu", "real_model_gpu_learned"):
+        start = " --start=learned" if name.endswith("learned") else ""
+        return f"*Not run yet: `scripts/real_distill_gpu.sh{start}` fills this table (one CUDA GPU).*"
     if name.startswith("real_model"):
         part = " --part=recovery" if name.endswith("recovery") else ""
         return f"*Not run yet: `scripts/real_model.sh{part}` fills this table (CPU or GPU).*"
@@ -1426,22 +1427,27 @@ def real_model_gpu(r: dict) -> str:
     o, z, c = r["original"], r["start"], r["control"]
     passes = r["tokens"] / TINYSHAKESPEARE_TRAIN_TOKENS
     where = r.get("gpu") or r["device"]
+    how = ("the map and the norm gains learned there on the calibration KL by the CPU row's command"
+           if learned_start(r) else "shrunk there by the CPU row's command")
     lines = [f"SmolLM2-135M-Instruct on one {where} (torch {r['torch'].split('+')[0]}): the tied m = {r['m']} "
-             f"model ({' '.join(f'`{x}`' for x in r['options'])}, {z['parameters'] / 1e6:.1f} M parameters, shrunk "
-             f"there by the CPU row's command) distilled from the original on {r['tokens']:,} tinyshakespeare train "
+             f"model ({' '.join(f'`{x}`' for x in r['options'])}, {z['parameters'] / 1e6:.1f} M parameters, {how}) "
+             f"distilled from the original on {r['tokens']:,} tinyshakespeare train "
              f"tokens ({r['iters']} steps of {r['batch']} × {r['block']}: about {passes:.0f} passes over the "
              f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens; bfloat16 autocast, the student "
              f"{'compiled' if r.get('compile') else 'not compiled'}; the loss, optimizer and schedule of "
-             "results/real_model_distill's recipe) at each learning rate, the rates at once on the one GPU for as "
-             "many steps as one call held. The **control** is the original distilled from itself with the identical "
-             f"recipe: after {c['check_iters']} steps of it on the GPU its weights are "
+             "results/real_model_distill's recipe) "
+             + ("at each learning rate, the rates at once on the one GPU" if len(r["arms"]) > 1 else
+                "at one learning rate") + " for as many steps as one call held. The **control** is the original "
+             f"distilled from itself with the identical recipe: after {c['check_iters']} steps of it on the GPU its "
+             "weights are "
              + ("the original's, bit for bit, as on the CPU" if c["unchanged"] else "not the original's")
              + ", so its losses are the original's. Losses over the whole val splits in float32 (256-token windows);"
              " gaps to the control.", "",
              "| learning rate | run | parameters | val | val gap to the control | general | general gap to the "
              "control |", "|---|---|---|---|---|---|---|",
              f"| — | original = control (GPU) | — | {o['val']:.4f} | 0 (itself) | {o['general']:.4f} | 0 (itself) |",
-             f"| — | tied m = {r['m']}, zero-shot (GPU) | {z['parameters'] / 1e6:.1f} M | "
+             f"| — | tied m = {r['m']}{', learned map' if learned_start(r) else ''}, zero-shot (GPU) | "
+             f"{z['parameters'] / 1e6:.1f} M | "
              f"{loss_cells(z, c['losses'])} |"]
     for arm in r["arms"]:
         lines.append(f"| {arm['lr']:g} | tied m = {r['m']}, distilled, {arm['iters_done'] * r['batch'] * r['block']:,} "
@@ -1460,6 +1466,70 @@ def real_model_gpu(r: dict) -> str:
     return "\n".join(lines + real_model_gpu_reading(r, s))
 
 
+def learned_start(r: dict) -> bool:
+    """Whether a GPU run's arms start from the learned map (``--start=learned``) rather than PCA's."""
+    return r.get("start_map", "pca") == "learned"
+
+
+def cpu_start_row(r: dict) -> dict | None:
+    """results/real_model_tied's row that a learned-start GPU run's shrink repeats on the CPU (its options, m, the
+    Shakespeare calibration, seed 0)."""
+    tied = load("real_model_tied") or {}
+    return next((row for row in tied.get("rows", []) if row["options"] == r["options"] and row["m"] == r["m"]
+                 and row["calibration"] == "shakespeare" and row["seed"] == 0), None)
+
+
+def real_model_gpu_learned(r: dict) -> str:
+    """The GPU run of real_model_gpu from the learned map (``--start=learned``), then the start as the one factor
+    against results/real_model_gpu's PCA start and what the run's train curve says about the plateau."""
+    return real_model_gpu(r) + "\n" + "\n".join(gpu_start_reading(r, load("real_model_gpu")))
+
+
+def nearest(curve: list[list[float]], tokens: float) -> list[float]:
+    return min(curve, key=lambda point: abs(point[0] - tokens))
+
+
+def gpu_start_reading(r: dict, pca: dict | None) -> list[str]:
+    """The learned start against the PCA start at the same rate (n = 1 each), and the plateau's diagnosis: val on the
+    fixed batches against the student's KL on its train batches over the second half of the run."""
+    arm = r["arms"][0]
+    lines = []
+    other = next((a for a in (pca or {}).get("arms", []) if a["lr"] == arm["lr"]), None)
+    if other:
+        at = nearest(arm["curve"], pca["tokens"])
+        lines.append(
+            f"- **The start** (lr {arm['lr']:g} in both; n = 1 each, on two lent GPUs: "
+            f"{pca.get('gpu') or pca['device']} for PCA's, {r.get('gpu') or r['device']} here): from PCA's map "
+            f"({gap_words(pca['start']['val'], pca['control']['losses']['val'])} zero-shot) the run ended "
+            f"{gap_words(other['losses']['val'], pca['control']['losses']['val'])} after {pca['tokens'] / 1e6:.1f} M "
+            f"tokens; from the learned map ({gap_words(r['start']['val'], r['control']['losses']['val'])} zero-shot) "
+            f"this one ends {gap_words(arm['losses']['val'], r['control']['losses']['val'])} after "
+            f"{r['tokens'] / 1e6:.1f} M. Not one factor alone: the token counts differ (each run took what its call "
+            f"held); at "
+            f"{at[0] / 1e6:.1f} M tokens this run's fixed batches read {at[1]:.4f} against PCA's "
+            f"{other['curve'][-1][1]:.4f} at its end ({pca['tokens'] / 1e6:.1f} M; the schedules are not at the same "
+            "point there).")
+    half = [p for p in arm["train_curve"] if p[0] >= r["tokens"] / 2]
+    late = [p for p in arm["curve"] if p[0] >= r["tokens"] / 2]
+    if half and late:
+        lines.append(
+            f"- **Why val stops falling**: over the run's second half the student's KL to the teacher on its train "
+            f"batches falls from {half[0][2]:.3f} to {half[-1][2]:.3f} ({half[-1][2] / half[0][2] - 1:+.0%}), "
+            f"while val on the fixed batches goes from {late[0][1]:.4f} to {late[-1][1]:.4f}: with the "
+            f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens passed over "
+            f"{r['tokens'] / TINYSHAKESPEARE_TRAIN_TOKENS:.0f} times, the student keeps fitting the teacher on the "
+            "windows it has seen and no longer on new ones. More passes cannot close the gap; more distinct "
+            "in-domain text is the lever this points to (tinyshakespeare has no more; teacher-written text in its "
+            "style is untried).")
+    row = cpu_start_row(r)
+    if row:
+        lines.append(f"- **The learned map on the GPU is not the CPU's bit for bit** (the map is learned, and the "
+                     f"GPU's float32 sums differ): its zero-shot val is {r['start']['val']:.4f} here and "
+                     f"{row['losses']['val']:.4f} on the CPU (results/real_model_tied, the same command and "
+                     "calibration batches).")
+    return lines
+
+
 TINYSHAKESPEARE_TRAIN_TOKENS = 305_111  # tinyshakespeare's train split in SmolLM2's tokens (its train.bin, uint16)
 
 
@@ -1471,9 +1541,12 @@ def real_model_gpu_reading(r: dict, speed: dict | None, aim: float = 0.02) -> li
     cpu = load("real_model_distill") or {}
     half = cpu.get("half")
     third = min(best["curve"], key=lambda point: abs(point[0] - r["tokens"] / 3))
+    half = None if learned_start(r) else half  # the CPU recipe's −50% row starts from PCA's map
     cpu_gap = gap_words(half["arm"]["losses"]["val"], best_recipe_control(cpu)["losses"]["val"]) if half else ""
     lines = [f"- **Against the goal** (−50% within {aim:.0%} of the control after ≤ {r['max_tokens'] / 1e6:.0f} M "
-             f"tokens on a GPU): the better of the {len(r['arms'])} rates (lr {best['lr']:g}) ends "
+             f"tokens on a GPU): "
+             + (f"the better of the {len(r['arms'])} rates" if len(r["arms"]) > 1 else "the one rate")
+             + f" (lr {best['lr']:g}) ends "
              f"{gap_words(best['losses']['val'], c['val'])} above the control on val after "
              f"{r['tokens'] / 1e6:.1f} M tokens (n = 1): "
              + ("within it. " if gap <= aim else f"not within {aim:.0%}. ")
@@ -1493,8 +1566,9 @@ def real_model_gpu_reading(r: dict, speed: dict | None, aim: float = 0.02) -> li
                 if min(r["arms"], key=lambda a: a["losses"]["general"]) is not best else "") + ".",
              f"- **The GPU and the CPU agree**: the original's val loss is {r['original']['val']:.6f} here"
              + (f" and {cpu['original']['val']:.6f} on the CPU" if cpu else "")
-             + f"; the shrunk start's {r['start']['val']:.6f}"
-             + (f" and {half['start']['losses']['val']:.6f}" if half else "") + "."]
+             + (f"; the shrunk start's {r['start']['val']:.6f}"
+                + (f" and {half['start']['losses']['val']:.6f}" if half else "") if not learned_start(r) else "")
+             + "."]
     if speed:
         together = r["probe_tokens_per_s"] * len(r["arms"])
         lines.append(f"- **Speed**: {r['probe_tokens_per_s']:,.0f} tokens/s per rate with {len(r['arms'])} at once "
@@ -3242,7 +3316,8 @@ SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, a
                                     quantization, shrink_quality, recovery, scale, sandwich_ablation, grow_depth,
                                     grow_recipes, real_model, real_model_recovery, shrink_vs_scratch,
                                     real_model_geometry, real_model_quantization, real_model_outliers,
-                                    real_model_tied, real_model_distill, real_model_hybrid, real_model_gpu)}
+                                    real_model_tied, real_model_distill, real_model_hybrid, real_model_gpu,
+                                    real_model_gpu_learned)}
 
 
 def render(name: str) -> str:

@@ -125,9 +125,11 @@ def test_the_probe_speed_skips_the_warm_up_and_the_curve_counts_tokens(tmp_path)
 
 
 @pytest.mark.slow
-def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(tmp_path, monkeypatch):
-    """Import from GGUF, shrink, the control's check, the probe, both rates at once and the record, on the CPU:
-    a small tied Llama (d = 64 → m = 48, tie_keep 32) in 64-token windows."""
+@pytest.mark.parametrize("start", ["pca", "learned"])
+def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, tmp_path, monkeypatch):
+    """Import from GGUF, shrink (from PCA, or the map learned with its gains), the control's check, the probe, both
+    rates at once and the record, on the CPU: a small tied Llama (d = 64 → m = 48, tie_keep 32) in 64-token
+    windows."""
     pytest.importorskip("gguf")
     from convert import ConvertConfig, convert
     from hf_models import llama, save, shakespeare_text, train_tokenizer
@@ -150,10 +152,13 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(tmp_path, monkeyp
     monkeypatch.setattr(sys, "argv", ["real_distill_gpu.py", f"--gguf={tmp_path / 'model.gguf'}",
                                       f"--data={tmp_path / 'data'}", f"--out={out}", f"--work={tmp_path / 'work'}",
                                       "--device=cpu", "--batch=2", "--budget_s=600",
-                                      "--lrs=1e-4,3e-4"])
+                                      "--lrs=1e-4,3e-4", f"--start={start}"])
     gpu.main()
     result = json.loads((out / "results.json").read_text())
     assert result["tokenizer"] == "as imported" and result["control"]["unchanged"] is True
+    assert result["start_map"] == start and result["options"] == [*gpu.TIE, *gpu.STARTS[start]]
+    transformed = load_checkpoint(str(tmp_path / "work" / "m48"))["transform"]
+    assert (transformed.get("learn_steps", 0) > 0) == (start == "learned")  # the map learned only where asked
     assert result["iters"] == 4 and result["tokens"] == 4 * 2 * 64  # the token bound binds
     assert [arm["lr"] for arm in result["arms"]] == [1e-4, 3e-4] and result["compile"] is False
     for arm in result["arms"]:
@@ -161,10 +166,13 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(tmp_path, monkeyp
         assert arm["losses"]["val"] != result["start"]["val"]  # distillation moved the shrunk model
         assert arm["gap_to_control"]["val"] == pytest.approx(arm["losses"]["val"] / result["original"]["val"] - 1)
         assert arm["curve"][0][0] == 0 and arm["curve"][-1][0] == result["tokens"]
+        assert arm["train_curve"] and all(tokens <= result["tokens"] and ce > 0 for tokens, ce, _ in
+                                          arm["train_curve"])
     assert result["start"]["parameters"] == sum(p.numel() for p in load_model(str(tmp_path / "work" / "m48"))[0]
                                                 .parameters())
     assert "distill" in result["seconds"] and (out / "log.txt").read_text().count("min]") > 8
-    assert result["meta"]["command"].endswith("--lrs=1e-4,3e-4") and result["meta"]["hardware"].startswith("cpu")
+    assert result["meta"]["command"].endswith(f"--lrs=1e-4,3e-4 --start={start}")
+    assert result["meta"]["hardware"].startswith("cpu")
     import report
     table = report.real_model_gpu(result)  # a run of the script renders as it stands (no hand-added record)
     assert "SmolLM2-135M-Instruct on one cpu" in table and "| 0.0003 | tied m = 48, distilled, 512 tokens |" in table

@@ -942,6 +942,45 @@ def test_the_gpu_recovery_reads_its_gap_against_the_two_percent_goal_and_the_cpu
     assert report.missing("real_model_gpu").startswith("*Not run yet: `scripts/real_distill_gpu.sh`")
 
 
+def test_a_learned_start_on_the_gpu_reads_against_the_pca_run_at_its_rate_and_diagnoses_the_plateau(monkeypatch):
+    """results/real_model_gpu_learned: the start compared at the same rate (the PCA run's other rates ignored), the
+    token counts said to differ; the plateau read from the second half's train KL against its val; the learned map's
+    CPU row found by its options; no claim that the CPU half recipe shares this start."""
+    pca = gpu_result()
+    learned = gpu_result(val_best=3.8678)
+    learned |= {"start_map": "learned", "gpu": "NVIDIA H100", "options": ["--tie_head=True", "--learn_steps=32"],
+                "start": {"val": 4.4505, "general": 5.2871, "parameters": 67_257_504}, "tokens": 20 * 64 * 256}
+    learned["arms"] = [learned["arms"][1]]
+    learned["arms"][0]["curve"] = [[0, 4.46], [10 * 64 * 256, 3.8921], [20 * 64 * 256, 3.8897]]
+    learned["arms"][0]["train_curve"] = [[t * 64 * 256, 3.8, kl] for t, kl in ((2, 0.4), (10, 0.2), (20, 0.15))]
+    tied = {"rows": [{"options": ["--tie_head=True"], "m": 288, "calibration": "shakespeare", "seed": 0,
+                      "losses": {"val": 5.0}},
+                     {"options": learned["options"], "m": 288, "calibration": "shakespeare", "seed": 0,
+                      "losses": {"val": 4.4244}}]}
+    records = {"real_model_distill": {"tokens": 98_304, "original": {"val": 3.75836},
+                                      "control": {"losses": {"val": 3.7584}},
+                                      "half": {"arm": {"losses": {"val": 4.1469}},
+                                               "start": {"losses": {"val": 5.57778}}}},
+               "real_model_tied": tied, "real_model_gpu": pca}
+    monkeypatch.setattr(report, "load", records.get)
+    lines = report.gpu_start_reading(learned, pca)
+    assert lines[0].startswith("- **The start** (lr 0.0003 in both; n = 1 each, on two lent GPUs: NVIDIA H200 for "
+                               "PCA's, NVIDIA H100 here): from PCA's map (+48.4% zero-shot) the run ended +3.7% after "
+                               "0.2 M tokens; from the learned map (+18.4% zero-shot) this one ends +2.9% after 0.3 M.")
+    assert "Not one factor alone" in lines[0] and "read 3.8921 against PCA's" in lines[0]
+    assert "falls from 0.200 to 0.150 (-25%), while val on the fixed batches goes from 3.8921 to 3.8897" in lines[1]
+    assert "4.4505 here and 4.4244 on the CPU" in lines[2]
+    reading = report.real_model_gpu_reading(learned, None)
+    assert "the one rate (lr 0.0003)" in reading[0] and "The CPU recipe's" not in reading[0]
+    assert "shrunk start" not in reading[2]
+    table = report.real_model_gpu_learned(learned)
+    assert "| — | tied m = 288, learned map, zero-shot (GPU) | 67.3 M | 4.4505 | +18.4% |" in table
+    assert "at one learning rate for as many steps" in table and "- **The start**" in table
+    assert report.gpu_start_reading(learned, None)[0].startswith("- **Why val stops falling**")
+    assert report.missing("real_model_gpu_learned").startswith("*Not run yet: `scripts/real_distill_gpu.sh "
+                                                               "--start=learned`")
+
+
 def test_learning_the_half_map_further_reads_each_variant_against_sixteen_steps_and_the_twenty_percent_aim():
     def row(options, val, kl):
         return {"m": 288, "calibration": "shakespeare", "options": ["--tie_head=True", "--tie_keep=32", *options],
