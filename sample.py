@@ -10,20 +10,41 @@ shrink without data (``prepare.py --input=FILE``, then ``transform.py --data_dir
 
     python sample.py --out_dir=out-smollm2 --save_to=samples.txt --num_samples=192 --batch_size=64 \
         --max_new_tokens=256 --temperature=1 --top_k=None
+
+``--continue_data=DIR --data_out=OUT`` writes a prepared dataset instead: OUT's train split is DIR's followed by
+``num_samples`` texts of the model's own, each a random ``--prompt_tokens`` window of DIR's train split and the
+model's continuation of it; its val split and tokenizer are DIR's. More distinct text in the train split's style for
+distillation from this model (sequence-level knowledge distillation, Kim & Rush 2016), when the split alone is
+passed over many times:
+
+    python sample.py --out_dir=out-smollm2 --continue_data=data/shakespeare --data_out=data/shakespeare-teacher \
+        --num_samples=4096 --batch_size=256 --prompt_tokens=32 --max_new_tokens=224 --temperature=1 --top_k=None
 """
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from checkpoint import load_checkpoint, model_from_checkpoint
 from cli import run_cli
 from configurator import load_config
-from dataset import GPT2_META, Tokenizer, atomic_write, read_text_file
+from dataset import (
+    GPT2_META,
+    Tokenizer,
+    atomic_write,
+    load_meta,
+    read_text_file,
+    token_dtype,
+    tokenizer_fingerprint,
+    write_meta,
+    write_split,
+)
 from devices import announce_threads, resolve_device
 from errors import ConfigError, DataError
 from logger import progress
@@ -44,15 +65,25 @@ class SampleConfig:
     # to a file
     save_to: str = ""  # write the samples to this UTF-8 text file (each followed by a blank line), not to stdout
     batch_size: int = 1  # samples generated at once (with --save_to; printed samples stream one at a time)
-    overwrite: bool = False  # replace an existing --save_to file
+    overwrite: bool = False  # replace an existing --save_to file (or --data_out folder)
+    # to a dataset: the model's continuations of windows of a prepared train split, after that split
+    continue_data: str = ""  # a prepared dataset whose train windows are the prompts (then --data_out is needed)
+    data_out: str = ""  # the dataset written: continue_data's splits, its train split followed by the samples
+    prompt_tokens: int = 32  # tokens of each prompt window (with --continue_data)
 
     def validate(self) -> None:
         if self.num_samples <= 0 or self.max_new_tokens < 0:
             raise ConfigError("num_samples must be > 0 and max_new_tokens >= 0")
         if self.batch_size <= 0:
             raise ConfigError(f"batch_size must be > 0, got {self.batch_size}")
-        if self.batch_size > 1 and not self.save_to:
-            raise ConfigError("--batch_size > 1 needs --save_to=FILE (printed samples stream one at a time)")
+        if bool(self.continue_data) != bool(self.data_out):
+            raise ConfigError("--continue_data=DIR and --data_out=OUT go together: the prompts come from DIR's train "
+                              "split and the dataset is written to OUT")
+        if self.continue_data:
+            self.validate_data_out()
+        elif self.batch_size > 1 and not self.save_to:
+            raise ConfigError("--batch_size > 1 needs --save_to=FILE or --data_out=DIR (printed samples stream one "
+                              "at a time)")
         if self.save_to:
             if os.path.isdir(self.save_to):
                 raise ConfigError(f"--save_to={self.save_to} is a directory; give a file path")
@@ -65,6 +96,21 @@ class SampleConfig:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
         if self.top_k is not None and self.top_k <= 0:
             raise ConfigError(f"top_k must be a positive integer or None (all tokens), got {self.top_k}")
+
+
+    def validate_data_out(self) -> None:
+        if self.save_to:
+            raise ConfigError("--save_to and --data_out are two outputs; pass one")
+        if self.prompt_tokens <= 0 or self.max_new_tokens <= 0:
+            raise ConfigError(f"--prompt_tokens ({self.prompt_tokens}) and --max_new_tokens ({self.max_new_tokens}) "
+                              "must be > 0 with --data_out")
+        if not os.path.exists(os.path.join(self.continue_data, "train.bin")):
+            raise ConfigError(f"--continue_data={self.continue_data} holds no train.bin; prepare it first "
+                              "(prepare.py --out_dir=...)")
+        if os.path.abspath(self.data_out) == os.path.abspath(self.continue_data):
+            raise ConfigError("--data_out must be another folder than --continue_data (it is read while written)")
+        if os.path.exists(self.data_out) and not self.overwrite:
+            raise ConfigError(f"--data_out={self.data_out} exists; pass --overwrite=True to replace it")
 
 
 def tokenizer_for(ckpt: dict) -> Tokenizer:
@@ -159,8 +205,68 @@ def save_samples(cfg: SampleConfig) -> int:
     return cfg.num_samples * cfg.max_new_tokens
 
 
+def continuation_prompts(train: np.ndarray, count: int, length: int, seed: int) -> np.ndarray:
+    """``count`` windows of ``length`` tokens from ``train`` at random starts (a generator seeded by ``seed``)."""
+    if len(train) <= length:
+        raise DataError(f"the train split holds {len(train)} tokens, not more than --prompt_tokens={length}; "
+                        "lower --prompt_tokens")
+    starts = np.random.default_rng(seed).integers(0, len(train) - length, size=count)
+    return np.stack([np.asarray(train[s:s + length], dtype=np.int64) for s in starts])
+
+
+def save_continuations(cfg: SampleConfig) -> int:
+    """The model's continuations of random windows of ``continue_data``'s train split, ``batch_size`` at a time (a
+    progress line with an ETA on stderr), written with that dataset's splits as the dataset ``data_out``: its train
+    split followed by each window and its continuation; its val split and meta.pkl as they are. The tokenizers must
+    be the same (the ids are copied, never re-encoded). Written into a temporary folder and moved into place once
+    complete. Returns the number of generated tokens."""
+    meta, ckpt = load_meta(cfg.continue_data), load_checkpoint(cfg.out_dir)
+    if tokenizer_fingerprint(meta) != tokenizer_fingerprint(ckpt.get("meta")):
+        raise DataError(f"--continue_data={cfg.continue_data} is tokenized with {tokenizer_fingerprint(meta)}, the "
+                        f"model in {cfg.out_dir} with {tokenizer_fingerprint(ckpt.get('meta'))}: prepare the data "
+                        "with the model's tokenizer (prepare.py --tokenizer_from=...)")
+    device = resolve_device(cfg.device)
+    model = model_from_checkpoint(ckpt).to(device).eval()
+    dtype = token_dtype(meta)
+    train = np.memmap(os.path.join(cfg.continue_data, "train.bin"), dtype=dtype, mode="r")
+    prompts = continuation_prompts(train, cfg.num_samples, cfg.prompt_tokens, cfg.seed)
+    announce_threads(device, file=sys.stderr)
+    torch.manual_seed(cfg.seed)
+    rows = []
+    bar = progress(None, "continue", total=cfg.num_samples * cfg.max_new_tokens, unit="token")
+    for first in range(0, cfg.num_samples, cfg.batch_size):
+        x = torch.from_numpy(prompts[first:first + cfg.batch_size]).to(device)
+        out = [x]
+        for token in model.generate_tokens(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                                           vocab_limit=meta["vocab_size"] if meta else None):
+            out.append(token)
+            bar.update(x.size(0))
+        rows.append(torch.cat(out, dim=1).cpu().numpy())
+    bar.close()
+    tmp = f"{cfg.data_out.rstrip(os.sep)}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(cfg.continue_data, tmp, ignore=shutil.ignore_patterns("train.bin", "meta.pkl"))
+        ids = np.concatenate([np.asarray(train, dtype=np.int64), *(r.reshape(-1) for r in rows)])
+        write_split(ids, os.path.join(tmp, "train.bin"), dtype)
+        if meta is not None:  # its manifest counts the longer train split
+            write_meta(tmp, {k: v for k, v in meta.items() if k != "tokens"},
+                       dict(meta.get("tokens") or {}, train=len(ids)))
+        if os.path.exists(cfg.data_out):
+            shutil.rmtree(cfg.data_out)
+        os.replace(tmp, cfg.data_out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cfg.num_samples * cfg.max_new_tokens
+
+
 def main(argv: list[str]) -> None:
     cfg = load_config(SampleConfig, argv, prog="sample.py")
+    if cfg.continue_data:
+        tokens = save_continuations(cfg)
+        print(f"wrote {cfg.data_out}: {cfg.continue_data}'s train split and {cfg.num_samples} continuations "
+              f"({tokens:,} generated tokens, {cfg.prompt_tokens} prompt tokens each)")
+        return
     if cfg.save_to:
         tokens = save_samples(cfg)
         print(f"wrote {cfg.num_samples} samples ({tokens:,} generated tokens) to {cfg.save_to}")

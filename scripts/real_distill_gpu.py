@@ -17,7 +17,10 @@ fixed eval batches) with what a GPU changes: batches of ``BATCH`` × 256 tokens 
 rate of ``--lrs`` (default ``LRS``: the tuning effort, those values) runs at once in its own process on the one
 GPU; ``--compile`` compiles the student (the teacher stays eager), and the control's check then runs compiled too.
 The 305 k train tokens are passed over many times: the run's own evaluations (``EVALS_PER_RUN``, fixed val
-batches) show whether val turns up again.
+batches) show whether val turns up again, and its train curve whether the student still fits the seen windows.
+``--start=learned`` starts the arms from the map learned with its norm gains (``STARTS``); ``--teacher_tokens=N``
+adds N tokens of the original's own continuations of train windows after the train split (``teacher_text``), more
+distinct text in its style, generated on the GPU before the probe (so the arms get the time that is left).
 
 The control is the original distilled from itself with the identical recipe. Its KL gradient is zero (exactly:
 distill.teacher_kl), so AdamW without weight decay takes no step and the control is the original bit for bit; the
@@ -60,6 +63,9 @@ DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
 LRS = (1e-4, 3e-4)  # the CPU recipe's chosen rate, and three times it for a run of many more steps
 BATCH = 64  # windows of 256 tokens per step: 16,384 tokens
 MAX_TOKENS = 50_000_000  # the issue's bound on distilled tokens
+# --teacher_tokens: the original's continuations of train windows after the train split (sample.py --continue_data)
+TEACHER_PROMPT, TEACHER_NEW = 32, 224  # tokens of each prompt window and of its continuation: 256, one block
+TEACHER_BATCH = 512  # continuations generated at once
 WARMUP_SHARE = 0.02  # of the steps (the CPU recipe: 4 of 48 at batch 8; 32 of 384 at batch 1)
 EVALS_PER_RUN = 8  # evaluations along each run (fixed val batches: EVAL_ITERS × BATCH windows, eval seed 0)
 EVAL_ITERS = 2  # 128 windows: about the whole val split's 140
@@ -183,6 +189,20 @@ def check_control(src: str, data_dir: str, lr: float, device: str, batch: int, c
     return {"check_iters": CONTROL_CHECK_ITERS, "unchanged": True, "seconds": seconds}
 
 
+def teacher_text(src: str, data_dir: str, tokens: int, device: str, log: Log) -> tuple[str, dict]:
+    """The arms' train data with ``tokens`` (rounded up to whole continuations) of the original's own text after the
+    train split: continuations (temperature 1, every token) of random TEACHER_PROMPT-token windows of it, by
+    sample.py --continue_data; the val split is the data's. (the folder, its record)."""
+    out, samples = os.path.join(WORK, "teacher-data"), -(-tokens // TEACHER_NEW)
+    seconds = run(["sample.py", f"--out_dir={src}", f"--continue_data={data_dir}", f"--data_out={out}",
+                   f"--num_samples={samples}", f"--batch_size={TEACHER_BATCH}", f"--prompt_tokens={TEACHER_PROMPT}",
+                   f"--max_new_tokens={TEACHER_NEW}", "--temperature=1", "--top_k=None", "--seed=0",
+                   f"--device={device}", "--overwrite=True"], log, "teacher-text")
+    return out, {"samples": samples, "prompt_tokens": TEACHER_PROMPT, "new_tokens": TEACHER_NEW,
+                 "generated": samples * TEACHER_NEW, "train_tokens": samples * (TEACHER_PROMPT + TEACHER_NEW),
+                 "seconds": seconds}
+
+
 def records(out_dir: str) -> list[dict]:
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -236,6 +256,8 @@ def main() -> None:
     parser.add_argument("--start", default="pca", choices=sorted(STARTS), help="the zero-shot map the arms start "
                         "from: pca (real_tied_head.CELLS[4]) or learned (HALF_GAINS_RECIPE: T and the norm gains "
                         "learned 32 steps on the calibration KL)")
+    parser.add_argument("--teacher_tokens", type=int, default=0, help="the original's own continuations of train "
+                        "windows, this many tokens, added after the train split the arms distil on (0: none)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=BATCH, help="windows per step (a CPU dry run: 1)")
     parser.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS),
@@ -250,6 +272,8 @@ def main() -> None:
                          "--lrs=3e-4") from None
     if not lrs or min(lrs) <= 0:
         raise SystemExit(f"--lrs={args.lrs!r}: every learning rate must be > 0")
+    if args.teacher_tokens < 0:
+        raise SystemExit(f"--teacher_tokens={args.teacher_tokens}: must be >= 0 (0: the train split alone)")
     data = {text: os.path.join(args.data, text) for text in ("shakespeare", "novel")}
     for path in [args.gguf, *data.values()]:
         if not os.path.exists(path):
@@ -279,14 +303,20 @@ def main() -> None:
                            parameters=sum(p.numel() for p in load_model(student)[0].parameters()))
     log(f"m = {M} zero-shot: {result['start']}")
     write(result, args.out, log)
+    train_data = data["shakespeare"]
+    if args.teacher_tokens:
+        train_data, result["teacher_text"] = teacher_text(src, data["shakespeare"], args.teacher_tokens, args.device,
+                                                          log)
+        seconds["teacher_text"] = result["teacher_text"].pop("seconds")
+        write(result, args.out, log)
 
-    result["control"] = dict(check_control(src, data["shakespeare"], max(lrs), args.device, args.batch,
+    result["control"] = dict(check_control(src, train_data, max(lrs), args.device, args.batch,
                                            args.compile, log), losses=result["original"])
     seconds["control_check"] = result["control"].pop("seconds")
 
     probes = {f"probe-lr{lr:g}": os.path.join(WORK, f"probe-lr{lr:g}") for lr in lrs}
     seconds["probe"] = max(finish({name: command(
-        ["finetune.py", f"--in_dir={student}", f"--data_dir={data['shakespeare']}", f"--out_dir={out}",
+        ["finetune.py", f"--in_dir={student}", f"--data_dir={train_data}", f"--out_dir={out}",
          "--overwrite=True", *recipe(lr, PROBE_ITERS, args.device, args.batch, args.compile), "--log_interval=1"], log,
         name) for (name, out), lr in zip(probes.items(), lrs)}, log).values())
     speed = min(probe_speed(out) for out in probes.values())
@@ -297,7 +327,7 @@ def main() -> None:
 
     write(result, args.out, log)
     dirs = {f"lr{lr:g}": os.path.join(WORK, f"distilled-lr{lr:g}") for lr in lrs}
-    procs = {name: command(["finetune.py", f"--in_dir={student}", f"--data_dir={data['shakespeare']}",
+    procs = {name: command(["finetune.py", f"--in_dir={student}", f"--data_dir={train_data}",
                             f"--out_dir={out}", "--overwrite=True", *recipe(lr, iters, args.device, args.batch,
                                                                         args.compile)],
                            log, name) for (name, out), lr in zip(dirs.items(), lrs)}

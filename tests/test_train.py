@@ -218,6 +218,53 @@ def test_sample_save_to_refuses_an_existing_file_and_leaves_it(trained_dir, tmp_
     assert path.read_text() == "mine"
 
 
+def test_sample_continue_data_appends_the_models_continuations_of_train_windows(trained_dir, char_data_dir,
+                                                                              tmp_path):
+    """--continue_data/--data_out: the train split, then each prompt window (a window of the train split, at the
+    seeded starts) with the model's continuation — greedy, so each equals generate on that window alone; the val
+    split and meta.pkl are the source's, and only the finished folder is left."""
+    import numpy as np
+
+    from checkpoint import load_model
+    from dataset import BatchLoader, load_meta, token_dtype
+    from sample import SampleConfig, continuation_prompts, save_continuations
+    out = tmp_path / "teacher"
+    cfg = SampleConfig(out_dir=trained_dir, continue_data=char_data_dir, data_out=str(out), num_samples=5,
+                       batch_size=2, prompt_tokens=6, max_new_tokens=7, top_k=1, seed=3)
+    cfg.validate()
+    assert save_continuations(cfg) == 5 * 7
+    train = np.fromfile(os.path.join(char_data_dir, "train.bin"), dtype=np.uint16)
+    written = np.fromfile(out / "train.bin", dtype=token_dtype(None))
+    assert len(written) == len(train) + 5 * (6 + 7) and (written[:len(train)] == train).all()
+    prompts = continuation_prompts(train, 5, 6, seed=3)
+    model = load_model(trained_dir)[0].eval()
+    for k, prompt in enumerate(prompts):
+        piece = written[len(train) + k * 13:len(train) + (k + 1) * 13]
+        assert any((prompt == train[s:s + 6]).all() for s in range(len(train) - 6))  # a window of the split
+        expected = model.generate(torch.from_numpy(prompt)[None], 7, top_k=1)[0].numpy()
+        assert (piece == expected).all()
+    with open(os.path.join(char_data_dir, "val.bin"), "rb") as f:
+        assert (out / "val.bin").read_bytes() == f.read()
+    source, meta = load_meta(char_data_dir), load_meta(str(out))
+    assert {k: v for k, v in meta.items() if k != "tokens"} == {k: v for k, v in source.items() if k != "tokens"}
+    assert meta["tokens"] == dict(source["tokens"], train=len(written))  # the manifest counts the longer split
+    BatchLoader(str(out), 8, 2, "cpu").get_batch("train", 0)  # a dataset the loaders accept as it stands
+    assert sorted(os.listdir(tmp_path)) == ["teacher"]  # no temporary folder left
+
+
+def test_sample_continue_data_refuses_data_in_another_tokenizer(trained_dir, tmp_path):
+    """The ids are copied, never re-encoded: a dataset in another tokenizer is refused before anything is written."""
+    from dataset import prepare_text
+    from errors import DataError
+    from sample import SampleConfig, save_continuations
+    other = tmp_path / "other"
+    prepare_text("zzzz yyyy qqqq\n" * 200, str(other), "char")
+    cfg = SampleConfig(out_dir=trained_dir, continue_data=str(other), data_out=str(tmp_path / "out"), num_samples=2)
+    with pytest.raises(DataError, match="prepare the data with the model's tokenizer"):
+        save_continuations(cfg)
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_reports_config_errors_cleanly():
     result = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--n_layr=2"], capture_output=True,
                             text=True, env=_env(), timeout=60)
