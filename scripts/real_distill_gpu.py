@@ -64,7 +64,9 @@ LRS = (1e-4, 3e-4)  # the CPU recipe's chosen rate, and three times it for a run
 BATCH = 64  # windows of 256 tokens per step: 16,384 tokens
 MAX_TOKENS = 50_000_000  # the issue's bound on distilled tokens
 # --teacher_tokens: the original's continuations of train windows after the train split (sample.py --continue_data)
-TEACHER_PROMPT, TEACHER_NEW = 32, 224  # tokens of each prompt window and of its continuation: 256, one block
+TEACHER_PROMPT, TEACHER_NEW = 32, 96  # tokens of each prompt window and of its continuation: at temperature 1 over
+# the whole vocabulary (seen on an H100) continuations leave Shakespeare within a hundred tokens or so, so they are
+# kept short and sampled with sample.py's defaults (temperature 0.8, top 200)
 TEACHER_BATCH = 512  # continuations generated at once
 WARMUP_SHARE = 0.02  # of the steps (the CPU recipe: 4 of 48 at batch 8; 32 of 384 at batch 1)
 EVALS_PER_RUN = 8  # evaluations along each run (fixed val batches: EVAL_ITERS × BATCH windows, eval seed 0)
@@ -191,13 +193,15 @@ def check_control(src: str, data_dir: str, lr: float, device: str, batch: int, c
 
 def teacher_text(src: str, data_dir: str, tokens: int, device: str, log: Log) -> tuple[str, dict]:
     """The arms' train data with ``tokens`` (rounded up to whole continuations) of the original's own text after the
-    train split: continuations (temperature 1, every token) of random TEACHER_PROMPT-token windows of it, by
-    sample.py --continue_data; the val split is the data's. (the folder, its record)."""
+    train split: continuations (sample.py's temperature and top-k; bfloat16 autocast on a GPU) of random
+    TEACHER_PROMPT-token windows of it, by sample.py --continue_data; the val split is the data's. (the folder, its
+    record)."""
     out, samples = os.path.join(WORK, "teacher-data"), -(-tokens // TEACHER_NEW)
     seconds = run(["sample.py", f"--out_dir={src}", f"--continue_data={data_dir}", f"--data_out={out}",
                    f"--num_samples={samples}", f"--batch_size={TEACHER_BATCH}", f"--prompt_tokens={TEACHER_PROMPT}",
-                   f"--max_new_tokens={TEACHER_NEW}", "--temperature=1", "--top_k=None", "--seed=0",
-                   f"--device={device}", "--overwrite=True"], log, "teacher-text")
+                   f"--max_new_tokens={TEACHER_NEW}", "--seed=0", f"--device={device}",
+                   f"--dtype={'bfloat16' if device.startswith('cuda') else 'float32'}", "--overwrite=True"],
+                  log, "teacher-text")
     return out, {"samples": samples, "prompt_tokens": TEACHER_PROMPT, "new_tokens": TEACHER_NEW,
                  "generated": samples * TEACHER_NEW, "train_tokens": samples * (TEACHER_PROMPT + TEACHER_NEW),
                  "seconds": seconds}

@@ -290,6 +290,7 @@ CASES = [
     ("sample", lambda c: [f"--out_dir={c.trained}", "--batch_size=4"], ["needs --save_to"]),
     ("sample", lambda c: [f"--out_dir={c.trained}", f"--save_to={c.tmp}/no/such/s.txt"], ["does not exist"]),
     ("sample", lambda c: [f"--out_dir={c.trained}", f"--save_to={c.empty_dir}"], ["is a directory"]),
+    ("sample", lambda c: [f"--out_dir={c.trained}", "--dtype=float64"], ["dtype must be one of", "bfloat16"]),
     ("sample", lambda c: [f"--out_dir={c.trained}", f"--continue_data={c.data}"], ["go together"]),
     ("sample", lambda c: [f"--out_dir={c.trained}", f"--continue_data={c.empty_dir}", f"--data_out={_fresh(c, 'd')}"],
      ["holds no train.bin", "prepare it first"]),

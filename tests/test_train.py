@@ -252,6 +252,21 @@ def test_sample_continue_data_appends_the_models_continuations_of_train_windows(
     assert sorted(os.listdir(tmp_path)) == ["teacher"]  # no temporary folder left
 
 
+def test_sample_autocast_is_entered_around_every_step_of_a_lazy_stream(trained_dir):
+    """--dtype: a generator runs its body at each next(), so autocast_each enters the context around every step (a
+    with-block around the generator's creation would not); float32 enters none. Sampling in bfloat16 runs."""
+    from sample import SampleConfig, autocast_each, sample
+
+    def steps():
+        for _ in range(3):
+            yield torch.tensor(torch.is_autocast_enabled("cpu"))
+
+    assert all(bool(t) for t in autocast_each(steps(), "cpu", "bfloat16"))
+    assert not any(bool(t) for t in autocast_each(steps(), "cpu", "float32"))
+    texts = sample(SampleConfig(out_dir=trained_dir, start="The", num_samples=1, max_new_tokens=5, dtype="bfloat16"))
+    assert len(texts[0]) == 8
+
+
 def test_sample_continue_data_refuses_data_in_another_tokenizer(trained_dir, tmp_path):
     """The ids are copied, never re-encoded: a dataset in another tokenizer is refused before anything is written."""
     from dataset import prepare_text
