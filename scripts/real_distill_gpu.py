@@ -18,9 +18,11 @@ rate of ``--lrs`` (default ``LRS``: the tuning effort, those values) runs at onc
 GPU; ``--compile`` compiles the student (the teacher stays eager), and the control's check then runs compiled too.
 The 305 k train tokens are passed over many times: the run's own evaluations (``EVALS_PER_RUN``, fixed val
 batches) show whether val turns up again, and its train curve whether the student still fits the seen windows.
-``--start=learned`` starts the arms from the map learned with its norm gains (``STARTS``); ``--teacher_tokens=N``
-adds N tokens of the original's own continuations of train windows after the train split (``teacher_text``), more
-distinct text in its style, generated on the GPU before the probe (so the arms get the time that is left).
+``--start=learned`` starts the arms from the map learned with its norm gains (``LEARNED``); ``--width=432`` shrinks
+to −25% parameters instead; ``--text=mix`` calibrates and distils on real_model's calibration mix (the general
+case); ``--teacher_tokens=N`` adds N tokens of the original's own continuations of train windows after the train
+split (``teacher_text``), more distinct text in its style, generated on the GPU before the probe (so the arms get
+the time that is left).
 
 The control is the original distilled from itself with the identical recipe. Its KL gradient is zero (exactly:
 distill.teacher_kl), so AdamW without weight decay takes no step and the control is the original bit for bit; the
@@ -47,18 +49,21 @@ os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
 import torch  # noqa: E402
 from real_distill import unchanged  # noqa: E402
-from real_tied_head import HALF_GAINS_RECIPE  # noqa: E402
+from real_tied_head import GAINS_RECIPE, HALF_GAINS_RECIPE  # noqa: E402
 
 from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
 from dataset import HF_TOKENIZER_FILE, BatchLoader, evaluate_loss, load_meta, tokenizer_fingerprint  # noqa: E402
 from harness import ROOT  # noqa: E402
 from real_model import BLOCK, CALIB, EVALS, RATIOS  # noqa: E402
 
-M = RATIOS[0.5]  # 288: the −50% width
+M = RATIOS[0.5]  # 288: the −50% width (--width: the default)
 TIE = ("--tie_head=True", "--tie_keep=32")  # results/real_model_tied's −50% row (real_tied_head.CELLS[4])
-# the zero-shot map the arms start from: PCA (real_tied_head.CELLS[4]) or the best −50% zero-shot recipe, the map
-# learned 32 steps with its norm gains (HALF_GAINS_RECIPE), both with the head tied as TIE keeps it
-STARTS = {"pca": (), "learned": HALF_GAINS_RECIPE[2]}
+# --start: the zero-shot map the arms start from, PCA's (real_tied_head.CELLS[4] at −50%) or each width's best
+# zero-shot recipe, the map learned with its norm gains (GAINS_RECIPE: 16 steps at −25%; HALF_GAINS_RECIPE: 32 at
+# −50%), both with the head tied as TIE keeps it: the options each adds to TIE
+STARTS = ("pca", "learned")
+LEARNED = {spec[0]: spec[2] for spec in (GAINS_RECIPE, HALF_GAINS_RECIPE)}
+TEXTS = ("shakespeare", "mix")  # --text: what the map is calibrated and the arms distil on (mix: real_model.MIX)
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")  # real_distill's loss
 LRS = (1e-4, 3e-4)  # the CPU recipe's chosen rate, and three times it for a run of many more steps
 BATCH = 64  # windows of 256 tokens per step: 16,384 tokens
@@ -257,9 +262,14 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/real_distill_gpu", help="checkpoints and step logs")
     parser.add_argument("--budget_s", type=float, default=520.0, help="seconds for the whole run: the arms get what "
                         "is left after the probe, less EVAL_RESERVE_S and a margin for their own evaluations")
-    parser.add_argument("--start", default="pca", choices=sorted(STARTS), help="the zero-shot map the arms start "
+    parser.add_argument("--start", default="pca", choices=STARTS, help="the zero-shot map the arms start "
                         "from: pca (real_tied_head.CELLS[4]) or learned (HALF_GAINS_RECIPE: T and the norm gains "
                         "learned 32 steps on the calibration KL)")
+    parser.add_argument("--width", type=int, default=M, choices=sorted(LEARNED), help="m: 288 (−50%% parameters, "
+                        "the default) or 432 (−25%%)")
+    parser.add_argument("--text", default="shakespeare", choices=TEXTS, help="the text the map is calibrated on "
+                        "and the arms distil on (its train split; the losses stay on Shakespeare's val and the "
+                        "novel's): shakespeare, or mix (real_model.MIX; the general case)")
     parser.add_argument("--teacher_tokens", type=int, default=0, help="the original's own continuations of train "
                         "windows, this many tokens, added after the train split the arms distil on (0: none)")
     parser.add_argument("--device", default="cuda")
@@ -278,19 +288,20 @@ def main() -> None:
         raise SystemExit(f"--lrs={args.lrs!r}: every learning rate must be > 0")
     if args.teacher_tokens < 0:
         raise SystemExit(f"--teacher_tokens={args.teacher_tokens}: must be >= 0 (0: the train split alone)")
-    data = {text: os.path.join(args.data, text) for text in ("shakespeare", "novel")}
+    data = {text: os.path.join(args.data, text) for text in dict.fromkeys(("shakespeare", "novel", args.text))}
+    options = LEARNED[args.width] if args.start == "learned" else ()
     for path in [args.gguf, *data.values()]:
         if not os.path.exists(path):
             raise SystemExit(f"{path} is missing: pass --gguf=FILE and --data=DIR (see this script's docstring)")
     WORK = args.work
     os.makedirs(WORK, exist_ok=True)
-    log, result = Log(), {"device": args.device, "batch": args.batch, "block": BLOCK, "lrs": list(lrs), "m": M,
-                          "options": [*TIE, *STARTS[args.start]], "start_map": args.start,
+    log, result = Log(), {"device": args.device, "batch": args.batch, "block": BLOCK, "lrs": list(lrs), "m": args.width,
+                          "options": [*TIE, *options], "start_map": args.start, "text": args.text,
                           "max_tokens": MAX_TOKENS, "budget_s": args.budget_s, "compile": args.compile}
     if args.device.startswith("cuda"):
         result["gpu"] = torch.cuda.get_device_name(0)
     result["torch"] = torch.__version__
-    src, student = os.path.join(WORK, "original"), os.path.join(WORK, f"m{M}")
+    src, student = os.path.join(WORK, "original"), os.path.join(WORK, f"m{args.width}")
     seconds = {"import": run(["convert.py", f"--from_gguf={args.gguf}", f"--out_dir={src}", "--overwrite=True"],
                              log, "import")}
     result["tokenizer"] = adopt_data_tokenizer(src, data["shakespeare"])
@@ -298,18 +309,19 @@ def main() -> None:
     result["original"] = full_losses(src, data, args.device)
     log(f"original: {result['original']}")
     write(result, args.out, log)
-    seconds["transform"] = run(["transform.py", f"--in_dir={src}", f"--width={M}", "--kind=pca", "--porting=residual",
-                                f"--data_dir={data['shakespeare']}", f"--block_size={BLOCK}", *CALIB,
-                                "--eval_iters=0", "--seed=0", f"--device={args.device}", *TIE, *STARTS[args.start],
+    seconds["transform"] = run(["transform.py", f"--in_dir={src}", f"--width={args.width}", "--kind=pca",
+                                "--porting=residual",
+                                f"--data_dir={data[args.text]}", f"--block_size={BLOCK}", *CALIB,
+                                "--eval_iters=0", "--seed=0", f"--device={args.device}", *TIE, *options,
                                 f"--out_dir={student}",
                                 "--overwrite=True"], log, "transform")
     result["start"] = dict(full_losses(student, data, args.device),
                            parameters=sum(p.numel() for p in load_model(student)[0].parameters()))
-    log(f"m = {M} zero-shot: {result['start']}")
+    log(f"m = {args.width} zero-shot: {result['start']}")
     write(result, args.out, log)
-    train_data = data["shakespeare"]
+    train_data = data[args.text]
     if args.teacher_tokens:
-        train_data, result["teacher_text"] = teacher_text(src, data["shakespeare"], args.teacher_tokens, args.device,
+        train_data, result["teacher_text"] = teacher_text(src, data[args.text], args.teacher_tokens, args.device,
                                                           log)
         seconds["teacher_text"] = result["teacher_text"].pop("seconds")
         write(result, args.out, log)

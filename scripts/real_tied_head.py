@@ -147,7 +147,7 @@ MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
-         ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE))
+         ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE), ("mix_draws", MIX_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
 # and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their

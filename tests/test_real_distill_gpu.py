@@ -125,8 +125,8 @@ def test_the_probe_speed_skips_the_warm_up_and_the_curve_counts_tokens(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start, teacher", [("pca", 0), ("learned", 100)])
-def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, tmp_path, monkeypatch):
+@pytest.mark.parametrize("start, teacher, text", [("pca", 0, "shakespeare"), ("learned", 100, "mix")])
+def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, text, tmp_path, monkeypatch):
     """Import from GGUF, shrink (from PCA, or the map learned with its gains), the control's check, the probe, both
     rates at once and the record, on the CPU: a small tied Llama (d = 64 → m = 48, tie_keep 32) in 64-token
     windows."""
@@ -138,26 +138,29 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, t
     convert(ConvertConfig(from_hf=hf, out_dir=str(tmp_path / "ours")))
     convert(ConvertConfig(to_gguf=str(tmp_path / "model.gguf"), in_dir=str(tmp_path / "ours")))
     convert(ConvertConfig(from_gguf=str(tmp_path / "model.gguf"), out_dir=str(tmp_path / "imported")))
-    text = tmp_path / "text.txt"  # tokenized as on the CPU machine: with the GGUF's tokenizer as imported
-    text.write_text(shakespeare_text()[:120_000])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("shakespeare", "novel"):
-        subprocess.run([sys.executable, "prepare.py", f"--tokenizer_from={tmp_path / 'imported'}", f"--input={text}",
+    for name, (first, last) in (("shakespeare", (0, 120_000)), ("novel", (0, 120_000)), ("mix", (120_000, 200_000))):
+        corpus = tmp_path / f"{name}.txt"  # tokenized as on the CPU machine: with the GGUF's tokenizer as imported
+        corpus.write_text(shakespeare_text()[first:last])
+        subprocess.run([sys.executable, "prepare.py", f"--tokenizer_from={tmp_path / 'imported'}", f"--input={corpus}",
                         f"--out_dir={tmp_path / 'data' / name}"], cwd=root, check=True, capture_output=True)
     for name, value in (("M", 48), ("BLOCK", 64), ("PROBE_ITERS", 6), ("CONTROL_CHECK_ITERS", 2),
                         ("EVAL_RESERVE_S", 0), ("MAX_TOKENS", 4 * 2 * 64), ("TEACHER_PROMPT", 8),
-                        ("TEACHER_NEW", 24), ("TEACHER_BATCH", 3)):
+                        ("TEACHER_NEW", 24), ("TEACHER_BATCH", 3), ("LEARNED", {48: gpu.LEARNED[288]})):
         monkeypatch.setattr(gpu, name, value)
     monkeypatch.setattr(gpu, "CALIB", ["--calib_batches=2", "--calib_batch_size=4"])
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["real_distill_gpu.py", f"--gguf={tmp_path / 'model.gguf'}",
                                       f"--data={tmp_path / 'data'}", f"--out={out}", f"--work={tmp_path / 'work'}",
                                       "--device=cpu", "--batch=2", "--budget_s=600",
-                                      "--lrs=1e-4,3e-4", f"--start={start}", f"--teacher_tokens={teacher}"])
+                                      "--lrs=1e-4,3e-4", f"--start={start}", f"--teacher_tokens={teacher}",
+                                      f"--text={text}"])
     gpu.main()
     result = json.loads((out / "results.json").read_text())
     assert result["tokenizer"] == "as imported" and result["control"]["unchanged"] is True
-    assert result["start_map"] == start and result["options"] == [*gpu.TIE, *gpu.STARTS[start]]
+    assert result["start_map"] == start and result["options"] == [*gpu.TIE, *(gpu.LEARNED[48] if start == "learned"
+                                                                               else ())]
+    assert result["text"] == text and result["m"] == 48
     transformed = load_checkpoint(str(tmp_path / "work" / "m48"))["transform"]
     assert (transformed.get("learn_steps", 0) > 0) == (start == "learned")  # the map learned only where asked
     assert result["iters"] == 4 and result["tokens"] == 4 * 2 * 64  # the token bound binds
@@ -172,16 +175,18 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, t
     assert result["start"]["parameters"] == sum(p.numel() for p in load_model(str(tmp_path / "work" / "m48"))[0]
                                                 .parameters())
     assert "distill" in result["seconds"] and (out / "log.txt").read_text().count("min]") > 8
-    assert result["meta"]["command"].endswith(f"--lrs=1e-4,3e-4 --start={start} --teacher_tokens={teacher}")
+    assert result["meta"]["command"].endswith(f"--start={start} --teacher_tokens={teacher} --text={text}")
     arms_data = json.loads((tmp_path / "work" / "distilled-lr0.0001" / "finetune.json").read_text())
     if teacher:  # 100 tokens: 5 continuations of 24 after 8-token prompts, after the train split; val as it was
         assert result["teacher_text"] == {"samples": 5, "prompt_tokens": 8, "new_tokens": 24, "generated": 120,
                                           "train_tokens": 160} and "teacher_text" in result["seconds"]
-        own = tmp_path / "data" / "shakespeare"
+        own = tmp_path / "data" / text
         assert os.path.getsize(tmp_path / "work" / "teacher-data" / "train.bin") == os.path.getsize(
             own / "train.bin") + 160 * 2
         assert (tmp_path / "work" / "teacher-data" / "val.bin").read_bytes() == (own / "val.bin").read_bytes()
     assert ("teacher-data" in json.dumps(arms_data)) == bool(teacher)  # the arms distilled on it, only when asked
+    assert (f"data/{text}" in json.dumps(arms_data)) == (not teacher)  # or on --text's own split
+    assert f"--data_dir={tmp_path / 'data' / text} " in (out / "log.txt").read_text()  # the map calibrated on it
     assert result["meta"]["hardware"].startswith("cpu")
     import report
     table = report.real_model_gpu(result)  # a run of the script renders as it stands (no hand-added record)

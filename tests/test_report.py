@@ -1022,6 +1022,27 @@ def test_the_heldout_kl_reads_what_learning_fits_and_what_carries():
     assert report.heldout_reading(None, 3.7584) == []
 
 
+def test_the_mix_draws_read_against_the_aim_and_the_shakespeare_draws_paired_by_seed():
+    """mix_draws: mean ± std on the novel against the +10% aim, val beside it, and the paired verdict against the same
+    recipe calibrated on Shakespeare — only when both hold the same recipe and seeds."""
+    of = ["--tie_head=True", "--tie_keep=32", "--learn_steps=16", "--learn_gain_lr=1e-2"]
+    mix = {"seeds": [0, 1, 2], "m": 432, "of": of,
+           "learned": [{"val": 4.1514, "general": 4.4833}, {"val": 4.16, "general": 4.49},
+                       {"val": 4.14, "general": 4.47}]}
+    shakespeare = {"seeds": [0, 1, 2], "of": of,
+                   "learned": [{"val": 4.0198, "general": 4.5366}, {"val": 4.04, "general": 4.54},
+                               {"val": 4.0543, "general": 4.56}]}
+    line, = report.mix_draws_reading(mix, shakespeare, 3.7584, 3.7886)
+    assert line.startswith("- **The mix over calibration draws** (learn_steps=16, learn_gain_lr=1e-2, m = 432, "
+                           "calibrated on a mix of Shakespeare, news and the own samples; seeds 0, 1, 2, n = 3): the "
+                           "novel 4.4811 ± 0.0102 (+18.3%; the aim, ≤ 4.1675, missed by 0.3136 nats), val 4.1505 ± "
+                           "0.0100 (+10.4%)")
+    assert "Against the same recipe calibrated on Shakespeare (paired by seed): on the novel -0.0644 ± " in line
+    assert "): lower; on val +0.1124 ± " in line and line.endswith("): higher.")
+    assert "paired" not in report.mix_draws_reading(mix, dict(shakespeare, seeds=[0, 3, 4]), 3.7584, 3.7886)[0][40:]
+    assert report.mix_draws_reading(None, shakespeare, 3.7584, 3.7886) == []
+
+
 def test_the_general_case_reads_against_its_in_domain_bound():
     """The novel-calibrated draws against the +10% aim, the same recipe on the general texts beside them, and each
     text's map on the other's text."""
