@@ -47,12 +47,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from real_distill import unchanged  # noqa: E402
 from real_tied_head import GAINS_RECIPE, HALF_GAINS_RECIPE  # noqa: E402
 
 from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
-from dataset import HF_TOKENIZER_FILE, BatchLoader, evaluate_loss, load_meta, tokenizer_fingerprint  # noqa: E402
+from dataset import (  # noqa: E402
+    HF_TOKENIZER_FILE,
+    BatchLoader,
+    evaluate_loss,
+    load_meta,
+    token_dtype,
+    tokenizer_fingerprint,
+)
 from harness import ROOT  # noqa: E402
 from real_model import BLOCK, CALIB, EVALS, RATIOS  # noqa: E402
 
@@ -212,6 +220,12 @@ def teacher_text(src: str, data_dir: str, tokens: int, device: str, log: Log) ->
                  "seconds": seconds}
 
 
+def split_tokens(data_dir: str, split: str = "train") -> int:
+    """How many tokens a prepared dataset's split holds."""
+    itemsize = np.dtype(token_dtype(load_meta(data_dir))).itemsize
+    return os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // itemsize
+
+
 def records(out_dir: str) -> list[dict]:
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -324,7 +338,8 @@ def main() -> None:
         train_data, result["teacher_text"] = teacher_text(src, data[args.text], args.teacher_tokens, args.device,
                                                           log)
         seconds["teacher_text"] = result["teacher_text"].pop("seconds")
-        write(result, args.out, log)
+    result["train_tokens"] = split_tokens(train_data)
+    write(result, args.out, log)
 
     result["control"] = dict(check_control(src, train_data, max(lrs), args.device, args.batch,
                                            args.compile, log), losses=result["original"])

@@ -59,13 +59,24 @@ def missing(name: str) -> str:
         script = {"real_model_tied": "real_tied_head", "real_model_distill": "real_distill",
                   "real_model_hybrid": "real_hybrid"}[name]
         return f"*Not run yet: `scripts/{script}.sh` fills this table (CPU).*"
-    if name in ("real_model_gpu", "real_model_gpu_learned"):
-        start = " --start=learned" if name.endswith("learned") else ""
-        return f"*Not run yet: `scripts/real_distill_gpu.sh{start}` fills this table (one CUDA GPU).*"
+    if name.startswith("real_model_gpu"):
+        return (f"*Not run yet: `scripts/real_distill_gpu.sh{gpu_options(name)}` fills this table (one CUDA "
+                "GPU).*")
     if name.startswith("real_model"):
         part = " --part=recovery" if name.endswith("recovery") else ""
         return f"*Not run yet: `scripts/real_model.sh{part}` fills this table (CPU or GPU).*"
     return f"*Not run yet: `QUICK=1 scripts/{name}.sh` (CPU) or `scripts/{name}.sh` (GPU) fills this table.*"
+
+
+GPU_OPTIONS = {"_learned": " --start=learned", "_m432": " --width=432", "_mix": " --text=mix",
+               "_teacher": " --teacher_tokens=N"}  # scripts/real_distill_gpu.sh's folder names, in its order
+
+
+def gpu_options(name: str) -> str:
+    """The real_distill_gpu.sh options that write results/``name``: real_model_gpu_learned_mix → --start=learned
+    --text=mix."""
+    rest = name.removeprefix("real_model_gpu")
+    return "".join(option for suffix, option in GPU_OPTIONS.items() if suffix in rest)
 
 
 def ms(x: dict, digits: int = 3) -> str:
@@ -1453,15 +1464,15 @@ def real_model_gpu(r: dict) -> str:
     """The tied −50% SmolLM2 distilled on a lent GPU at each rate for as many tokens as one call held, against the
     original distilled from itself (checked unchanged on the GPU); whole-split losses, the run's own val curve."""
     o, z, c = r["original"], r["start"], r["control"]
-    passes = r["tokens"] / TINYSHAKESPEARE_TRAIN_TOKENS
+    passes = r["tokens"] / gpu_train_tokens(r)
     where = r.get("gpu") or r["device"]
     how = ("the map and the norm gains learned there on the calibration KL by the CPU row's command"
            if learned_start(r) else "shrunk there by the CPU row's command")
     lines = [f"SmolLM2-135M-Instruct on one {where} (torch {r['torch'].split('+')[0]}): the tied m = {r['m']} "
              f"model ({' '.join(f'`{x}`' for x in r['options'])}, {z['parameters'] / 1e6:.1f} M parameters, {how}) "
-             f"distilled from the original on {r['tokens']:,} tinyshakespeare train "
-             f"tokens ({r['iters']} steps of {r['batch']} × {r['block']}: about {passes:.0f} passes over the "
-             f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens; bfloat16 autocast, the student "
+             f"distilled from the original on {r['tokens']:,} train tokens of {gpu_train_text(r)} "
+             f"({r['iters']} steps of {r['batch']} × {r['block']}: about {passes:.0f} passes over its "
+             f"{gpu_train_tokens(r):,} train tokens; bfloat16 autocast, the student "
              f"{'compiled' if r.get('compile') else 'not compiled'}; the loss, optimizer and schedule of "
              "results/real_model_distill's recipe) "
              + ("at each learning rate, the rates at once on the one GPU" if len(r["arms"]) > 1 else
@@ -1522,7 +1533,9 @@ def gpu_start_reading(r: dict, pca: dict | None) -> list[str]:
     fixed batches against the student's KL on its train batches over the second half of the run."""
     arm = r["arms"][0]
     lines = []
-    other = next((a for a in (pca or {}).get("arms", []) if a["lr"] == arm["lr"]), None)
+    same = pca and pca["m"] == r["m"] and {x.get("text", "shakespeare") for x in (pca, r)} == {"shakespeare"} \
+        and not (pca.get("teacher_text") or r.get("teacher_text"))  # only the start differs
+    other = next((a for a in pca["arms"] if a["lr"] == arm["lr"]), None) if same else None
     if other:
         at = nearest(arm["curve"], pca["tokens"])
         lines.append(
@@ -1544,8 +1557,8 @@ def gpu_start_reading(r: dict, pca: dict | None) -> list[str]:
             f"- **Why val stops falling**: over the run's second half the student's KL to the teacher on its train "
             f"batches falls from {half[0][2]:.3f} to {half[-1][2]:.3f} ({half[-1][2] / half[0][2] - 1:+.0%}), "
             f"while val on the fixed batches goes from {late[0][1]:.4f} to {late[-1][1]:.4f}: with the "
-            f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens passed over "
-            f"{r['tokens'] / TINYSHAKESPEARE_TRAIN_TOKENS:.0f} times, the student keeps fitting the teacher on the "
+            f"{gpu_train_tokens(r):,} train tokens passed over "
+            f"{r['tokens'] / gpu_train_tokens(r):.0f} times, the student keeps fitting the teacher on the "
             "windows it has seen and no longer on new ones. More passes cannot close the gap; more distinct "
             "in-domain text is the lever this points to (tinyshakespeare has no more; teacher-written text in its "
             "style is untried).")
@@ -1559,6 +1572,19 @@ def gpu_start_reading(r: dict, pca: dict | None) -> list[str]:
 
 
 TINYSHAKESPEARE_TRAIN_TOKENS = 305_111  # tinyshakespeare's train split in SmolLM2's tokens (its train.bin, uint16)
+
+
+def gpu_train_tokens(r: dict) -> int:
+    """The tokens of a GPU run's train split (its record's; runs before the record held it: tinyshakespeare's)."""
+    return r.get("train_tokens", TINYSHAKESPEARE_TRAIN_TOKENS)
+
+
+def gpu_train_text(r: dict) -> str:
+    """What a GPU run distilled on, in words: its text's train split, and the original's continuations if any."""
+    text = {"shakespeare": "tinyshakespeare", "mix": CALIBRATION_TEXTS["mix"]}[r.get("text", "shakespeare")]
+    t = r.get("teacher_text")
+    return text + (f" (its train split followed by {t['samples']:,} of the original's continuations of "
+                   f"{t['prompt_tokens']}-token windows of it, {t['generated']:,} generated tokens)" if t else "")
 
 
 def real_model_gpu_reading(r: dict, speed: dict | None, aim: float = 0.02) -> list[str]:
@@ -1584,8 +1610,8 @@ def real_model_gpu_reading(r: dict, speed: dict | None, aim: float = 0.02) -> li
                 "call's time held). " if r["tokens"] < r["max_tokens"] else "")
              + f"On its fixed batches val goes from {best['curve'][0][1]:.4f} at the start to {third[1]:.4f} after "
              f"{third[0] / 1e6:.1f} M tokens and {best['curve'][-1][1]:.4f} at the end, with the "
-             f"{TINYSHAKESPEARE_TRAIN_TOKENS:,} train tokens passed over "
-             f"{r['tokens'] / TINYSHAKESPEARE_TRAIN_TOKENS:.0f} times.",
+             f"{gpu_train_tokens(r):,} train tokens passed over "
+             f"{r['tokens'] / gpu_train_tokens(r):.0f} times.",
              f"- **The general text** recovers less: {gap_words(best['losses']['general'], c['general'])} above the "
              f"control (from {gap_words(r['start']['general'], c['general'])} zero-shot)"
              + ("; the rate that is best on val is not the best on the novel (" + ", ".join(
@@ -3360,8 +3386,8 @@ def render(name: str) -> str:
     r = load(name)
     if r is None:
         return missing(name)
-    try:
-        return SECTIONS[name](r)
+    try:  # a GPU run with other options (real_model_gpu_<what>) reads as the learned start's does
+        return SECTIONS.get(name, real_model_gpu_learned if name.startswith("real_model_gpu_") else None)(r)
     except (KeyError, TypeError):  # written by an older harness: say so instead of showing it as current
         return (f"*Stale: results/{name}/results.json was written by an older version of the harness; "
                 f"`QUICK=1 scripts/{name}.sh` re-runs it.*")

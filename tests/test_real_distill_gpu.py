@@ -161,6 +161,8 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, t
     assert result["start_map"] == start and result["options"] == [*gpu.TIE, *(gpu.LEARNED[48] if start == "learned"
                                                                                else ())]
     assert result["text"] == text and result["m"] == 48
+    train = tmp_path / "work" / "teacher-data" if teacher else tmp_path / "data" / text
+    assert result["train_tokens"] == os.path.getsize(train / "train.bin") // 2
     transformed = load_checkpoint(str(tmp_path / "work" / "m48"))["transform"]
     assert (transformed.get("learn_steps", 0) > 0) == (start == "learned")  # the map learned only where asked
     assert result["iters"] == 4 and result["tokens"] == 4 * 2 * 64  # the token bound binds

@@ -981,6 +981,27 @@ def test_a_learned_start_on_the_gpu_reads_against_the_pca_run_at_its_rate_and_di
                                                                "--start=learned`")
 
 
+def test_a_gpu_run_with_other_options_says_what_it_distilled_on_and_compares_only_like_with_like(monkeypatch):
+    """A run on the mix with the original's continuations: its words name both, its passes count its own train
+    split, it is not set against the PCA run (more than the start differs), and its folder's options read back."""
+    pca = gpu_result()
+    run = gpu_result(val_best=3.85)
+    run |= {"start_map": "learned", "text": "mix", "train_tokens": 1_000_000, "m": 432,
+            "teacher_text": {"samples": 4096, "prompt_tokens": 32, "new_tokens": 96, "generated": 393_216,
+                             "train_tokens": 524_288}}
+    run["arms"] = [run["arms"][1]]
+    run["arms"][0]["train_curve"] = [[t * 64 * 256, 3.8, kl] for t, kl in ((2, 0.4), (10, 0.2))]
+    monkeypatch.setattr(report, "load", {"real_model_gpu": pca}.get)
+    table = report.real_model_gpu(run)
+    assert ("train tokens of a mix of Shakespeare, news and the own samples (its train split followed by 4,096 of "
+            "the original's continuations of 32-token windows of it, 393,216 generated tokens)") in table
+    assert "about 0 passes over its 1,000,000 train tokens" in table  # 163,840 tokens
+    assert not any(line.startswith("- **The start**") for line in report.gpu_start_reading(run, pca))
+    assert report.gpu_options("real_model_gpu_learned_m432_mix_teacher") == (" --start=learned --width=432 "
+                                                                             "--text=mix --teacher_tokens=N")
+    assert report.missing("real_model_gpu_mix").startswith("*Not run yet: `scripts/real_distill_gpu.sh --text=mix`")
+
+
 def test_learning_the_half_map_further_reads_each_variant_against_sixteen_steps_and_the_twenty_percent_aim():
     def row(options, val, kl):
         return {"m": 288, "calibration": "shakespeare", "options": ["--tie_head=True", "--tie_keep=32", *options],
