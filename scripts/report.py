@@ -2070,6 +2070,16 @@ def batch_verdict(r: dict) -> str:
     return f"{v['words']} ({_p(v)})"
 
 
+def mix_verdict(r: dict, text: str) -> str:
+    """The mix's calibration draws against Shakespeare's on ``text`` ('general': the novel; 'val'), paired by seed, in
+    the verdict's words with its p; the README quotes it (``tied.mix_vs_shakespeare.general`` / ``.val``)."""
+    mix, own = r.get("mix_draws"), r.get("gains_draws")
+    if not (mix and own and mix["seeds"] == own["seeds"]):
+        return "not measured"
+    v = verdict([x[text] for x in mix["learned"]], [x[text] for x in own["learned"]], paired=True)
+    return f"{v['words']} ({_p(v)})"
+
+
 def rate_in_batch_reading(b: dict, own: dict, setting: str) -> list[str]:
     """The other rates in the best batch (n = 1 each) against the chosen rate's run there, and, where one ends lower,
     its data orders against the chosen rate's (paired: the same orders and eval batches)."""
@@ -3202,6 +3212,8 @@ QUOTES = {
     "growth.vs_scratch_curve": lambda: _growth("vs_scratch_curve"),
     "significance_rule": lambda: SIGNIFICANCE_RULE,
     "distill.batch_vs_recipe": lambda: batch_verdict(load("real_model_distill") or {}),
+    "tied.mix_vs_shakespeare.general": lambda: mix_verdict(load("real_model_tied") or {}, "general"),
+    "tied.mix_vs_shakespeare.val": lambda: mix_verdict(load("real_model_tied") or {}, "val"),
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
     "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
     "growth.rewarm": _rewarm,

@@ -1062,6 +1062,10 @@ def test_the_mix_draws_read_against_the_aim_and_the_shakespeare_draws_paired_by_
     assert "): lower; on val +0.1124 ± " in line and line.endswith("): higher.")
     assert "paired" not in report.mix_draws_reading(mix, dict(shakespeare, seeds=[0, 3, 4]), 3.7584, 3.7886)[0][40:]
     assert report.mix_draws_reading(None, shakespeare, 3.7584, 3.7886) == []
+    r = {"mix_draws": mix, "gains_draws": shakespeare}  # the README's quotes: the same verdicts
+    assert report.mix_verdict(r, "general").startswith("lower (paired t, p = 0.0")
+    assert report.mix_verdict(r, "val").startswith("higher (paired t, p = 0.0")
+    assert report.mix_verdict({"mix_draws": mix}, "val") == "not measured"
 
 
 def test_the_general_case_reads_against_its_in_domain_bound():
