@@ -132,9 +132,6 @@ class SampleConfig:
         if self.prompt_tokens <= 0 or self.max_new_tokens <= 0:
             raise ConfigError(f"--prompt_tokens ({self.prompt_tokens}) and --max_new_tokens ({self.max_new_tokens}) "
                               "must be > 0 with --data_out")
-        if not os.path.exists(os.path.join(self.continue_data, "train.bin")):
-            raise ConfigError(f"--continue_data={self.continue_data} holds no train.bin; prepare it first "
-                              "(prepare.py --out_dir=...)")
         if os.path.abspath(self.data_out) == os.path.abspath(self.continue_data):
             raise ConfigError("--data_out must be another folder than --continue_data (it is read while written)")
         if os.path.exists(self.data_out) and not self.overwrite:
@@ -249,6 +246,9 @@ def save_continuations(cfg: SampleConfig) -> int:
     split followed by each window and its continuation; its val split and meta.pkl as they are. The tokenizers must
     be the same (the ids are copied, never re-encoded). Written into a temporary folder and moved into place once
     complete. Returns the number of generated tokens."""
+    if not os.path.exists(os.path.join(cfg.continue_data, "train.bin")):
+        raise DataError(f"--continue_data={cfg.continue_data} holds no train.bin; prepare it first "
+                        "(prepare.py --out_dir=...)")
     meta, ckpt = load_meta(cfg.continue_data), load_checkpoint(cfg.out_dir)
     if tokenizer_fingerprint(meta) != tokenizer_fingerprint(ckpt.get("meta")):
         raise DataError(f"--continue_data={cfg.continue_data} is tokenized with {tokenizer_fingerprint(meta)}, the "
