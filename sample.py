@@ -125,7 +125,6 @@ class SampleConfig:
         if self.top_k is not None and self.top_k <= 0:
             raise ConfigError(f"top_k must be a positive integer or None (all tokens), got {self.top_k}")
 
-
     def validate_data_out(self) -> None:
         if self.save_to:
             raise ConfigError("--save_to and --data_out are two outputs; pass one")

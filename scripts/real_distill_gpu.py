@@ -47,7 +47,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from real_distill import unchanged  # noqa: E402
 from real_tied_head import GAINS_RECIPE, HALF_GAINS_RECIPE  # noqa: E402
@@ -58,7 +57,6 @@ from dataset import (  # noqa: E402
     BatchLoader,
     evaluate_loss,
     load_meta,
-    token_dtype,
     tokenizer_fingerprint,
 )
 from harness import ROOT  # noqa: E402
@@ -221,9 +219,8 @@ def teacher_text(src: str, data_dir: str, tokens: int, device: str, log: Log) ->
 
 
 def split_tokens(data_dir: str, split: str = "train") -> int:
-    """How many tokens a prepared dataset's split holds."""
-    itemsize = np.dtype(token_dtype(load_meta(data_dir))).itemsize
-    return os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // itemsize
+    """How many tokens a prepared dataset's split holds (as the loaders read it, its manifest checked)."""
+    return len(BatchLoader(data_dir, BLOCK, 1).tokens(split))
 
 
 def records(out_dir: str) -> list[dict]:
@@ -277,8 +274,8 @@ def main() -> None:
     parser.add_argument("--budget_s", type=float, default=520.0, help="seconds for the whole run: the arms get what "
                         "is left after the probe, less EVAL_RESERVE_S and a margin for their own evaluations")
     parser.add_argument("--start", default="pca", choices=STARTS, help="the zero-shot map the arms start "
-                        "from: pca (real_tied_head.CELLS[4]) or learned (HALF_GAINS_RECIPE: T and the norm gains "
-                        "learned 32 steps on the calibration KL)")
+                        "from: pca, or learned (T and the norm gains learned on the calibration KL: LEARNED, the "
+                        "width's best zero-shot recipe)")
     parser.add_argument("--width", type=int, default=M, choices=sorted(LEARNED), help="m: 288 (−50%% parameters, "
                         "the default) or 432 (−25%%)")
     parser.add_argument("--text", default="shakespeare", choices=TEXTS, help="the text the map is calibrated on "

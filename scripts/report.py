@@ -1559,7 +1559,7 @@ def gpu_start_reading(r: dict, pca: dict | None) -> list[str]:
             f"while val on the fixed batches goes from {late[0][1]:.4f} to {late[-1][1]:.4f}: with the "
             f"{gpu_train_tokens(r):,} train tokens passed over "
             f"{r['tokens'] / gpu_train_tokens(r):.0f} times, the student keeps fitting the teacher on the "
-            "windows it has seen and no longer on new ones. More passes cannot close the gap; more distinct "
+            "windows it has seen and no longer on new ones. More passes did not move val here; more distinct "
             "in-domain text is the lever this points to (tinyshakespeare has no more; teacher-written text in its "
             "style is untried).")
     row = cpu_start_row(r)
@@ -3398,8 +3398,11 @@ def render(name: str) -> str:
     r = load(name)
     if r is None:
         return missing(name)
-    try:  # a GPU run with other options (real_model_gpu_<what>) reads as the learned start's does
-        return SECTIONS.get(name, real_model_gpu_learned if name.startswith("real_model_gpu_") else None)(r)
+    section = SECTIONS.get(name)
+    if section is None and name.startswith("real_model_gpu_"):  # another option's GPU run: as the learned start's
+        section = real_model_gpu_learned
+    try:
+        return section(r)
     except (KeyError, TypeError):  # written by an older harness: say so instead of showing it as current
         return (f"*Stale: results/{name}/results.json was written by an older version of the harness; "
                 f"`QUICK=1 scripts/{name}.sh` re-runs it.*")
