@@ -317,9 +317,13 @@ def gain_writers(params: dict, writers: tuple[str, ...], gains: dict[str, torch.
 
 def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Tensor], steps: int, lr: float = 1e-3,
               seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = (), gain_lr: float = 0.0,
-              sites: list[tuple[str, list[str]]] = (), writers: tuple[str, ...] = (), decay: str = "none"
-              ) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
+              sites: list[tuple[str, list[str]]] = (), writers: tuple[str, ...] = (), decay: str = "none",
+              label_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
     """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
+
+    ``label_weight`` α > 0: the objective per calibration token is (1 − α)·KL(original ‖ port(T)) + α·CE, CE the
+    cross-entropy of the calibration text's own next token (each row's last position has none: KL alone there);
+    α = 1 fits the text alone. 0 (the default) is the KL, unchanged.
 
     ``held``: coordinates whose column of T stays as it starts — a row e_iᵀ of its own (``--tie_keep``,
     ``--pca_keep``) or zero (``--pca_exclude``); only the block of T on the other rows and columns is learned
@@ -374,14 +378,19 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
     def kl_of_rows(T: torch.Tensor, k: int, part: slice, gains: dict[str, torch.Tensor] | None = None
                    ) -> torch.Tensor:
         """KL(original ‖ port(T), its readers scaled by ``gains``) summed over the tokens of rows ``part`` of batch
-        k."""
+        k (with ``label_weight`` α > 0: (1 − α)·that + α·the summed next-token cross-entropy)."""
         model, params = port(T)
         if gains is not None:
             params = gain_writers(gain_readers(params, sites, gains), writers, gains)
-        logits = torch.func.functional_call(model, params, (batches[k][part],), {"all_logits": True})[0]
+        tokens = batches[k][part]
+        logits = torch.func.functional_call(model, params, (tokens,), {"all_logits": True})[0]
         with torch.no_grad():
             target = F.log_softmax(original.lm_head(targets[k][part]).float().flatten(0, -2), dim=-1)
-        return kl_to_original(target, logits) * len(target)
+        loss = kl_to_original(target, logits) * len(target)
+        if label_weight > 0:
+            text = F.cross_entropy(logits[:, :-1].float().flatten(0, -2), tokens[:, 1:].flatten(), reduction="sum")
+            loss = (1 - label_weight) * loss + label_weight * text
+        return loss
 
     def parts(k: int) -> list[slice]:
         return [slice(i, i + rows) for i in range(0, len(batches[k]), rows)]
@@ -393,6 +402,8 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
 
     start = T_init
     losses = {"initial": calibration_loss(start)}
+    if label_weight > 0:
+        losses["objective"] = f"(1 - {label_weight})·KL + {label_weight}·CE"
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(batches), generator=generator).tolist()
     for step in progress(range(steps), "learn T" + (" and gains" if log_gains else ""), unit="step"):

@@ -165,6 +165,8 @@ class TransformConfig:
     learn_decay: str = "none"  # the learned map's rates over its steps: 'none' (constant) | 'cosine' (from
     #                            learn_lr and learn_gain_lr down to 0 along a half cosine: the last steps, on the
     #                            last batches, move T least)
+    learn_label_weight: float = 0.0  # α in [0, 1]: the learned map's objective per calibration token is
+    #                                   (1 − α)·KL(original ‖ new) + α·the cross-entropy of the text's next token
     learn_hold: bool = True  # the learned map keeps the --tie_keep/--pca_keep rows e_iᵀ and --pca_exclude's zero
     #                          columns as they start (refit.free_block); False learns all of T (an ablation: it
     #                          breaks what those options promise, the tie's commuting rows among them)
@@ -210,7 +212,7 @@ class TransformConfig:
         if not 0 < self.jl_eps < 1 or not 0 < self.jl_delta < 1 or self.learn_lr <= 0:
             raise ConfigError("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
         check_gain_learning(self.learn_gain_lr, self.learn_steps, ConfigError, self.learn_writer_gains,
-                            self.learn_decay)
+                            self.learn_decay, self.learn_label_weight)
         if not self.learn_hold and not self.learn_steps:
             raise ConfigError("learn_hold=False chooses what a learned map may change: add --learn_steps=N or drop "
                               "--learn_hold")
@@ -256,9 +258,13 @@ class TransformConfig:
 
 
 def check_gain_learning(gain_lr: float, learn_steps: int, error: type[Exception], writers: bool = False,
-                        decay: str = "none") -> None:
-    """Raise ``error`` for learned gains without a learned map, at a negative rate, writer gains without a rate, or
-    a rate schedule that is unknown or has no learned map to schedule."""
+                        decay: str = "none", label_weight: float = 0.0) -> None:
+    """Raise ``error`` for learned gains without a learned map, at a negative rate, writer gains without a rate,
+    a rate schedule that is unknown or has no learned map to schedule, or a label weight outside [0, 1] or without
+    a learned map."""
+    if not 0 <= label_weight <= 1 or label_weight > 0 and not learn_steps:
+        raise error(f"learn_label_weight={label_weight} weighs the text's next tokens against the KL in a learned "
+                    "map's objective: a number in [0, 1] with --learn_steps=N, or drop --learn_label_weight")
     if decay not in LEARN_DECAYS or decay != "none" and not learn_steps:
         raise error(f"learn_decay={decay!r} schedules a learned map's rates: one of {LEARN_DECAYS} with "
                     "--learn_steps=N, or drop --learn_decay")
@@ -415,7 +421,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                     calib_vocabulary: bool = True, pca_exclude: tuple[int, ...] = (), pca_keep: tuple[int, ...] = (),
                     map_groups: int = 0, learn_hold: bool = True,
                     tie_keep: int = 0, retie_target: str = "head", learn_gain_lr: float = 0.0,
-                    learn_writer_gains: bool = False, learn_decay: str = "none") -> tuple[GPT, dict]:
+                    learn_writer_gains: bool = False, learn_decay: str = "none",
+                    learn_label_weight: float = 0.0) -> tuple[GPT, dict]:
     """Transform ``model`` to residual width ``width``; returns (new model, transform record). ``given_map``
     (m×d) replaces the map ``kind`` would sample, and is used as it is (recorded as kind 'file');
     ``pca_exclude`` / ``pca_keep``: coordinates kept out of a PCA map's range / in it as rows of their own
@@ -424,7 +431,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     ``learn_hold``: a learned map keeps those coordinates' columns (``refit.free_block``); ``learn_gain_lr`` > 0:
     every norm's per-coordinate gain is learned with it, folded into its readers (``refit.gain_readers``), and
     with ``learn_writer_gains`` every residual writer's output gain too (``refit.gain_writers``); ``learn_decay``
-    schedules the learning rates (``refit.learn_map``);
+    schedules the learning rates and ``learn_label_weight`` mixes the text's next tokens into the objective
+    (``refit.learn_map``);
     ``rescale_gains=False`` keeps norm gains and ε as they are (the paper's Algorithm 1). With
     ``grow_mask_iters`` the new model carries MSG's masks (closed) and the record a ``growth_ramp``."""
     started = time.perf_counter()
@@ -437,7 +445,8 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
                          grow_reader_std, grow_mask_iters, rms_preserve)
     check_tie_head(model.config, tie_head, porting, keep_layernorm, bool(n_head or n_kv_head or mlp_hidden or n_layer),
                    tie_keep, retie_target)
-    check_gain_learning(learn_gain_lr, learn_steps, TransformError, learn_writer_gains, learn_decay)
+    check_gain_learning(learn_gain_lr, learn_steps, TransformError, learn_writer_gains, learn_decay,
+                        learn_label_weight)
     coordinates = Coordinates(pca_exclude, pca_keep + gain_outliers(model, tie_keep)).normalized()
     check_coordinates(coordinates, model.config.n_embd, width, kind, given_map is not None)
     for what, needed in (("kind='pca'", kind == "pca"), (f"refit={refit!r}", refit != "none"),
@@ -487,12 +496,13 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
         writers = residual_roles(skeleton.config).writers if learn_writer_gains else ()
         T, learned_gains, corrections["learned_map"] = learn_map(
             original, T, differentiable_port, batches, learn_steps, learn_lr, seed, held=held,
-            gain_lr=learn_gain_lr, sites=sites, writers=writers, decay=learn_decay)
+            gain_lr=learn_gain_lr, sites=sites, writers=writers, decay=learn_decay, label_weight=learn_label_weight)
         gain_sites, gain_writer_sites = (sites, writers) if learned_gains else ([], ())
         T_pinv = T.T.clone()
         gained = "" if learn_gain_lr <= 0 else "and norm and writer gains " if learn_writer_gains else "and norm gains "
         notes.append(f"map {gained}learned for {learn_steps} steps from "
-                     f"kind={kind!r}: calibration KL {corrections['learned_map']['initial']:.4f} → "
+                     f"kind={kind!r}: calibration {corrections['learned_map'].get('objective', 'KL')} "
+                     f"{corrections['learned_map']['initial']:.4f} → "
                      f"{corrections['learned_map']['learned']:.4f} (kept: {corrections['learned_map']['kept']})")
         lap("learn")
     if porting == "paper_code":
@@ -539,6 +549,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
               "jl_min_width": min_width, "exact": exact, "notes": notes, "refit": refit, "learn_steps": learn_steps,
               "learn_hold": learn_hold and learn_steps > 0, "learn_gain_lr": learn_gain_lr,
               "learn_writer_gains": learn_writer_gains and learn_gain_lr > 0, "learn_decay": learn_decay,
+              "learn_label_weight": learn_label_weight,
               "corrections": corrections, "seconds": time.perf_counter() - started, "phase_seconds": clock.seconds,
               "calib_vocabulary": calib_vocabulary, "pca_exclude": list(coordinates.exclude),
               "pca_keep": list(coordinates.keep), "tie_keep": tie_keep,
@@ -796,7 +807,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         calib_vocabulary=cfg.calib_vocabulary, pca_exclude=cfg.pca_exclude, map_groups=cfg.map_groups,
         pca_keep=cfg.pca_keep, tie_keep=cfg.tie_keep, learn_hold=cfg.learn_hold, retie_target=cfg.retie_target,
         learn_gain_lr=cfg.learn_gain_lr, learn_writer_gains=cfg.learn_writer_gains, learn_decay=cfg.learn_decay,
-        grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise, n_kv_head=cfg.n_kv_head, given_map=given_map,
+        learn_label_weight=cfg.learn_label_weight, grow_mode=cfg.grow_mode, clone_noise=cfg.clone_noise,
+        n_kv_head=cfg.n_kv_head, given_map=given_map,
         rescale_gains=cfg.rescale_gains, n_layer=cfg.n_layer, depth_mode=cfg.depth_mode,
         grow_reader_std=cfg.grow_reader_std, grow_mask_iters=cfg.grow_mask_iters, rms_preserve=cfg.rms_preserve)
     ramp = record.pop("growth_ramp", None)

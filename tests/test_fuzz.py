@@ -253,7 +253,8 @@ def transformed_dir(trained_dir, tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["train", "finetune", "transform", "eval_geometry", "sample"])
 def test_every_config_value_set_to_something_impossible_is_refused_in_one_line_or_harmless(
-        command, trained_dir, transformed_dir, char_data_dir, tmp_path, capsys):
+        command, trained_dir, transformed_dir, char_data_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative path a value names (sample's save_to = 'garbage') lands here
     config_class = dict(_config_cases())[command]
     protected = [os.path.join(trained_dir, "ckpt.pt"), os.path.join(transformed_dir, "ckpt.pt")]
     failures = []

@@ -124,26 +124,37 @@ def test_the_probe_speed_skips_the_warm_up_and_the_curve_counts_tokens(tmp_path)
         gpu.probe_speed(str(tmp_path))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("start, teacher, text", [("pca", 0, "shakespeare"), ("learned", 100, "mix")])
-def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, text, tmp_path, monkeypatch):
-    """Import from GGUF, shrink (from PCA, or the map learned with its gains), the control's check, the probe, both
-    rates at once and the record, on the CPU: a small tied Llama (d = 64 → m = 48, tie_keep 32) in 64-token
-    windows."""
+@pytest.fixture(scope="module")
+def small_gguf(tmp_path_factory):
+    """A small tied Llama exported to GGUF and three texts prepared with its tokenizer as imported: built once for
+    the whole runs below (their own outputs go to each test's tmp_path)."""
     pytest.importorskip("gguf")
     from convert import ConvertConfig, convert
     from hf_models import llama, save, shakespeare_text, train_tokenizer
-    tokenizer = train_tokenizer()
-    hf = save(llama(tied=True), tmp_path / "hf", tokenizer)
-    convert(ConvertConfig(from_hf=hf, out_dir=str(tmp_path / "ours")))
-    convert(ConvertConfig(to_gguf=str(tmp_path / "model.gguf"), in_dir=str(tmp_path / "ours")))
-    convert(ConvertConfig(from_gguf=str(tmp_path / "model.gguf"), out_dir=str(tmp_path / "imported")))
+    root_dir = tmp_path_factory.mktemp("small_gguf")
+    hf = save(llama(tied=True), root_dir / "hf", train_tokenizer())
+    convert(ConvertConfig(from_hf=hf, out_dir=str(root_dir / "ours")))
+    convert(ConvertConfig(to_gguf=str(root_dir / "model.gguf"), in_dir=str(root_dir / "ours")))
+    convert(ConvertConfig(from_gguf=str(root_dir / "model.gguf"), out_dir=str(root_dir / "imported")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for name, (first, last) in (("shakespeare", (0, 120_000)), ("novel", (0, 120_000)), ("mix", (120_000, 200_000))):
-        corpus = tmp_path / f"{name}.txt"  # tokenized as on the CPU machine: with the GGUF's tokenizer as imported
+        corpus = root_dir / f"{name}.txt"  # tokenized as on the CPU machine: with the GGUF's tokenizer as imported
         corpus.write_text(shakespeare_text()[first:last])
-        subprocess.run([sys.executable, "prepare.py", f"--tokenizer_from={tmp_path / 'imported'}", f"--input={corpus}",
-                        f"--out_dir={tmp_path / 'data' / name}"], cwd=root, check=True, capture_output=True)
+        subprocess.run([sys.executable, "prepare.py", f"--tokenizer_from={root_dir / 'imported'}", f"--input={corpus}",
+                        f"--out_dir={root_dir / 'data' / name}"], cwd=root, check=True, capture_output=True)
+    return root_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start, teacher, text, lrs", [("pca", 0, "shakespeare", [3e-4]),
+                                                       ("learned", 100, "mix", [1e-4, 3e-4])])
+def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, text, lrs, small_gguf, tmp_path,
+                                                               monkeypatch):
+    """Import from GGUF, shrink (from PCA, or the map learned with its gains), the control's check, the probe, the
+    rates at once (one arm, or two) and the record, on the CPU: a small tied Llama (d = 64 → m = 48, tie_keep 32) in
+    64-token windows."""
+    for name in ("model.gguf", "data"):  # the shared inputs, linked where the run reads them
+        (tmp_path / name).symlink_to(small_gguf / name)
     for name, value in (("M", 48), ("BLOCK", 64), ("PROBE_ITERS", 6), ("CONTROL_CHECK_ITERS", 2),
                         ("EVAL_RESERVE_S", 0), ("MAX_TOKENS", 4 * 2 * 64), ("TEACHER_PROMPT", 8),
                         ("TEACHER_NEW", 24), ("TEACHER_BATCH", 3), ("LEARNED", {48: gpu.LEARNED[288]})):
@@ -153,8 +164,8 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, t
     monkeypatch.setattr(sys, "argv", ["real_distill_gpu.py", f"--gguf={tmp_path / 'model.gguf'}",
                                       f"--data={tmp_path / 'data'}", f"--out={out}", f"--work={tmp_path / 'work'}",
                                       "--device=cpu", "--batch=2", "--budget_s=600",
-                                      "--lrs=1e-4,3e-4", f"--start={start}", f"--teacher_tokens={teacher}",
-                                      f"--text={text}"])
+                                      f"--lrs={','.join(map(str, lrs))}", f"--start={start}",
+                                      f"--teacher_tokens={teacher}", f"--text={text}"])
     gpu.main()
     result = json.loads((out / "results.json").read_text())
     assert result["tokenizer"] == "as imported" and result["control"]["unchanged"] is True
@@ -166,7 +177,7 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, t
     transformed = load_checkpoint(str(tmp_path / "work" / "m48"))["transform"]
     assert (transformed.get("learn_steps", 0) > 0) == (start == "learned")  # the map learned only where asked
     assert result["iters"] == 4 and result["tokens"] == 4 * 2 * 64  # the token bound binds
-    assert [arm["lr"] for arm in result["arms"]] == [1e-4, 3e-4] and result["compile"] is False
+    assert [arm["lr"] for arm in result["arms"]] == lrs and result["compile"] is False
     for arm in result["arms"]:
         assert arm["iters_done"] == 4 and not arm["stopped_early"]
         assert arm["losses"]["val"] != result["start"]["val"]  # distillation moved the shrunk model
@@ -178,7 +189,7 @@ def test_the_whole_run_on_the_cpu_with_a_small_llama_from_gguf(start, teacher, t
                                                 .parameters())
     assert "distill" in result["seconds"] and (out / "log.txt").read_text().count("min]") > 8
     assert result["meta"]["command"].endswith(f"--start={start} --teacher_tokens={teacher} --text={text}")
-    arms_data = json.loads((tmp_path / "work" / "distilled-lr0.0001" / "finetune.json").read_text())
+    arms_data = json.loads((tmp_path / "work" / f"distilled-lr{lrs[0]:g}" / "finetune.json").read_text())
     if teacher:  # 100 tokens: 5 continuations of 24 after 8-token prompts, after the train split; val as it was
         assert result["teacher_text"] == {"samples": 5, "prompt_tokens": 8, "new_tokens": 24, "generated": 120,
                                           "train_tokens": 160} and "teacher_text" in result["seconds"]

@@ -503,3 +503,32 @@ def test_learn_decay_needs_a_learned_map_and_a_known_schedule(setup):
         transform_model(model, 16, kind="pca", calibration_loader=loader, learn_decay="cosine")
     with pytest.raises(ConfigError, match="learn_decay='step'.*one of"):
         TransformConfig(out_dir="x", width=16, learn_steps=4, learn_decay="step").validate()
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
+def test_label_weight_mixes_the_texts_next_tokens_into_the_objective(setup, alpha):
+    """--learn_label_weight=α: the objective per calibration token is (1 − α)·KL(original ‖ new) + α·CE of the
+    text's next token (none at a row's last position), against a naive sum over the same batches at the start T."""
+    import torch.nn.functional as F
+    model, loader = setup
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=2)
+    start, _ = transform_model(model, 16, **options)
+    _, record = transform_model(model, 16, learn_steps=1, learn_lr=1e-9, learn_label_weight=alpha, **options)
+    total = 0.0
+    for batch in refit.calibration_batches(loader, 2, 0):
+        p = F.log_softmax(logits(model, batch).double(), dim=-1)
+        q = F.log_softmax(logits(start, batch).double(), dim=-1)
+        kl = (p.exp() * (p - q)).sum(-1).sum()
+        ce = -q[:, :-1].gather(-1, batch[:, 1:, None]).sum()
+        total += ((1 - alpha) * kl + alpha * ce).item() / batch.numel()
+    learned = record["corrections"]["learned_map"]
+    assert learned["initial"] == pytest.approx(total / 2, rel=1e-4)
+    assert record["learn_label_weight"] == alpha and ("objective" in learned) == (alpha > 0)
+
+
+def test_label_weight_needs_a_learned_map_and_lies_in_0_1(setup):
+    model, loader = setup
+    with pytest.raises(TransformError, match="learn_label_weight=0.5 .*--learn_steps=N"):
+        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_label_weight=0.5)
+    with pytest.raises(ConfigError, match=r"learn_label_weight=1.5 .*\[0, 1\]"):
+        TransformConfig(out_dir="x", width=16, learn_steps=4, learn_label_weight=1.5).validate()
