@@ -39,8 +39,9 @@ factor against τ = 1, the same way: data order 0, its control, two more data or
 the calibration mix (real_model.MIX: Shakespeare, the news and the model's own samples), distilled on the mix with
 the best recipe, against the original distilled from itself on the mix, evaluated on the novel (which neither reads).
 ``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
-rows, m = 432 and m = 288, and m = 432 learned with its norm gains, ``--learn_gain_lr``) with the best recipe:
-another start, the same recipe and control.
+rows, m = 432 and m = 288, m = 432 learned with its norm gains, ``--learn_gain_lr``, and with the calibration text's
+next tokens in its objective too, ``--learn_label_weight=0.5``) with the best recipe: another start, the same recipe
+and control.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from real_tied_head import GAINS, LEARN, MIX_RECIPE, RECOVER, build  # noqa: E402
+from real_tied_head import GAINS, LABELS, LEARN, MIX_RECIPE, RECOVER, build  # noqa: E402
 
 from checkpoint import load_model  # noqa: E402
 from dataset import BatchLoader  # noqa: E402
@@ -311,17 +312,21 @@ def loss_variants(src: str, data: dict[str, str], payload: dict, started: float,
 
 
 LEARNED_STARTS = (("learned", RECOVER, (LEARN,), "-learned"), ("half_learned", HALF, (LEARN,), "-learned"),
-                  ("gains_learned", RECOVER, (LEARN, GAINS), "-learned-gains"))
+                  ("gains_learned", RECOVER, (LEARN, GAINS), "-learned-gains"),
+                  ("labels_learned", RECOVER, (LEARN, GAINS, LABELS), "-learned-gains-labels"))
 # (results key, the tied cell, its learning options, the run's label): the learned starts --part=learned distils
 
 
 def learned(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
     """A better start, one factor: the tied map learned on the calibration KL (results/real_model_tied's
     ``--learn_steps`` rows) distilled with the best recipe, against that recipe's control; at −25% parameters
-    added as "learned", at −50% (m = 288) as "half_learned", and the −25% map learned with its norm gains as
-    "gains_learned" (``reverse``: build the last start's run only, saving nothing)."""
+    added as "learned", at −50% (m = 288) as "half_learned", the −25% map learned with its norm gains as
+    "gains_learned", and with the text's labels too as "labels_learned"; a start ``payload`` holds is kept as it is
+    (``reverse``: build the last start's run only, saving nothing)."""
     chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
     for key, spec, more, name in LEARNED_STARTS[::-1 if reverse else 1]:
+        if key in payload and not reverse:  # measured already: the saved run stands (each is half an hour)
+            continue
         start = build(src, data, (spec[0], spec[1], more, spec[3]))
         run = arm(data, start, chosen, name=name, batch=best, m=spec[0])
         if reverse:

@@ -47,7 +47,11 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   batches, which pull a constant-rate map toward themselves, decide the draw-to-draw spread?), with calibration
   seeds 1 and 2 too (``cosine_draws``, paired by seed with ``gains_draws``); and the general case calibrated on a
   mix (real_model.MIX: Shakespeare, the news and the own samples in equal shares, never the novel): does a broad
-  text read the novel better than any one of its parts? Each learned m = 432 map is also ported with the head
+  text read the novel better than any one of its parts? At m = 432 the map and its gains learned on the calibration
+text's own next tokens too (``--learn_label_weight``: (1 − α)·KL + α·cross-entropy per token, α = ½ and 0.2, one
+factor against the KL alone), α = ½ with calibration seeds 1 and 2 too (``label_draws``, paired by seed with
+``gains_draws``), and α = ½ calibrated on the mix (the general case: do the labels of a broad text help a text it
+never read?). Each learned m = 432 map is also ported with the head
   untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
@@ -107,6 +111,8 @@ LEARN_FASTER = "--learn_lr=3e-3"  # three times the default rate: at m = 288 the
 GAINS = "--learn_gain_lr=1e-2"  # every norm's per-coordinate gain learned with T (refit.gain_readers), Adam at 1e-2
 GAINS_FASTER = "--learn_gain_lr=3e-2"  # the gains at three times that rate (one factor)
 COSINE = "--learn_decay=cosine"  # the rates fall along a half cosine to 0 over the steps (refit.decay_factor)
+LABELS = "--learn_label_weight=0.5"  # the learned map's objective (1 − α)·KL + α·CE of the text's next token, α = ½
+LABELS_LIGHT = "--learn_label_weight=0.2"  # α = 0.2 (one factor against ½: how much of the text's labels pays)
 WRITERS = "--learn_writer_gains=True"  # each attention/MLP output's per-coordinate gain too (refit.gain_writers)
 TO_ORIGINAL = "--retie_target=original"  # the tied head's gain fitted to the original's logits (the refit leaves
 # the head, which the tie replaces), not to the untied head's
@@ -129,7 +135,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (), "novel"), (M, 32, (LEARN, GAINS), "novel"), (M, 32, (), "samples"),
          (M, 32, (LEARN, GAINS), "samples"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "novel"),
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "samples"), (M, 32, (LEARN, GAINS, COSINE), "shakespeare"),
-         (M, 32, (LEARN, GAINS), "mix")]
+         (M, 32, (LEARN, GAINS), "mix"), (M, 32, (LEARN, GAINS, LABELS), "shakespeare"),
+         (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare"), (M, 32, (LEARN, GAINS, LABELS), "mix")]
 # the last six: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
 # own samples; at m = 288 too)
@@ -143,11 +150,13 @@ WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer ga
 NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
+LABEL_RECIPE = CELLS[37]  # GAINS_RECIPE on ½·KL + ½·the text's labels: its draws, paired with GAINS_RECIPE's
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
-         ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE), ("mix_draws", MIX_RECIPE))
+         ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE), ("mix_draws", MIX_RECIPE),
+         ("label_draws", LABEL_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
 # and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their

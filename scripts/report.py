@@ -1027,6 +1027,10 @@ def real_model_tied(r: dict) -> str:
                                      against="constant rates")
                + heldout_reading(r.get("heldout_kl"), bv) + general_bound_reading(r, bv, bg)
                + mix_draws_reading(r.get("mix_draws"), r.get("gains_draws"), bv, bg)
+               + gains_draws_reading(r.get("label_draws"), r.get("gains_draws"), bv, bg,
+                                     what="its norm gains on ½·KL + ½·the text's next tokens "
+                                          "(`--learn_label_weight=0.5`)",
+                                     against="the KL alone")
                + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
@@ -1760,7 +1764,7 @@ def shakespeare_on_novel(r: dict) -> list[str]:
 def learned_rows(r: dict) -> list[str]:
     """Each learned map's start (−25%, then −50% parameters, then −25% learned with its norm gains), zero-shot and
     distilled with the best recipe (gaps to that recipe's control)."""
-    return [line for key in ("learned", "half_learned", "gains_learned") if r.get(key)
+    return [line for key in ("learned", "half_learned", "gains_learned", "labels_learned") if r.get(key)
             for line in learned_start_rows(r, r[key])]
 
 
@@ -1769,6 +1773,7 @@ def learned_start_rows(r: dict, x: dict) -> list[str]:
     batch, steps = recipe_in_batch(r, x["batch"])
     z, a, m = x["zero_shot"], x["losses"], x.get("m", r["start"]["m"])
     what = "learned map and norm gains" if "--learn_gain_lr" in x.get("option", "") else "learned map"
+    what += " on the text's labels too" if "--learn_label_weight" in x.get("option", "") else ""
     return [f"| — | tied m = {m} + {what}, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
             f"{gap_words(z['val'], own['val'])} | {z['general']:.4f} | {gap_words(z['general'], own['general'])} | — |",
             f"| {x['lr']:g} | tied m = {m} + {what}, distilled, batch {batch} × {steps} steps | "
@@ -1793,16 +1798,18 @@ def learned_reading(r: dict) -> list[str]:
             + f"; general {x['losses']['general']:.4f} against {plain['general']:.4f} (n = 1)."]
 
 
-def gains_learned_reading(r: dict) -> list[str]:
-    """The −25% map learned with its norm gains, distilled, against the map learned alone in the same recipe (one
-    factor: the gains; the data orders' spread the yardstick, n = 1 each) and the issue's goal (within 3%)."""
-    x, y = r.get("gains_learned"), r.get("learned")
+def gains_learned_reading(r: dict, key: str = "gains_learned", against: str = "learned",
+                          title: str = "The gains too") -> list[str]:
+    """The −25% map learned with its norm gains (``key``), distilled, against the map learned alone (``against``)
+    in the same recipe (one factor: the gains, or with ``labels_learned`` against ``gains_learned`` the labels; the
+    data orders' spread the yardstick, n = 1 each) and the issue's goal (within 3%)."""
+    x, y = r.get(key), r.get(against)
     if not x or not y:
         return []
     own, spread = best_recipe_control(r)["losses"], best_recipe_spread(r)
     v, w = x["losses"]["val"], y["losses"]["val"]
     same = spread is not None and abs(v - w) < 2 * spread
-    return [f"- **The gains too, one factor** (`{x['option']}` against `{y['option']}`, the same recipe and control): "
+    return [f"- **{title}, one factor** (`{x['option']}` against `{y['option']}`, the same recipe and control): "
             f"zero-shot val {x['zero_shot']['val']:.4f} against {y['zero_shot']['val']:.4f}; after distillation "
             f"{v:.4f} ({gap_words(v, own['val'])} above the control) against {w:.4f} ({gap_words(w, own['val'])})"
             + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
@@ -1998,7 +2005,9 @@ def real_model_distill_reading(r: dict) -> list[str]:
                    + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
                    + f"), general {readers['losses']['general']:.4f} against {plain['general']:.4f} (n = 1).")
     out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + loss_variant_reading(r)
-            + learned_reading(r) + gains_learned_reading(r) + half_learned_reading(r))
+            + learned_reading(r) + gains_learned_reading(r)
+            + gains_learned_reading(r, "labels_learned", "gains_learned", "The text's labels in the map's objective")
+            + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:
@@ -2070,10 +2079,11 @@ def batch_verdict(r: dict) -> str:
     return f"{v['words']} ({_p(v)})"
 
 
-def mix_verdict(r: dict, text: str) -> str:
-    """The mix's calibration draws against Shakespeare's on ``text`` ('general': the novel; 'val'), paired by seed, in
-    the verdict's words with its p; the README quotes it (``tied.mix_vs_shakespeare.general`` / ``.val``)."""
-    mix, own = r.get("mix_draws"), r.get("gains_draws")
+def mix_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
+    """``key``'s calibration draws (by default the mix's) against the norm gains' on Shakespeare (``gains_draws``) on
+    ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the README quotes it
+    (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``)."""
+    mix, own = r.get(key), r.get("gains_draws")
     if not (mix and own and mix["seeds"] == own["seeds"]):
         return "not measured"
     v = verdict([x[text] for x in mix["learned"]], [x[text] for x in own["learned"]], paired=True)
@@ -3214,6 +3224,8 @@ QUOTES = {
     "distill.batch_vs_recipe": lambda: batch_verdict(load("real_model_distill") or {}),
     "tied.mix_vs_shakespeare.general": lambda: mix_verdict(load("real_model_tied") or {}, "general"),
     "tied.mix_vs_shakespeare.val": lambda: mix_verdict(load("real_model_tied") or {}, "val"),
+    "tied.labels_vs_kl.val": lambda: mix_verdict(load("real_model_tied") or {}, "val", "label_draws"),
+    "tied.labels_vs_kl.general": lambda: mix_verdict(load("real_model_tied") or {}, "general", "label_draws"),
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
     "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
     "growth.rewarm": _rewarm,

@@ -394,9 +394,10 @@ def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_
 
 
 def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_the_last(monkeypatch):
-    """real_distill --part=learned: the learned m = 432 and m = 288 starts and the m = 432 map learned with its norm
-    gains, each distilled with the best recipe and saved under its own key with its zero-shot losses and options;
-    --reverse builds the last start's run and saves nothing."""
+    """real_distill --part=learned: the learned m = 432 and m = 288 starts, the m = 432 map learned with its norm
+    gains and with the text's labels too, each distilled with the best recipe and saved under its own key with its
+    zero-shot losses and options; a start already saved is kept; --reverse builds the last start's run and saves
+    nothing."""
     import real_distill
 
     for reverse in (False, True):
@@ -411,14 +412,19 @@ def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_th
         real_distill.learned("src", {}, payload, 0.0, reverse)
         learn, gains = (real_distill.LEARN,), (real_distill.LEARN, real_distill.GAINS)
         starts = [(real_distill.RECOVER[0], learn, "-learned"), (real_distill.HALF[0], learn, "-learned"),
-                  (real_distill.RECOVER[0], gains, "-learned-gains")]
+                  (real_distill.RECOVER[0], gains, "-learned-gains"),
+                  (real_distill.RECOVER[0], (*gains, real_distill.LABELS), "-learned-gains-labels")]
         starts = starts[-1:] if reverse else starts
         assert [(spec[0], spec[2]) for spec in built] == [(m, more) for m, more, _ in starts]
         assert arms == [(f"m{m}{''.join(more)}", 1e-4, name, 1, m) for m, more, name in starts]
         if reverse:
-            assert saves == [] and "gains_learned" not in payload
+            assert saves == [] and "labels_learned" not in payload
         else:
-            assert len(saves) == 3 and payload["half_learned"]["m"] == real_distill.HALF[0]
+            assert len(saves) == 4 and payload["half_learned"]["m"] == real_distill.HALF[0]
+            assert payload["labels_learned"]["option"].endswith("--learn_label_weight=0.5")
+            built.clear()
+            real_distill.learned("src", {}, payload, 0.0)  # every start saved: nothing built again
+            assert built == [] and len(saves) == 4
             assert payload["learned"]["zero_shot"] == {"val": real_distill.RECOVER[0] / 100}
             assert payload["gains_learned"]["option"] == "--learn_steps=16 --learn_gain_lr=1e-2"
             assert payload["learned"]["option"] == "--learn_steps=16"
