@@ -1233,7 +1233,9 @@ def learned_words(row: dict) -> str:
     learned = (row.get("corrections") or {}).get("learned_map")
     if not learned:
         return ""
-    return (f"; the calibration KL to the original (before the tie) {learned['initial']:.3f} → "
+    what = (f"objective {learned['objective']} (KL to the original, CE of the text's next token)"
+            if "objective" in learned else "KL to the original")
+    return (f"; the calibration {what} (before the tie) {learned['initial']:.3f} → "
             f"{learned['learned']:.3f} (kept: {learned['kept']}), learned on the {calibration_tokens(row):,} "
             "calibration tokens it is measured on")
 

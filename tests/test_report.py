@@ -807,6 +807,10 @@ def test_a_learned_rows_reading_gives_its_calibration_kl():
     assert report.learned_words(row) == ("; the calibration KL to the original (before the tie) 0.813 → 0.434 "
                                          "(kept: learned), learned on the 32,768 calibration tokens it is measured on")
     assert report.learned_words({"corrections": {}}) == ""
+    mixed = {"corrections": {"learned_map": {"initial": 2.599, "learned": 2.049, "kept": "learned",
+                                             "objective": "(1 - 0.5)·KL + 0.5·CE"}}}
+    assert report.learned_words(mixed).startswith("; the calibration objective (1 - 0.5)·KL + 0.5·CE (KL to the "
+                                                  "original, CE of the text's next token) (before the tie) 2.599 → ")
     assert "learned on the 65,536 calibration tokens" in report.learned_words(dict(row, options=["--calib_batches=16"]))
 
 
