@@ -48,9 +48,9 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   seeds 1 and 2 too (``cosine_draws``, paired by seed with ``gains_draws``); and the general case calibrated on a
   mix (real_model.MIX: Shakespeare, the news and the own samples in equal shares, never the novel): does a broad
   text read the novel better than any one of its parts? At m = 432 the map and its gains learned on the calibration
-text's own next tokens too (``--learn_label_weight``: (1 − α)·KL + α·cross-entropy per token, α = ½ and 0.2, one
-factor against the KL alone), α = ½ with calibration seeds 1 and 2 too (``label_draws``, paired by seed with
-``gains_draws``). Each learned m = 432 map is also ported with the head
+  text's own next tokens too (``--learn_label_weight``: (1 − α)·KL + α·cross-entropy per token, α = ½ and 0.2, one
+  factor against the KL alone), α = ½ with calibration seeds 1 and 2 too (``label_draws``, paired by seed with
+  ``gains_draws``). Each learned m = 432 map is also ported with the head
   untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
@@ -136,7 +136,7 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "samples"), (M, 32, (LEARN, GAINS, COSINE), "shakespeare"),
          (M, 32, (LEARN, GAINS), "mix"), (M, 32, (LEARN, GAINS, LABELS), "shakespeare"),
          (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare")]
-# the last six: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
+# CELLS[29:35]: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
 # own samples; at m = 288 too)
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)

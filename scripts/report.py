@@ -2081,14 +2081,14 @@ def batch_verdict(r: dict) -> str:
     return f"{v['words']} ({_p(v)})"
 
 
-def mix_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
+def draws_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
     """``key``'s calibration draws (by default the mix's) against the norm gains' on Shakespeare (``gains_draws``) on
     ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the README quotes it
     (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``)."""
-    mix, own = r.get(key), r.get("gains_draws")
-    if not (mix and own and mix["seeds"] == own["seeds"]):
+    drawn, own = r.get(key), r.get("gains_draws")
+    if not (drawn and own and drawn["seeds"] == own["seeds"]):
         return "not measured"
-    v = verdict([x[text] for x in mix["learned"]], [x[text] for x in own["learned"]], paired=True)
+    v = verdict([x[text] for x in drawn["learned"]], [x[text] for x in own["learned"]], paired=True)
     return f"{v['words']} ({_p(v)})"
 
 
@@ -3224,10 +3224,10 @@ QUOTES = {
     "growth.vs_scratch_curve": lambda: _growth("vs_scratch_curve"),
     "significance_rule": lambda: SIGNIFICANCE_RULE,
     "distill.batch_vs_recipe": lambda: batch_verdict(load("real_model_distill") or {}),
-    "tied.mix_vs_shakespeare.general": lambda: mix_verdict(load("real_model_tied") or {}, "general"),
-    "tied.mix_vs_shakespeare.val": lambda: mix_verdict(load("real_model_tied") or {}, "val"),
-    "tied.labels_vs_kl.val": lambda: mix_verdict(load("real_model_tied") or {}, "val", "label_draws"),
-    "tied.labels_vs_kl.general": lambda: mix_verdict(load("real_model_tied") or {}, "general", "label_draws"),
+    "tied.mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general"),
+    "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
+    "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),
+    "tied.labels_vs_kl.general": lambda: draws_verdict(load("real_model_tied") or {}, "general", "label_draws"),
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
     "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
     "growth.rewarm": _rewarm,

@@ -1079,14 +1079,14 @@ def test_the_mix_draws_read_against_the_aim_and_the_shakespeare_draws_paired_by_
     assert "paired" not in report.mix_draws_reading(mix, dict(shakespeare, seeds=[0, 3, 4]), 3.7584, 3.7886)[0][40:]
     assert report.mix_draws_reading(None, shakespeare, 3.7584, 3.7886) == []
     r = {"mix_draws": mix, "gains_draws": shakespeare}  # the README's quotes: the same verdicts
-    assert report.mix_verdict(r, "general").startswith("lower (paired t, p = 0.0")
-    assert report.mix_verdict(r, "val").startswith("higher (paired t, p = 0.0")
-    assert report.mix_verdict({"mix_draws": mix}, "val") == "not measured"
+    assert report.draws_verdict(r, "general").startswith("lower (paired t, p = 0.0")
+    assert report.draws_verdict(r, "val").startswith("higher (paired t, p = 0.0")
+    assert report.draws_verdict({"mix_draws": mix}, "val") == "not measured"
     shifted = [{"val": x["val"] - 0.13 + 0.01 * (k % 2), "general": x["general"] + 0.03 * k}
                for k, x in enumerate(shakespeare["learned"])]  # val lower on every draw, general not by the test
     labels = {"label_draws": dict(mix, learned=shifted), "gains_draws": shakespeare}
-    assert report.mix_verdict(labels, "val", "label_draws").startswith("lower (paired t, p = ")
-    assert report.mix_verdict(labels, "general", "label_draws").startswith("no difference (paired t, p = ")
+    assert report.draws_verdict(labels, "val", "label_draws").startswith("lower (paired t, p = ")
+    assert report.draws_verdict(labels, "general", "label_draws").startswith("no difference (paired t, p = ")
 
 
 def test_the_general_case_reads_against_its_in_domain_bound():
