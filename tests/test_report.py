@@ -1,4 +1,5 @@
 """report.py keeps the documents equal to results/: tables, quoted numbers in prose, and the one significance rule."""
+import copy
 import os
 import re
 import statistics
@@ -1016,6 +1017,46 @@ def test_a_gpu_run_with_other_options_says_what_it_distilled_on_and_compares_onl
     assert report.gpu_options("real_model_gpu_learned_m432_mix_teacher") == (" --start=learned --width=432 "
                                                                              "--text=mix --teacher_tokens=N")
     assert report.missing("real_model_gpu_mix").startswith("*Not run yet: `scripts/real_distill_gpu.sh --text=mix`")
+
+
+def test_the_teachers_continuations_read_against_the_run_without_them_only_when_nothing_else_differs(monkeypatch):
+    """results/real_model_gpu_learned_teacher: set against the learned start's run at its rate (whole-split losses,
+    the fixed batches at about equal tokens, the train KL over the same tokens); not against a run of another width,
+    nor one that had continuations too; the plateau's words in the run without them point to this run once it
+    exists."""
+    base = gpu_result(val_best=3.8678)
+    base |= {"start_map": "learned", "gpu": "NVIDIA H100", "options": ["--tie_head=True", "--learn_steps=32"],
+             "tokens": 20 * 64 * 256, "start": {"val": 4.4505, "general": 5.2871, "parameters": 67_257_504}}
+    base["arms"] = [base["arms"][1]]
+    base["arms"][0] |= {"losses": {"val": 3.8678, "general": 4.6746},
+                        "curve": [[0, 4.46], [10 * 64 * 256, 3.8921], [20 * 64 * 256, 3.8897]],
+                        "train_curve": [[t * 64 * 256, 3.8, kl] for t, kl in ((2, 0.4), (5, 0.22), (10, 0.16))]}
+    run = copy.deepcopy(base)
+    run |= {"tokens": 10 * 64 * 256, "train_tokens": 2_971_863, "start": {"val": 4.4631, "general": 5.34,
+                                                                          "parameters": 67_257_504},
+            "teacher_text": {"samples": 20_834, "prompt_tokens": 32, "new_tokens": 96, "generated": 2_000_064,
+                             "train_tokens": 2_666_752},
+            "seconds": {"import": 34, "transform": 39, "teacher_text": 120, "distill": 205}}
+    run["arms"][0] |= {"losses": {"val": 3.9357, "general": 4.4050},
+                       "curve": [[0, 4.47], [5 * 64 * 256, 3.95], [10 * 64 * 256, 3.9630]],
+                       "train_curve": [[t * 64 * 256, 3.3, kl] for t, kl in ((2, 0.6), (5, 0.373), (10, 0.363))]}
+    lines = report.gpu_teacher_reading(run, base)
+    assert ("each on a lent NVIDIA H100): 20,834 continuations of 96 tokens (2,000,064 generated in 120 s) after the "
+            "305,111 Shakespeare train tokens move val from 3.8678 (+2.9%) to 3.9357 (+4.7%) and the novel from "
+            "4.6746 (+23.4%) to 4.4050 (+16.3%)") in lines[0]
+    assert "distilled 0.2 M tokens against 0.3 M; at 0.2 M the run without them read 3.8921" in lines[0]
+    assert "this one 3.9630 at its end, so val is higher at about equal tokens too" in lines[0]
+    assert "goes from 0.373 to 0.363 (without the continuations: 0.220 to 0.160 over the same tokens)" in lines[1]
+    wider = dict(base, m=432)
+    assert report.gpu_teacher_reading(run, wider)[0].startswith("- **What it changes**")
+    assert report.gpu_teacher_reading(run, dict(base, teacher_text=run["teacher_text"]))[0].startswith("- **What")
+    assert report.gpu_teacher_reading(run, None)[0].startswith("- **What it changes**")
+    monkeypatch.setattr(report, "load", {"real_model_gpu_learned": base}.get)
+    assert "- **The original's continuations**" in report.real_model_gpu_learned_teacher(run)
+    assert "teacher-written text in its style is untried" in report.gpu_start_reading(base, None)[0]
+    monkeypatch.setattr(report, "load", {"real_model_gpu_learned_teacher": run}.get)
+    assert "continuations are read in results/real_model_gpu_learned_teacher" in report.gpu_start_reading(base,
+                                                                                                           None)[0]
 
 
 def test_learning_the_half_map_further_reads_each_variant_against_sixteen_steps_and_the_twenty_percent_aim():
