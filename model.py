@@ -243,7 +243,9 @@ def llama3_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
 def shared_rope_tables(head_dim: int, length: int, base: float, scaling: dict | None = None,
                        device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``rope_tables``, one copy per distinct table: every block with the same RoPE shares it (a long context would
-    otherwise hold n_layer copies)."""
+    otherwise hold n_layer copies). Keyed by the device the tables land on, so that tables made under
+    ``with torch.device("meta")`` (GPT.from_state_dict) are never handed to a model built on the CPU."""
+    device = torch.empty(0, device=device).device  # None: the current default, which a device context changes
     key = (head_dim, length, base, tuple(sorted((scaling or {}).items())), str(device))
     if key not in _ROPE_CACHE:
         if len(_ROPE_CACHE) > 8:

@@ -111,6 +111,20 @@ def test_rope_model_has_no_position_embedding():
     assert "wpe" not in model.transformer
 
 
+def test_rope_tables_made_on_the_meta_device_never_reach_a_model_built_on_the_cpu():
+    """GPT.from_state_dict builds on the meta device; the shared RoPE tables must not be cached there for the next
+    model of the same shape (seen: a per-block shrink after a checkpoint load failed with 'Tensor on device meta')."""
+    weights = GPT(tiny(pos="rope", block_size=11)).state_dict()  # the tables are buffers outside the state dict
+    cfg = tiny(pos="rope", block_size=11, rope_base=1234.0)  # a table no other test makes first: made on meta
+    loaded = GPT.from_state_dict(cfg, weights)
+    fresh = GPT(cfg)
+    for model in (loaded, fresh):
+        assert model.transformer.h[0].attn.rope_cos.device.type == "cpu"
+    idx = torch.randint(0, 13, (1, 11))
+    torch.testing.assert_close(loaded(idx)[0], GPT.from_state_dict(cfg, loaded.state_dict())(idx)[0])
+    assert torch.isfinite(fresh(idx)[0]).all()
+
+
 def test_hidden_states_and_widths():
     cfg = tiny(n_embd=24, head_dim=5, n_head=3, mlp_hidden=40)
     model = GPT(cfg)
