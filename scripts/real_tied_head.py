@@ -135,10 +135,12 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN, GAINS), "samples"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "novel"),
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "samples"), (M, 32, (LEARN, GAINS, COSINE), "shakespeare"),
          (M, 32, (LEARN, GAINS), "mix"), (M, 32, (LEARN, GAINS, LABELS), "shakespeare"),
-         (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare")]
+         (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare"), (M, 32, (LEARN, GAINS, LABELS), "mix"),
+         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "mix")]
 # CELLS[29:35]: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
-# own samples; at m = 288 too)
+# own samples; at m = 288 too). CELLS[39]: the mix's own labels (does a broad text's next token help the novel?);
+# CELLS[40]: the general case's best calibration text at −50%
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
