@@ -599,7 +599,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         # refit, once
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
-        assert len(learned) == 16 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
+        assert len(learned) == 17 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
         # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 9 draws
         assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 12)
         assert ("self_samples" in last) != reverse and last.get("self_samples", {}).get("seconds") in (None, 514.0)
