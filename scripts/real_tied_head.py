@@ -50,7 +50,8 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   text read the novel better than any one of its parts? At m = 432 the map and its gains learned on the calibration
   text's own next tokens too (``--learn_label_weight``: (1 − α)·KL + α·cross-entropy per token, α = ½ and 0.2, one
   factor against the KL alone), α = ½ with calibration seeds 1 and 2 too (``label_draws``, paired by seed with
-  ``gains_draws``). Each learned m = 432 map is also ported with the head
+  ``gains_draws``), and α = ½ on the mix (do a broad text's labels help the novel?); the mix at m = 288 too (the
+  general case's best calibration text at −50%). Each learned m = 432 map is also ported with the head
   untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's

@@ -1466,12 +1466,17 @@ def real_model_distill(r: dict) -> str:
     return "\n".join(lines + real_model_distill_reading(r))
 
 
+def gpu_name(r: dict) -> str:
+    """The GPU a run's record names (its device where it names none)."""
+    return r.get("gpu") or r["device"]
+
+
 def real_model_gpu(r: dict) -> str:
     """The tied −50% SmolLM2 distilled on a lent GPU at each rate for as many tokens as one call held, against the
     original distilled from itself (checked unchanged on the GPU); whole-split losses, the run's own val curve."""
     o, z, c = r["original"], r["start"], r["control"]
     passes = r["tokens"] / gpu_train_tokens(r)
-    where = r.get("gpu") or r["device"]
+    where = gpu_name(r)
     how = ("the map and the norm gains learned there on the calibration KL by the CPU row's command"
            if learned_start(r) else "shrunk there by the CPU row's command")
     lines = [f"SmolLM2-135M-Instruct on one {where} (torch {r['torch'].split('+')[0]}): the tied m = {r['m']} "
@@ -1550,9 +1555,8 @@ def gpu_teacher_reading(r: dict, base: dict | None) -> list[str]:
         lines.append(
             f"- **The original's continuations** (one factor against results/real_model_gpu_learned: the arms' train "
             f"data; the same start command, rate {arm['lr']:g} and recipe; n = 1 each, "
-            + (f"each on a lent {r.get('gpu') or r['device']}" if (base.get('gpu') or base['device']) == (
-                r.get('gpu') or r['device']) else f"on a lent {base.get('gpu') or base['device']} there and a "
-               f"{r.get('gpu') or r['device']} here")
+            + (f"each on a lent {gpu_name(r)}" if gpu_name(base) == gpu_name(r) else
+               f"on a lent {gpu_name(base)} there and a {gpu_name(r)} here")
             + f"): {t['samples']:,} continuations of {t['new_tokens']} tokens "
             f"({t['generated']:,} generated in {r['seconds']['teacher_text']:.0f} s) after the "
             f"{gpu_train_tokens(r) - t['train_tokens']:,} Shakespeare train tokens move val from "
@@ -1569,17 +1573,22 @@ def gpu_teacher_reading(r: dict, base: dict | None) -> list[str]:
             f"{base['start']['val']:.4f} there, {r['start']['val']:.4f} here).")
     half = [p for p in arm["train_curve"] if p[0] >= r["tokens"] / 2]
     if half:
+        change = half[-1][2] / half[0][2] - 1
         lines.append(
             f"- **What it changes**: over the second half the student's KL to the teacher on its train batches goes "
-            f"from {half[0][2]:.3f} to {half[-1][2]:.3f}"
+            f"from {half[0][2]:.3f} to {half[-1][2]:.3f} ({change:+.0%})"
             + (f" (without the continuations: {nearest(other['train_curve'], r['tokens'] / 2)[2]:.3f} to "
                f"{nearest(other['train_curve'], r['tokens'])[2]:.3f} over the same tokens)" if other else "")
             + f", with the {gpu_train_tokens(r):,} train tokens passed over {r['tokens'] / gpu_train_tokens(r):.0f} "
-            "times: the student no longer fits the windows it has seen ever closer. Yet val on Shakespeare is "
-            "worse and the novel better. A likely reason, not measured here: the continuations are the original's "
-            "own text after short Shakespeare prompts and leave Shakespeare within a hundred tokens or so (seen at "
-            "temperature 1), so most of what the student distils on is general text. In this run (n = 1) more of "
-            "the teacher's own text helped the general text and not val on the calibration text's domain.")
+            "times"
+            + (": the student no longer fits the windows it has seen ever closer." if abs(change) < 0.1 else ".")
+            + (" Yet val on Shakespeare is worse and the novel better. A likely reason, not measured here: the "
+               "continuations are the original's own text after short Shakespeare prompts and leave Shakespeare "
+               "within a hundred tokens or so (seen at temperature 1), so most of what the student distils on is "
+               "general text. In this run (n = 1) more of the teacher's own text helped the general text and not "
+               "val on the calibration text's domain."
+               if other and arm["losses"]["val"] > other["losses"]["val"]
+               and arm["losses"]["general"] < other["losses"]["general"] else ""))
     return lines
 
 
@@ -1599,7 +1608,7 @@ def gpu_start_reading(r: dict, pca: dict | None) -> list[str]:
         at = nearest(arm["curve"], pca["tokens"])
         lines.append(
             f"- **The start** (lr {arm['lr']:g} in both; n = 1 each, on two lent GPUs: "
-            f"{pca.get('gpu') or pca['device']} for PCA's, {r.get('gpu') or r['device']} here): from PCA's map "
+            f"{gpu_name(pca)} for PCA's, {gpu_name(r)} here): from PCA's map "
             f"({gap_words(pca['start']['val'], pca['control']['losses']['val'])} zero-shot) the run ended "
             f"{gap_words(other['losses']['val'], pca['control']['losses']['val'])} after {pca['tokens'] / 1e6:.1f} M "
             f"tokens; from the learned map ({gap_words(r['start']['val'], r['control']['losses']['val'])} zero-shot) "

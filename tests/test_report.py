@@ -1046,7 +1046,13 @@ def test_the_teachers_continuations_read_against_the_run_without_them_only_when_
             "4.6746 (+23.4%) to 4.4050 (+16.3%)") in lines[0]
     assert "distilled 0.2 M tokens against 0.3 M; at 0.2 M the run without them read 3.8921" in lines[0]
     assert "this one 3.9630 at its end, so val is higher at about equal tokens too" in lines[0]
-    assert "goes from 0.373 to 0.363 (without the continuations: 0.220 to 0.160 over the same tokens)" in lines[1]
+    assert "goes from 0.373 to 0.363 (-3%) (without the continuations: 0.220 to 0.160 over the same tokens)" in lines[1]
+    assert "no longer fits the windows it has seen" in lines[1] and "Yet val on Shakespeare is worse" in lines[1]
+    better = copy.deepcopy(run)  # val lower with them: the drift's explanation is not offered
+    better["arms"][0]["losses"]["val"] = 3.80
+    better["arms"][0]["train_curve"][-1][2] = 0.2
+    line = report.gpu_teacher_reading(better, base)[1]
+    assert "(-46%)" in line and "no longer fits" not in line and "Yet val" not in line
     wider = dict(base, m=432)
     assert report.gpu_teacher_reading(run, wider)[0].startswith("- **What it changes**")
     assert report.gpu_teacher_reading(run, dict(base, teacher_text=run["teacher_text"]))[0].startswith("- **What")
