@@ -430,6 +430,42 @@ def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_th
             assert payload["learned"]["option"] == "--learn_steps=16"
 
 
+def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_start(monkeypatch):
+    """real_distill --part=learned_draws: the −25% learned start whose distilled model ends lowest (never the −50%
+    one, however low) gets data orders 1 and 2 with the best recipe; the three gaps go to the best recipe's control;
+    --reverse builds only the last order and saves nothing; without a learned start it stops with one line."""
+    import real_distill
+
+    def lowest_first(payload, key):
+        return {"losses": {"val": 3.0 if key == "half_learned" else 3.8 if key == "labels_learned" else 3.9,
+                           "general": 4.4}}
+
+    for reverse in (False, True):
+        built, arms, saves = [], [], []
+        monkeypatch.setattr(real_distill, "build", lambda src, data, spec, built=built: built.append(spec) or {
+            "out_dir": "".join(spec[2])})
+        monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, seed=0, name="", batch=8, m=432, arms=arms: (
+            arms.append((start["out_dir"], lr, seed, name, batch, m)) or {"losses": {"val": 3.8 + seed / 100,
+                                                                                      "general": 4.4}}))
+        monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
+        payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1, "control": {"losses": {"val": 3.7, "general": 4.0}}}}
+        payload |= {key: lowest_first(payload, key) for key, *_ in real_distill.LEARNED_STARTS}
+        real_distill.learned_draws("src", {}, payload, 0.0, reverse)
+        labels = (real_distill.LEARN, real_distill.GAINS, real_distill.LABELS)
+        assert [spec[2] for spec in built] == [labels]
+        seeds = real_distill.DATA_SEEDS[-1:] if reverse else real_distill.DATA_SEEDS
+        assert arms == [("".join(labels), 1e-4, s, "-learned-gains-labels", 1, 432) for s in seeds]
+        if reverse:
+            assert saves == [] and "learned_draws" not in payload
+            continue
+        draws = payload["learned_draws"]
+        assert len(saves) == 1 and draws["start"] == "labels_learned" and draws["seeds"] == [0, 1, 2]
+        assert draws["gap"]["val"]["each"] == pytest.approx([3.8 / 3.7 - 1, 3.81 / 3.7 - 1, 3.82 / 3.7 - 1])
+        assert draws["option"].endswith("--learn_label_weight=0.5")
+    with pytest.raises(SystemExit, match="no learned −25% start: run --part=learned first"):
+        real_distill.learned_draws("src", {}, {"chosen_lr": 1e-4, "batches": {"chosen": 1}}, 0.0)
+
+
 @pytest.mark.parametrize("wins", [True, False])
 @pytest.mark.parametrize("part", ["features", "temperature"])
 def test_a_loss_part_tries_each_value_then_the_lowest_ones_control_and_orders_only_if_it_wins(monkeypatch, wins,
