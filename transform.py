@@ -280,7 +280,7 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
                     keep_layernorm: bool = False, grow_noise: float = 0.0, restore_attn_scale: bool = False,
                     refit: str = "none", learn_steps: int = 0, n_head: int = 0, mlp_hidden: int = 0,
                     grow_mode: str = "zero", n_kv_head: int = 0, n_layer: int = 0,
-                    depth_mode: str = "interleave") -> str:
+                    depth_mode: str = "interleave", learn_label_weight: float = 0.0) -> str:
     """Every check of a transform request against the model it applies to, in one place (every path calls
     it before any work). Returns the canonical porting name."""
     d, m = cfg.n_embd, width
@@ -305,7 +305,7 @@ def check_transform(cfg: GPTConfig, width: int, kind: str, porting: str, norms: 
                                  "neither); drop them")
     check_shortcut_models(cfg, porting, refit, learn_steps, keep_layernorm, grow_noise,
                           bool(n_head or n_kv_head or mlp_hidden or n_layer))
-    check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm)
+    check_corrections(cfg.n_embd, width, porting, refit, learn_steps, keep_layernorm, learn_label_weight)
     check_growth(cfg, n_head, mlp_hidden, grow_mode, n_kv_head)
     check_depth(cfg, n_layer, depth_mode)
     if n_layer > cfg.n_layer and (porting == "paper_code" or keep_layernorm):
@@ -350,8 +350,11 @@ def check_shortcut_models(cfg: GPTConfig, porting: str, refit: str, learn_steps:
                              "per_block porting applies to it, without growth or keep_layernorm")
 
 
-def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int, keep_layernorm: bool) -> None:
-    """Raise TransformError for a refit / learned-map request that cannot apply."""
+def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int, keep_layernorm: bool,
+                      label_weight: float = 0.0) -> None:
+    """Raise TransformError for a refit / learned-map request that cannot apply. A map learned at m = d is allowed
+    only with the text's labels in its objective (``label_weight`` > 0): the KL alone is already 0 at an exact
+    port, while the labels move it — the same-width control of a shrink learned on labels."""
     if refit not in REFIT_MODES:
         raise TransformError(f"refit={refit!r} is not one of {REFIT_MODES}")
     if learn_steps < 0:
@@ -365,9 +368,10 @@ def check_corrections(d: int, m: int, porting: str, refit: str, learn_steps: int
     if keep_layernorm:
         raise TransformError("keep_layernorm ports exactly (orthogonal, m ≥ d): there is nothing to refit; drop "
                              "--refit / --learn_steps")
-    if learn_steps > 0 and m >= d:
-        raise TransformError(f"learn_steps learns a map with orthonormal rows for a shrink (m < d), got width={m}, "
-                             f"d={d}; at m ≥ d an orthogonal T is already exact")
+    if learn_steps > 0 and (m > d or m == d and not label_weight):
+        raise TransformError(f"learn_steps learns a map with orthonormal rows for a shrink (m < d, or m = d with "
+                             f"--learn_label_weight > 0), got width={m}, d={d}; at m ≥ d an orthogonal T is already "
+                             "exact")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -439,7 +443,7 @@ def transform_model(model: GPT, width: int, *, kind: str = "orthogonal", porting
     clock = PhaseClock()  # seconds per step of the pipeline: where a long run spends its time
     porting = check_transform(model.config, width, kind, porting, norms, keep_layernorm, grow_noise,
                               restore_attn_scale, refit, learn_steps, n_head, mlp_hidden, grow_mode, n_kv_head,
-                              n_layer, depth_mode)
+                              n_layer, depth_mode, learn_label_weight)
     d, m = model.config.n_embd, width
     check_new_directions(model.config, d, m, porting, norms, rescale_gains, keep_layernorm, refit, learn_steps,
                          grow_reader_std, grow_mask_iters, rms_preserve)
@@ -784,7 +788,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     model = model_from_checkpoint(ckpt).to(cfg.device).eval()
     check_transform(model.config, cfg.width, cfg.kind, cfg.porting, cfg.norms, cfg.keep_layernorm, cfg.grow_noise,
                     cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode,
-                    cfg.n_kv_head, cfg.n_layer, cfg.depth_mode)
+                    cfg.n_kv_head, cfg.n_layer, cfg.depth_mode, cfg.learn_label_weight)
     if cfg.carry_optimizer:
         from carry import check_carry
         check_carry(ckpt, cfg.porting, cfg.norms, cfg.kind, model.config.n_embd, cfg.width, cfg.keep_layernorm,

@@ -51,7 +51,10 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   text's own next tokens too (``--learn_label_weight``: (1 − α)·KL + α·cross-entropy per token, α = ½ and 0.2, one
   factor against the KL alone), α = ½ with calibration seeds 1 and 2 too (``label_draws``, paired by seed with
   ``gains_draws``), and α = ½ on the mix (do a broad text's labels help the novel?); the mix at m = 288 too (the
-  general case's best calibration text at −50%). Each learned m = 432 map is also ported with the head
+  general case's best calibration text at −50%); and LABEL_RECIPE at m = 576, nothing shrunk (``--learn_steps`` at
+  m = d takes labels only: the KL alone is 0 there), with calibration seeds 1 and 2 too (``label_control_draws``,
+  paired by seed with ``label_draws``): the labels' same-width control, beside the PCA rotation at m = 576 tied
+  (what the tie costs with nothing shrunk). Each learned m = 432 map is also ported with the head
   untied (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs
   each learned map is measured beside it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
@@ -117,6 +120,7 @@ WRITERS = "--learn_writer_gains=True"  # each attention/MLP output's per-coordin
 TO_ORIGINAL = "--retie_target=original"  # the tied head's gain fitted to the original's logits (the refit leaves
 # the head, which the tie replaces), not to the untied head's
 M = RATIOS[0.75]
+D = 576  # SmolLM2-135M's own width: a cell at m = D shrinks nothing (a same-width control)
 # (m, tie_keep, more options, calibration text), the most telling first: a cut-short run still answers the question
 CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shakespeare"),
          (M, 32, (READERS,), "shakespeare"), (RATIOS[0.5], 32, (), "shakespeare"),
@@ -137,11 +141,14 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "samples"), (M, 32, (LEARN, GAINS, COSINE), "shakespeare"),
          (M, 32, (LEARN, GAINS), "mix"), (M, 32, (LEARN, GAINS, LABELS), "shakespeare"),
          (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare"), (M, 32, (LEARN, GAINS, LABELS), "mix"),
-         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "mix")]
+         (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "mix"), (D, 32, (LEARN, GAINS, LABELS), "shakespeare"),
+         (D, 32, (), "shakespeare")]
 # CELLS[29:35]: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
 # own samples; at m = 288 too). CELLS[39]: the mix's own labels (does a broad text's next token help the novel?);
-# CELLS[40]: the general case's best calibration text at −50%
+# CELLS[40]: the general case's best calibration text at −50%. CELLS[41]: LABEL_RECIPE at m = D, its same-width
+# control (the same learning on the text's labels, nothing shrunk: how much of the labels' gain is the text learned,
+# not width recovered); CELLS[42]: the PCA rotation at m = D with the tie (what the tie costs with nothing shrunk)
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
@@ -153,12 +160,13 @@ NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: t
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
 LABEL_RECIPE = CELLS[37]  # GAINS_RECIPE on ½·KL + ½·the text's labels: its draws, paired with GAINS_RECIPE's
+LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its draws, paired with LABEL_RECIPE's
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
          ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE), ("mix_draws", MIX_RECIPE),
-         ("label_draws", LABEL_RECIPE))
+         ("label_draws", LABEL_RECIPE), ("label_control_draws", LABEL_CONTROL))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
 # and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their

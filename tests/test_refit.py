@@ -532,3 +532,22 @@ def test_label_weight_needs_a_learned_map_and_lies_in_0_1(setup):
         transform_model(model, 16, kind="pca", calibration_loader=loader, learn_label_weight=0.5)
     with pytest.raises(ConfigError, match=r"learn_label_weight=1.5 .*\[0, 1\]"):
         TransformConfig(out_dir="x", width=16, learn_steps=4, learn_label_weight=1.5).validate()
+
+
+def test_a_map_learns_at_the_same_width_only_with_the_texts_labels(setup):
+    """At m = d the KL alone is 0 at an exact port (nothing to learn: refused), but the text's labels move an
+    orthogonal T and the gains: --learn_label_weight > 0 learns there (a shrink's same-width control) and lowers its
+    objective; m > d is refused either way."""
+    model, loader = setup
+    d = model.config.n_embd
+    options = dict(kind="pca", calibration_loader=loader, calib_batches=2, learn_steps=3, learn_gain_lr=1e-2)
+    with pytest.raises(TransformError, match=rf"m < d, or m = d with --learn_label_weight > 0\), got width={d}"):
+        transform_model(model, d, **options)
+    with pytest.raises(TransformError, match=rf"got width={d + 8}"):
+        transform_model(model, d + 8, learn_label_weight=0.5, **options)
+    new, record = transform_model(model, d, learn_label_weight=0.5, **options)
+    learned = record["corrections"]["learned_map"]
+    assert learned["kept"] == "learned" and learned["learned"] < learned["initial"]
+    T = record["T"].double()
+    torch.testing.assert_close(T @ T.T, torch.eye(d, dtype=T.dtype), atol=1e-6, rtol=0)  # still orthogonal
+    assert new.config.n_embd == d
