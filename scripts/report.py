@@ -1031,7 +1031,7 @@ def real_model_tied(r: dict) -> str:
                                      what="its norm gains on ½·KL + ½·the text's next tokens "
                                           "(`--learn_label_weight=0.5`)",
                                      against="the KL alone")
-               + tied_recovery_reading(r.get("recovery")))
+               + label_control_reading(r, bv, bg) + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
                   "the calibration draws are n = 3 and tested)."] + reading
@@ -1300,6 +1300,43 @@ def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: f
         parts.append(f"{text} {statistics.fmean(diffs):+.4f} ± {statistics.stdev(diffs):.4f} nats "
                      f"({', '.join(f'{x:+.4f}' for x in diffs)}; {v['test']}, p = {v['p']:.2g}): {v['words']}")
     return [line + f" Against {against} on the same draws (paired by seed): " + "; ".join(parts) + "."]
+
+
+def label_control_reading(r: dict, bv: float, bg: float) -> list[str]:
+    """The labels recipe at the original's width (nothing shrunk: the same T and gains learned on ½·KL + ½·labels)
+    against the −25% labels row: how much of the labels' gain over the original is the text learned (the control's
+    own gap) and what the shrink costs under equal learning (the row over its control); paired by calibration seed
+    where both have draws. Beside it the tied PCA rotation at that width, learned nothing: the tie's own cost."""
+    labels = [x for x in r["rows"] if "--learn_label_weight=0.5" in x.get("options", [])
+              and x["calibration"] == "shakespeare"]
+    d = max((x["m"] for x in r["rows"]), default=0)
+    control = next((x for x in labels if x["m"] == d), None)
+    shrunk = next((x for x in labels if x["m"] < d and x["options"] == (control or {}).get("options")), None)
+    if not (control and shrunk):
+        return []
+    c, a = control["losses"], shrunk["losses"]
+    out = [f"- **The labels' same-width control** ({tied_extra(control)} at m = {d}, nothing shrunk; the same "
+           f"calibration draw, n = 1): val {c['val']:.4f} ({gap_words(c['val'], bv)} against the original), general "
+           f"{c['general']:.4f} ({gap_words(c['general'], bg)}); the −25% row {a['val']:.4f} and {a['general']:.4f}: "
+           f"under equal learning the shrink costs {gap_words(a['val'], c['val'])} on val and "
+           f"{gap_words(a['general'], c['general'])} on the general text."]
+    drawn, own = r.get("label_control_draws"), r.get("label_draws")
+    if drawn and own and drawn["seeds"] == own["seeds"]:
+        parts = []
+        for text in ("val", "general"):
+            x, y = ([z[text] for z in dd["learned"]] for dd in (own, drawn))
+            gaps = [p / q - 1 for p, q in zip(x, y)]
+            parts.append(f"{text} {statistics.fmean(y):.4f} ± {statistics.stdev(y):.4f}, the shrink's cost "
+                         f"{100 * statistics.fmean(gaps):+.1f}% ± {100 * statistics.stdev(gaps):.1f}")
+        out.append(f"- **Over calibration seeds {', '.join(map(str, drawn['seeds']))}** (n = {len(drawn['learned'])}, "
+                   "paired by seed with the −25% row's draws): the control's " + "; ".join(parts) + ".")
+    pca = next((x for x in r["rows"] if x["m"] == d and tied_extra(x) == "—"
+                and x["calibration"] == "shakespeare"), None)
+    if pca:
+        v = pca["losses"]["val"]
+        out.append(f"- **The tied PCA rotation at m = {d}** (K = {pca['tie_keep']}, nothing learned or shrunk): val "
+                   f"{v:.4f} ({gap_words(v, bv)}): what the tie alone costs where T mixes the other coordinates.")
+    return out
 
 
 def general_bound_reading(r: dict, bv: float, bg: float, aim: float = 0.10) -> list[str]:
@@ -1884,6 +1921,39 @@ def gains_learned_reading(r: dict, key: str = "gains_learned", against: str = "l
                f"missed by {v - own['val'] * (1 + RECOVERY_GOAL):.4f} nats") + " on one data order."]
 
 
+def learned_start_draws_reading(r: dict) -> list[str]:
+    """The best learned −25% start over three data orders (``learned_draws``) against the PCA start's orders in the
+    same recipe (``batches``' draws: the same orders and eval batches, so paired), and its mean against the goal."""
+    x, pca = r.get("learned_draws"), (r.get("batches") or {}).get("draws")
+    if not x:
+        return []
+    gap = x["gap"]["val"]
+    out = draw_lines(x, f"the {x['start'].replace('_', ' ')} start, `{x['option']}`, in the best recipe")
+    if pca and pca["seeds"] == x["seeds"]:
+        v = verdict(gap["each"], pca["gap"]["val"]["each"], paired=True)
+        out.append(f"- **The learned start against the PCA start, data order by data order** (paired: the same "
+                   f"orders and eval batches; n = {len(gap['each'])}): val gap {100 * gap['mean']:+.1f}% ± "
+                   f"{100 * gap['std']:.1f} against {100 * pca['gap']['val']['mean']:+.1f}% ± "
+                   f"{100 * pca['gap']['val']['std']:.1f}: {v['words']} ({_p(v)}).")
+    met = gap["mean"] <= RECOVERY_GOAL
+    near = abs(gap["mean"] - RECOVERY_GOAL) < 2 * gap["std"]
+    out.append(f"- **The issue's goal** (within {RECOVERY_GOAL:.0%} of the control): the mean over the orders "
+               + ("meets it" if met else f"misses it by {100 * (gap['mean'] - RECOVERY_GOAL):.1f} points")
+               + (f", inside twice the orders' spread (± {100 * gap['std']:.1f}), so not a clear "
+                  + ("pass" if met else "miss") if near else "") + ".")
+    return out
+
+
+def learned_start_verdict(r: dict) -> str:
+    """The learned start's val gaps over its data orders against the PCA start's, paired by order, in the verdict's
+    words with its p; the README quotes it (``distill.learned_vs_pca``)."""
+    x, pca = r.get("learned_draws"), (r.get("batches") or {}).get("draws")
+    if not (x and pca and pca["seeds"] == x["seeds"]):
+        return "not measured"
+    v = verdict(x["gap"]["val"]["each"], pca["gap"]["val"]["each"], paired=True)
+    return f"{v['words']} ({_p(v)})"
+
+
 def half_learned_reading(r: dict) -> list[str]:
     """−50% parameters from the learned map against the PCA start's run in the same recipe (results' "half"), with
     the −25% data orders' spread as the only yardstick there is (n = 1 each)."""
@@ -2072,7 +2142,7 @@ def real_model_distill_reading(r: dict) -> list[str]:
     out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + loss_variant_reading(r)
             + learned_reading(r) + gains_learned_reading(r)
             + gains_learned_reading(r, "labels_learned", "gains_learned", "The text's labels in the map's objective")
-            + half_learned_reading(r))
+            + learned_start_draws_reading(r) + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:
@@ -3287,6 +3357,7 @@ QUOTES = {
     "growth.vs_scratch_curve": lambda: _growth("vs_scratch_curve"),
     "significance_rule": lambda: SIGNIFICANCE_RULE,
     "distill.batch_vs_recipe": lambda: batch_verdict(load("real_model_distill") or {}),
+    "distill.learned_vs_pca": lambda: learned_start_verdict(load("real_model_distill") or {}),
     "tied.mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general"),
     "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
     "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),

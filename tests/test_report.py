@@ -394,6 +394,54 @@ def test_the_tied_head_table_and_reading_come_from_the_rows(monkeypatch):
     assert "val 4.3467 ± 0.0896 against 4.3833 ± 0.0153: no difference (paired t" in report.real_model_tied(r)
 
 
+def test_the_labels_same_width_control_reads_the_shrinks_cost_under_equal_learning():
+    """The labels recipe at m = d against the −25% labels row: the control's gap to the original, the shrink's cost
+    under equal learning (row over control), the paired draws where both have them, and the tied rotation at m = d;
+    nothing before the control is measured."""
+    labels = ("--learn_steps=16", "--learn_gain_lr=1e-2", "--learn_label_weight=0.5")
+    rows = [tied_row(432, 32, 3.89, 4.58, options=labels), tied_row(432, 32, 4.02, 4.55, options=labels[:2])]
+    assert report.label_control_reading({"rows": rows}, 3.7584, 3.7886) == []
+    rows += [tied_row(576, 32, 3.50, 3.90, 134.5e6, labels), tied_row(576, 32, 3.80, 3.83, 134.5e6)]
+    r = {"rows": rows}
+    first, rotation = report.label_control_reading(r, 3.7584, 3.7886)
+    assert "at m = 576, nothing shrunk" in first and "val 3.5000 (-6.9% against the original)" in first
+    assert "the shrink costs +11.1% on val and +17.4% on the general text" in first
+    assert rotation.startswith("- **The tied PCA rotation at m = 576** (K = 32") and "val 3.8000 (+1.1%)" in rotation
+    r["label_draws"] = {"seeds": [0, 1, 2], "learned": [{"val": 3.89, "general": 4.58}, {"val": 3.88, "general": 4.57},
+                                                         {"val": 3.90, "general": 4.59}]}
+    r["label_control_draws"] = {"seeds": [0, 1, 2], "learned": [{"val": 3.50, "general": 3.90},
+                                                                 {"val": 3.52, "general": 3.91},
+                                                                 {"val": 3.49, "general": 3.89}]}
+    lines = report.label_control_reading(r, 3.7584, 3.7886)
+    assert len(lines) == 3 and lines[1].startswith("- **Over calibration seeds 0, 1, 2** (n = 3")
+    assert "val 3.5033 ± 0.0153, the shrink's cost +11.0% ± 0.8" in lines[1]
+    r["label_control_draws"]["seeds"] = [0, 1, 3]  # not paired: not read
+    assert len(report.label_control_reading(r, 3.7584, 3.7886)) == 2
+
+
+def test_the_learned_starts_data_orders_are_paired_with_the_pca_starts_and_read_against_the_goal():
+    """n = 3 for the learned start: its gaps, the paired verdict against the PCA start's orders, and the goal, with a
+    mean within twice the spread of 3% called no clear pass or miss."""
+    pca = {"seeds": [0, 1, 2], "gap": {"val": {"mean": 0.037, "std": 0.004, "each": [0.032, 0.040, 0.039]},
+                                       "general": {"mean": 0.17, "std": 0.004, "each": [0.17, 0.175, 0.168]}}}
+    ours = {"seeds": [0, 1, 2], "start": "labels_learned", "option": "--learn_label_weight=0.5",
+            "gap": {"val": {"mean": 0.0315, "std": 0.0005, "each": [0.032, 0.031, 0.0315]},
+                    "general": {"mean": 0.18, "std": 0.001, "each": [0.18, 0.179, 0.181]}}}
+    r = {"batches": {"draws": pca}, "learned_draws": ours}
+    lines = report.learned_start_draws_reading(r)
+    assert lines[0].startswith("- **Data orders, val** (the labels learned start, `--learn_label_weight=0.5`")
+    assert "+3.1% ± 0.1 against +3.7% ± 0.4: no difference (paired t, p = " in lines[2]
+    assert lines[3].endswith("misses it by 0.2 points.")  # 0.15 points beyond 3%, ± 0.05: a clear miss
+    assert report.learned_start_verdict(r).startswith("no difference (paired t, p = ")
+    ours["gap"]["val"] = {"mean": 0.031, "std": 0.004, "each": [0.027, 0.035, 0.031]}
+    assert report.learned_start_draws_reading(r)[3].endswith(
+        "misses it by 0.1 points, inside twice the orders' spread (± 0.4), so not a clear miss.")
+    ours["gap"]["val"] = {"mean": 0.025, "std": 0.001, "each": [0.024, 0.026, 0.025]}
+    assert report.learned_start_draws_reading(r)[3].endswith("the mean over the orders meets it.")
+    assert report.learned_start_draws_reading({"batches": {"draws": pca}}) == []
+    assert report.learned_start_verdict({"batches": {"draws": pca}}) == "not measured"
+
+
 def test_the_distillation_table_reads_each_rate_against_its_own_control(monkeypatch):
     """Gaps are to the distilled control (the original distilled from itself), not to the LM control; the data
     orders say how many are within the goal; the better start and the LM recipe's tied run are set beside."""
