@@ -41,7 +41,9 @@ the best recipe, against the original distilled from itself on the mix, evaluate
 ``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
 rows, m = 432 and m = 288, m = 432 learned with its norm gains, ``--learn_gain_lr``, and with the calibration text's
 next tokens in its objective too, ``--learn_label_weight=0.5``) with the best recipe: another start, the same recipe
-and control. ``--part=learned_draws`` adds two more data orders (n = 3) to the learned −25% start that ends lowest.
+and control. ``--part=learned_draws`` adds two more data orders (n = 3) to the learned −25% start that ends lowest;
+``--part=learned_rates`` distils that start at the rates of ``LRS`` below the chosen one (and, where one ends lower,
+two more data orders at it).
 """
 from __future__ import annotations
 
@@ -336,16 +338,48 @@ def learned(src: str, data: dict[str, str], payload: dict, started: float, rever
         save(payload, started, "real_model_distill", "scripts/real_distill.sh")
 
 
+def best_learned_start(payload: dict) -> tuple[str, tuple, tuple[str, ...], str]:
+    """The entry of LEARNED_STARTS at m = 432 whose distilled model (the best recipe, data order 0) ends lowest on
+    the whole val split; exits with one line where ``payload`` has none."""
+    measured = [x for x in LEARNED_STARTS if x[0] in payload and x[1][0] == RECOVER[0]]
+    if not measured:
+        sys.exit("results/real_model_distill/results.json has no learned −25% start: run --part=learned first")
+    return min(measured, key=lambda x: payload[x[0]]["losses"]["val"])
+
+
+def learned_rates(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
+    """The rates of ``LRS`` below the chosen one on the best learned −25% start (``best_learned_start``), the best
+    batch, data order 0: a start near the original may want smaller steps (from the labels' start the chosen rate
+    first raises the fixed eval batches' loss, step 0 to mid-run). Where one ends below the chosen rate's run, two
+    more data orders at it (n = 3). Saved as "learned_rates" (``reverse``: build the lowest rate's run only)."""
+    chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
+    key, spec, more, name = best_learned_start(payload)
+    start = build(src, data, (spec[0], spec[1], more, spec[3]))
+    lower = [lr for lr in LRS if lr < chosen]
+    if reverse:
+        arm(data, start, lower[0], name=name, batch=best, m=spec[0])
+        return
+    rows = []
+    for lr in reversed(lower):  # nearest the chosen rate first
+        rows.append({"lr": lr, "arm": arm(data, start, lr, name=name, batch=best, m=spec[0])})
+        payload["learned_rates"] = {"start": key, "option": " ".join(more), "batch": best, "rows": rows}
+        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    winner = min(rows, key=lambda x: x["arm"]["losses"]["val"])
+    if winner["arm"]["losses"]["val"] < payload[key]["losses"]["val"]:
+        runs = [winner["arm"]] + [arm(data, start, winner["lr"], seed, name=name, batch=best, m=spec[0])
+                                  for seed in DATA_SEEDS]
+        ctrl = payload["batches"]["control"] if "control" in payload["batches"] else payload["control"]
+        payload["learned_rates"]["draws"] = draws(runs, ctrl, winner["lr"])
+        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+
+
 def learned_draws(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
     """Two more data orders (``DATA_SEEDS``: n = 3) for the −25% learned start (``LEARNED_STARTS``, m = 432) whose
     distilled model ends lowest on the whole val split, the best recipe unchanged: its gap to the control is within
     the recipe's data-order spread of the 3% aim, so one order cannot say on which side it lies. Saved as
     "learned_draws" (``reverse``: build the last data order only, saving nothing)."""
     chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
-    measured = [x for x in LEARNED_STARTS if x[0] in payload and x[1][0] == RECOVER[0]]
-    if not measured:
-        sys.exit("results/real_model_distill/results.json has no learned −25% start: run --part=learned first")
-    key, spec, more, name = min(measured, key=lambda x: payload[x[0]]["losses"]["val"])
+    key, spec, more, name = best_learned_start(payload)
     start = build(src, data, (spec[0], spec[1], more, spec[3]))
     if reverse:
         arm(data, start, chosen, DATA_SEEDS[-1], name=name, batch=best, m=spec[0])
@@ -385,7 +419,7 @@ def draws(runs: list[dict], ctrl: dict, lr: float) -> dict:
 
 
 ADDED = {"features": features, "temperature": temperatures, "learned": learned, "mix": mix_case,
-         "learned_draws": learned_draws}
+         "learned_draws": learned_draws, "learned_rates": learned_rates}
 # the parts that add to results/real_model_distill/results.json once it holds the rates and batches: --part → function
 
 

@@ -1924,24 +1924,64 @@ def gains_learned_reading(r: dict, key: str = "gains_learned", against: str = "l
 def learned_start_draws_reading(r: dict) -> list[str]:
     """The best learned −25% start over three data orders (``learned_draws``) against the PCA start's orders in the
     same recipe (``batches``' draws: the same orders and eval batches, so paired), and its mean against the goal."""
-    x, pca = r.get("learned_draws"), (r.get("batches") or {}).get("draws")
+    x = r.get("learned_draws")
     if not x:
         return []
+    return (draw_lines(x, f"the {x['start'].replace('_', ' ')} start, `{x['option']}`, in the best recipe")
+            + paired_orders(x, (r.get("batches") or {}).get("draws"), "The learned start against the PCA start")
+            + goal_of_orders(x))
+
+
+def learned_rates_reading(r: dict) -> list[str]:
+    """Smaller steps from the best learned start (``learned_rates``, data order 0) against the chosen rate's run
+    from it (n = 1: the PCA start's data orders' spread the yardstick); where a rate won, its data orders against
+    the chosen rate's (``learned_draws``, paired: the same orders) and the goal."""
+    x = r.get("learned_rates")
+    if not x:
+        return []
+    own, spread = best_recipe_control(r)["losses"], best_recipe_spread(r)
+    base = r[x["start"]]["losses"]["val"]
+    out = []
+    for row in x["rows"]:
+        v = row["arm"]["losses"]["val"]
+        same = spread is not None and abs(v - base) < 2 * spread
+        out.append(f"- **Smaller steps from the {x['start'].replace('_', ' ')} start, one factor** (learning rate "
+                   f"{row['lr']:g} against {r['chosen_lr']:g}, `{x['option']}`, data order 0): val {v:.4f} "
+                   f"({gap_words(v, own['val'])} above the control) against {base:.4f} "
+                   f"({gap_words(base, own['val'])})"
+                   + (f"; inside twice the data orders' spread, ± {spread:.4f}: no difference" if same else "")
+                   + f"; general {row['arm']['losses']['general']:.4f} against "
+                   f"{r[x['start']]['losses']['general']:.4f} (n = 1).")
+    d = x.get("draws")
+    if d:
+        out += (draw_lines(d, f"learning rate {d['lr']:g} from the {x['start'].replace('_', ' ')} start")
+                + paired_orders(d, r.get("learned_draws"), f"Rate {d['lr']:g} against {r['chosen_lr']:g}")
+                + goal_of_orders(d))
+    return out
+
+
+def paired_orders(x: dict, other: dict | None, title: str) -> list[str]:
+    """``x``'s val gaps over its data orders against ``other``'s, paired by order (the same orders and eval batches),
+    where both have the same orders."""
+    if not other or other["seeds"] != x["seeds"]:
+        return []
     gap = x["gap"]["val"]
-    out = draw_lines(x, f"the {x['start'].replace('_', ' ')} start, `{x['option']}`, in the best recipe")
-    if pca and pca["seeds"] == x["seeds"]:
-        v = verdict(gap["each"], pca["gap"]["val"]["each"], paired=True)
-        out.append(f"- **The learned start against the PCA start, data order by data order** (paired: the same "
-                   f"orders and eval batches; n = {len(gap['each'])}): val gap {100 * gap['mean']:+.1f}% ± "
-                   f"{100 * gap['std']:.1f} against {100 * pca['gap']['val']['mean']:+.1f}% ± "
-                   f"{100 * pca['gap']['val']['std']:.1f}: {v['words']} ({_p(v)}).")
+    v = verdict(gap["each"], other["gap"]["val"]["each"], paired=True)
+    return [f"- **{title}, data order by data order** (paired: the same orders and eval batches; "
+            f"n = {len(gap['each'])}): val gap {100 * gap['mean']:+.1f}% ± {100 * gap['std']:.1f} against "
+            f"{100 * other['gap']['val']['mean']:+.1f}% ± {100 * other['gap']['val']['std']:.1f}: {v['words']} "
+            f"({_p(v)})."]
+
+
+def goal_of_orders(x: dict) -> list[str]:
+    """The mean val gap over ``x``'s data orders against the issue's goal, named unclear within twice its spread."""
+    gap = x["gap"]["val"]
     met = gap["mean"] <= RECOVERY_GOAL
     near = abs(gap["mean"] - RECOVERY_GOAL) < 2 * gap["std"]
-    out.append(f"- **The issue's goal** (within {RECOVERY_GOAL:.0%} of the control): the mean over the orders "
-               + ("meets it" if met else f"misses it by {100 * (gap['mean'] - RECOVERY_GOAL):.1f} points")
-               + (f", inside twice the orders' spread (± {100 * gap['std']:.1f}), so not a clear "
-                  + ("pass" if met else "miss") if near else "") + ".")
-    return out
+    return [f"- **The issue's goal** (within {RECOVERY_GOAL:.0%} of the control): the mean over the orders "
+            + ("meets it" if met else f"misses it by {100 * (gap['mean'] - RECOVERY_GOAL):.1f} points")
+            + (f", inside twice the orders' spread (± {100 * gap['std']:.1f}), so not a clear "
+               + ("pass" if met else "miss") if near else "") + "."]
 
 
 def learned_start_verdict(r: dict) -> str:
@@ -2142,7 +2182,7 @@ def real_model_distill_reading(r: dict) -> list[str]:
     out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + loss_variant_reading(r)
             + learned_reading(r) + gains_learned_reading(r)
             + gains_learned_reading(r, "labels_learned", "gains_learned", "The text's labels in the map's objective")
-            + learned_start_draws_reading(r) + half_learned_reading(r))
+            + learned_start_draws_reading(r) + learned_rates_reading(r) + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:

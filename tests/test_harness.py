@@ -467,6 +467,39 @@ def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_s
 
 
 @pytest.mark.parametrize("wins", [True, False])
+def test_the_learned_rates_part_tries_the_lower_rates_on_the_best_learned_start_then_orders_if_one_wins(
+        monkeypatch, wins):
+    """real_distill --part=learned_rates: the rates of LRS below the chosen one on the lowest −25% learned start,
+    order 0, saved after each; two more data orders at the winner only where it ends below the chosen rate's run;
+    --reverse builds the lowest rate's run only and saves nothing."""
+    import real_distill
+
+    for reverse in (False, True):
+        arms, saves = [], []
+        monkeypatch.setattr(real_distill, "build", lambda src, data, spec: {"out_dir": "".join(spec[2])})
+        monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, seed=0, name="", batch=8, m=432, arms=arms: (
+            arms.append((lr, seed, name, batch, m)) or {"losses": {"val": (3.85 if wins else 3.95) + seed / 100,
+                                                                   "general": 4.4}}))
+        monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
+        payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1, "control": {"losses": {"val": 3.7, "general": 4.0}}},
+                   "labels_learned": {"losses": {"val": 3.88}}, "gains_learned": {"losses": {"val": 3.89}}}
+        real_distill.learned_rates("src", {}, payload, 0.0, reverse)
+        lower = [lr for lr in real_distill.LRS if lr < 1e-4]
+        name = "-learned-gains-labels"
+        if reverse:
+            assert arms == [(lower[0], 0, name, 1, 432)] and saves == [] and "learned_rates" not in payload
+            continue
+        orders = [(lower[-1 if wins else 0], s, name, 1, 432) for s in real_distill.DATA_SEEDS] if wins else []
+        assert arms == [(lr, 0, name, 1, 432) for lr in reversed(lower)] + orders
+        rates = payload["learned_rates"]
+        assert rates["start"] == "labels_learned" and [x["lr"] for x in rates["rows"]] == list(reversed(lower))
+        assert ("draws" in rates) == wins and len(saves) == len(lower) + wins
+        if wins:
+            assert rates["draws"]["lr"] == lower[-1] and rates["draws"]["gap"]["val"]["each"][0] == pytest.approx(
+                3.85 / 3.7 - 1)
+
+
+@pytest.mark.parametrize("wins", [True, False])
 @pytest.mark.parametrize("part", ["features", "temperature"])
 def test_a_loss_part_tries_each_value_then_the_lowest_ones_control_and_orders_only_if_it_wins(monkeypatch, wins,
                                                                                                part):

@@ -442,6 +442,36 @@ def test_the_learned_starts_data_orders_are_paired_with_the_pca_starts_and_read_
     assert report.learned_start_verdict({"batches": {"draws": pca}}) == "not measured"
 
 
+def test_smaller_steps_from_the_learned_start_read_against_the_chosen_rate_then_by_order():
+    """learned_rates: each lower rate's run (order 0) against the chosen rate's from the same start, with the PCA
+    start's orders' spread as the yardstick; where it won, its orders paired with the chosen rate's and the goal."""
+    def losses(val: float) -> dict:
+        return {"losses": {"val": val, "general": 4.45}}
+
+    orders = {"seeds": [0, 1, 2], "arm": [{"val": 3.88}, {"val": 3.91}, {"val": 3.90}],
+              "gap": {"val": {"mean": 0.037, "std": 0.004, "each": [0.032, 0.040, 0.039]},
+                      "general": {"mean": 0.17, "std": 0.004, "each": [0.17, 0.175, 0.168]}}}
+    r = {"chosen_lr": 1e-4, "control": {"losses": {"val": 3.7584, "general": 3.7886}},
+         "recipe": ["--batch_size=8", "--max_iters=48"], "batches": {"chosen": 1, "draws": orders,
+                     "control": {"losses": {"val": 3.7584, "general": 3.7886}}},
+         "labels_learned": losses(3.8793),
+         "learned_rates": {"start": "labels_learned", "option": "--learn_label_weight=0.5", "batch": 1,
+                           "rows": [{"lr": 3e-5, "arm": losses(3.8500)}]}}
+    (line,) = report.learned_rates_reading(r)
+    assert line.startswith("- **Smaller steps from the labels learned start, one factor** (learning rate 3e-05 "
+                           "against 0.0001")
+    assert "val 3.8500 (+2.4% above the control) against 3.8793 (+3.2%); inside twice the data orders' spread" in line
+    r["learned_rates"]["draws"] = dict(orders, lr=3e-5, gap={"val": {"mean": 0.025, "std": 0.002,
+                                                                     "each": [0.024, 0.027, 0.024]},
+                                                             "general": orders["gap"]["general"]})
+    r["learned_draws"] = orders
+    lines = report.learned_rates_reading(r)
+    assert len(lines) == 5 and lines[1].startswith("- **Data orders, val** (learning rate 3e-05 from the labels")
+    assert lines[3].startswith("- **Rate 3e-05 against 0.0001, data order by data order** (paired")
+    assert lines[4].endswith("the mean over the orders meets it.")
+    assert report.learned_rates_reading({k: v for k, v in r.items() if k != "learned_rates"}) == []
+
+
 def test_the_distillation_table_reads_each_rate_against_its_own_control(monkeypatch):
     """Gaps are to the distilled control (the original distilled from itself), not to the LM control; the data
     orders say how many are within the goal; the better start and the LM recipe's tied run are set beside."""
