@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduce results/real_model_distill/: SmolLM2-135M shrunk to −25% parameters (head tied), distilled from the
 # original, against the original distilled from itself with the identical recipe; then the parts that add to it
-# (the hidden-state term, the temperature, the learned starts, the general case from the calibration mix), each
+# (the hidden-state term, the temperature, the learned starts, the general case from the calibration mix, the best
+# learned start's data orders and lower rates), each
 # as two processes sharing the cache. See scripts/real_distill.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ python scripts/real_distill.py --reverse "$@" &
 python scripts/real_distill.py "$@"
 wait
 if [ $# -eq 0 ]; then  # the whole experiment: the added parts too (a --part given runs that part alone)
-    for part in features temperature learned mix; do
+    for part in features temperature learned mix learned_draws learned_rates; do
         python scripts/real_distill.py --part="$part" --reverse &
         python scripts/real_distill.py --part="$part"
         wait

@@ -1927,7 +1927,7 @@ def learned_start_draws_reading(r: dict) -> list[str]:
     x = r.get("learned_draws")
     if not x:
         return []
-    return (draw_lines(x, f"the {x['start'].replace('_', ' ')} start, `{x['option']}`, in the best recipe")
+    return (draw_lines(x, f"the `{x['start']}` start, `{x['option']}`, in the best recipe")
             + paired_orders(x, (r.get("batches") or {}).get("draws"), "The learned start against the PCA start")
             + goal_of_orders(x))
 
@@ -1945,7 +1945,7 @@ def learned_rates_reading(r: dict) -> list[str]:
     for row in x["rows"]:
         v = row["arm"]["losses"]["val"]
         same = spread is not None and abs(v - base) < 2 * spread
-        out.append(f"- **Smaller steps from the {x['start'].replace('_', ' ')} start, one factor** (learning rate "
+        out.append(f"- **Smaller steps from the `{x['start']}` start, one factor** (learning rate "
                    f"{row['lr']:g} against {r['chosen_lr']:g}, `{x['option']}`, data order 0): val {v:.4f} "
                    f"({gap_words(v, own['val'])} above the control) against {base:.4f} "
                    f"({gap_words(base, own['val'])})"
@@ -1954,7 +1954,7 @@ def learned_rates_reading(r: dict) -> list[str]:
                    f"{r[x['start']]['losses']['general']:.4f} (n = 1).")
     d = x.get("draws")
     if d:
-        out += (draw_lines(d, f"learning rate {d['lr']:g} from the {x['start'].replace('_', ' ')} start")
+        out += (draw_lines(d, f"learning rate {d['lr']:g} from the `{x['start']}` start")
                 + paired_orders(d, r.get("learned_draws"), f"Rate {d['lr']:g} against {r['chosen_lr']:g}")
                 + goal_of_orders(d))
     return out

@@ -466,6 +466,17 @@ def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_s
         real_distill.learned_draws("src", {}, {"chosen_lr": 1e-4, "batches": {"chosen": 1}}, 0.0)
 
 
+def test_the_distillation_script_runs_every_added_part():
+    """scripts/real_distill.sh reproduces the whole experiment: its loop names every part of real_distill.ADDED."""
+    import re
+
+    import real_distill
+
+    script = open(os.path.join(ROOT, "scripts", "real_distill.sh")).read()
+    loop = re.search(r"for part in ([a-z_ ]+); do", script).group(1).split()
+    assert sorted(loop) == sorted(real_distill.ADDED)
+
+
 @pytest.mark.parametrize("wins", [True, False])
 def test_the_learned_rates_part_tries_the_lower_rates_on_the_best_learned_start_then_orders_if_one_wins(
         monkeypatch, wins):

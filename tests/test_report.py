@@ -429,7 +429,7 @@ def test_the_learned_starts_data_orders_are_paired_with_the_pca_starts_and_read_
                     "general": {"mean": 0.18, "std": 0.001, "each": [0.18, 0.179, 0.181]}}}
     r = {"batches": {"draws": pca}, "learned_draws": ours}
     lines = report.learned_start_draws_reading(r)
-    assert lines[0].startswith("- **Data orders, val** (the labels learned start, `--learn_label_weight=0.5`")
+    assert lines[0].startswith("- **Data orders, val** (the `labels_learned` start, `--learn_label_weight=0.5`")
     assert "+3.1% ± 0.1 against +3.7% ± 0.4: no difference (paired t, p = " in lines[2]
     assert lines[3].endswith("misses it by 0.2 points.")  # 0.15 points beyond 3%, ± 0.05: a clear miss
     assert report.learned_start_verdict(r).startswith("no difference (paired t, p = ")
@@ -458,7 +458,7 @@ def test_smaller_steps_from_the_learned_start_read_against_the_chosen_rate_then_
          "learned_rates": {"start": "labels_learned", "option": "--learn_label_weight=0.5", "batch": 1,
                            "rows": [{"lr": 3e-5, "arm": losses(3.8500)}]}}
     (line,) = report.learned_rates_reading(r)
-    assert line.startswith("- **Smaller steps from the labels learned start, one factor** (learning rate 3e-05 "
+    assert line.startswith("- **Smaller steps from the `labels_learned` start, one factor** (learning rate 3e-05 "
                            "against 0.0001")
     assert "val 3.8500 (+2.4% above the control) against 3.8793 (+3.2%); inside twice the data orders' spread" in line
     r["learned_rates"]["draws"] = dict(orders, lr=3e-5, gap={"val": {"mean": 0.025, "std": 0.002,
@@ -466,7 +466,7 @@ def test_smaller_steps_from_the_learned_start_read_against_the_chosen_rate_then_
                                                              "general": orders["gap"]["general"]})
     r["learned_draws"] = orders
     lines = report.learned_rates_reading(r)
-    assert len(lines) == 5 and lines[1].startswith("- **Data orders, val** (learning rate 3e-05 from the labels")
+    assert len(lines) == 5 and lines[1].startswith("- **Data orders, val** (learning rate 3e-05 from the `labels_learned`")
     assert lines[3].startswith("- **Rate 3e-05 against 0.0001, data order by data order** (paired")
     assert lines[4].endswith("the mean over the orders meets it.")
     assert report.learned_rates_reading({k: v for k, v in r.items() if k != "learned_rates"}) == []
