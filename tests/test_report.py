@@ -466,7 +466,8 @@ def test_smaller_steps_from_the_learned_start_read_against_the_chosen_rate_then_
                                                              "general": orders["gap"]["general"]})
     r["learned_draws"] = orders
     lines = report.learned_rates_reading(r)
-    assert len(lines) == 5 and lines[1].startswith("- **Data orders, val** (learning rate 3e-05 from the `labels_learned`")
+    assert len(lines) == 5
+    assert lines[1].startswith("- **Data orders, val** (learning rate 3e-05 from the `labels_learned`")
     assert lines[3].startswith("- **Rate 3e-05 against 0.0001, data order by data order** (paired")
     assert lines[4].endswith("the mean over the orders meets it.")
     assert report.learned_rates_reading({k: v for k, v in r.items() if k != "learned_rates"}) == []
