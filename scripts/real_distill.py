@@ -212,6 +212,12 @@ def saved_results() -> dict:
     return payload
 
 
+def save_part(payload: dict, started: float) -> None:
+    """results/real_model_distill/results.json from a part that adds to it, keeping the keys that another part,
+    running beside it, saved after this one began (``save``'s merge)."""
+    save(payload, started, "real_model_distill", "scripts/real_distill.sh", True)
+
+
 def later(src: str, data: dict[str, str], payload: dict, started: float, chosen: float, best: int) -> None:
     """The general case and the −50% model at rate ``chosen`` in batches of ``best`` and, where ``best`` is not the
     recipe's batch, the other rates in it; added to ``payload`` and saved after each model."""
@@ -222,7 +228,7 @@ def later(src: str, data: dict[str, str], payload: dict, started: float, chosen:
     payload["half"] = {"m": HALF[0], "batch": best, "start": {"losses": half["losses"],
                                                                "parameters": parameters(half["out_dir"])},
                        "arm": arm(data, half, chosen, batch=best, m=HALF[0])}
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    save_part(payload, started)
     if best == BATCH:
         return
     # the rate again at the best batch, one factor: the rates were tried in the recipe's batch, and a step count
@@ -230,12 +236,12 @@ def later(src: str, data: dict[str, str], payload: dict, started: float, chosen:
     start = build(src, data, RECOVER)
     rates = {lr: arm(data, start, lr, batch=best) for lr in LRS if lr != chosen}
     payload["batches"]["rates"] = [{"lr": lr, "arm": rates[lr]} for lr in LRS if lr != chosen]
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    save_part(payload, started)
     winner = best_rate(payload, rates)
     if winner != chosen:
         runs = [rates[winner]] + [arm(data, start, winner, seed, batch=best) for seed in DATA_SEEDS]
         payload["batches"]["rate_draws"] = draws(runs, payload["batches"]["control"], winner)
-        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+        save_part(payload, started)
 
 
 def general_case(src: str, data: dict[str, str], payload: dict, started: float, key: str, spec: tuple,
@@ -250,10 +256,10 @@ def general_case(src: str, data: dict[str, str], payload: dict, started: float, 
                     "start": {"losses": start["losses"], "parameters": parameters(start["out_dir"]),
                               "options": list(spec[2])},
                     "arm": arm(data, start, chosen, name=name, batch=best, text=text)}
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    save_part(payload, started)
     own = control(src, data, chosen, best, text)
     payload[key]["control"] = dict(own, unchanged=unchanged(src, own["out_dir"]))
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    save_part(payload, started)
 
 
 def mix_case(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
@@ -294,7 +300,7 @@ def loss_variants(src: str, data: dict[str, str], payload: dict, started: float,
         if not reverse:
             payload[key] = {"lr": chosen, "batch": best, listed: list(values),
                             "rows": [{option: v, "arm": rows[v]} for v in values if v in rows]}
-            save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+            save_part(payload, started)
     winner = min(values, key=lambda v: rows[v]["losses"]["val"])
     wins = rows[winner]["losses"]["val"] < best_recipe_arm(payload)["losses"]["val"]
     if reverse:
@@ -305,12 +311,12 @@ def loss_variants(src: str, data: dict[str, str], payload: dict, started: float,
         return
     own = control(src, data, chosen, best, **{option: winner})
     payload[key].update(chosen=winner, control=dict(own, unchanged=unchanged(src, own["out_dir"])))
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    save_part(payload, started)
     if wins:  # n = 3 where the variant ends below the KL alone
         runs = [rows[winner]] + [arm(data, start, chosen, seed, batch=best, **{option: winner})
                                  for seed in DATA_SEEDS]
         payload[key]["draws"] = draws(runs, own, chosen)
-        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+        save_part(payload, started)
 
 
 LEARNED_STARTS = (("learned", RECOVER, (LEARN,), "-learned"), ("half_learned", HALF, (LEARN,), "-learned"),
@@ -335,7 +341,7 @@ def learned(src: str, data: dict[str, str], payload: dict, started: float, rever
             return
         payload[key] = dict(run, zero_shot=start["losses"], start_parameters=parameters(start["out_dir"]),
                             option=" ".join(more), m=spec[0])
-        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+        save_part(payload, started)
 
 
 def best_learned_start(payload: dict) -> tuple[str, tuple, tuple[str, ...], str]:
@@ -363,14 +369,14 @@ def learned_rates(src: str, data: dict[str, str], payload: dict, started: float,
     for lr in reversed(lower):  # nearest the chosen rate first
         rows.append({"lr": lr, "arm": arm(data, start, lr, name=name, batch=best, m=spec[0])})
         payload["learned_rates"] = {"start": key, "option": " ".join(more), "batch": best, "rows": rows}
-        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+        save_part(payload, started)
     winner = min(rows, key=lambda x: x["arm"]["losses"]["val"])
     if winner["arm"]["losses"]["val"] < payload[key]["losses"]["val"]:
         runs = [winner["arm"]] + [arm(data, start, winner["lr"], seed, name=name, batch=best, m=spec[0])
                                   for seed in DATA_SEEDS]
         ctrl = payload["batches"]["control"] if "control" in payload["batches"] else payload["control"]
         payload["learned_rates"]["draws"] = draws(runs, ctrl, winner["lr"])
-        save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+        save_part(payload, started)
 
 
 def learned_draws(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
@@ -387,7 +393,7 @@ def learned_draws(src: str, data: dict[str, str], payload: dict, started: float,
     runs = [payload[key]] + [arm(data, start, chosen, seed, name=name, batch=best, m=spec[0]) for seed in DATA_SEEDS]
     ctrl = payload["batches"]["control"] if "control" in payload["batches"] else payload["control"]  # best recipe's
     payload["learned_draws"] = dict(draws(runs, ctrl, chosen), start=key, option=" ".join(more))
-    save(payload, started, "real_model_distill", "scripts/real_distill.sh")
+    save_part(payload, started)
 
 
 def best_recipe_arm(payload: dict) -> dict:

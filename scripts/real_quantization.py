@@ -201,16 +201,22 @@ def saved(experiment: str, command: str) -> dict:
 
 
 def save(payload: dict, started: float, experiment: str = "real_model_quantization",
-         command: str = "scripts/real_quantization.sh") -> None:
-    """results/<experiment>/results.json with the run's seconds, hardware and command, written atomically."""
+         command: str = "scripts/real_quantization.sh", merge: bool = False) -> None:
+    """results/<experiment>/results.json with the run's seconds, hardware and command, written atomically.
+    ``merge``: the keys the file holds and ``payload`` lacks are kept — a part that adds to saved results began
+    from the file as it was then, and another part running beside it may have saved its own key since."""
     out = os.path.join(RESULTS, experiment)
     os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "results.json")
+    if merge and os.path.exists(path):
+        with open(path) as f:
+            payload = {**json.load(f), **payload}
     payload = dict(payload, meta={"seconds": round(time.time() - started), "hardware": hardware(),
                                   "command": command})
     tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=2, default=str)
-    os.replace(tmp, os.path.join(out, "results.json"))
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -1055,7 +1055,9 @@ def tied_reading(rows: list[dict], plain: dict | None, ref: dict, bv: float, bg:
                        f"K = {x['tie_keep']} val {x['losses']['val']:.4f} (residual "
                        f"{x['corrections']['tied_head']['relative_logit_residual']:.3f})"
                        for x in sorted(zero, key=lambda x: x["tie_keep"])) + ".")
-    for m in dict.fromkeys(x["m"] for x in shakespeare):
+    whole = ref.get("base", {}).get("parameters", float("inf"))
+    for m in dict.fromkeys(x["m"] for x in shakespeare if x["parameters"] < whole):
+        # a row with the original's parameters shrinks nothing (a same-width control): no shrink to set beside it
         best = min((x for x in shakespeare if x["m"] == m), key=lambda x: x["losses"]["val"])
         same = [x for x in ref["rows"] if abs(x["parameters"] / best["parameters"] - 1) < 0.01
                 and x["calibration"] == "shakespeare" and "--tie_head=True" not in x.get("options", [])]
@@ -1304,9 +1306,9 @@ def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: f
 
 def label_control_reading(r: dict, bv: float, bg: float) -> list[str]:
     """The labels recipe at the original's width (nothing shrunk: the same T and gains learned on ½·KL + ½·labels)
-    against the −25% labels row: how much of the labels' gain over the original is the text learned (the control's
-    own gap) and what the shrink costs under equal learning (the row over its control); paired by calibration seed
-    where both have draws. Beside it the tied PCA rotation at that width, learned nothing: the tie's own cost."""
+    against the −25% labels row (the same calibration draw): how much of the labels' gain over the original is the
+    text learned (the control's own gap) and what the shrink costs under equal learning (the row over its control).
+    Beside it the tied PCA rotation at that width, learned nothing: the tie's own cost."""
     labels = [x for x in r["rows"] if "--learn_label_weight=0.5" in x.get("options", [])
               and x["calibration"] == "shakespeare"]
     d = max((x["m"] for x in r["rows"]), default=0)
@@ -1320,16 +1322,6 @@ def label_control_reading(r: dict, bv: float, bg: float) -> list[str]:
            f"{c['general']:.4f} ({gap_words(c['general'], bg)}); the −25% row {a['val']:.4f} and {a['general']:.4f}: "
            f"under equal learning the shrink costs {gap_words(a['val'], c['val'])} on val and "
            f"{gap_words(a['general'], c['general'])} on the general text."]
-    drawn, own = r.get("label_control_draws"), r.get("label_draws")
-    if drawn and own and drawn["seeds"] == own["seeds"]:
-        parts = []
-        for text in ("val", "general"):
-            x, y = ([z[text] for z in dd["learned"]] for dd in (own, drawn))
-            gaps = [p / q - 1 for p, q in zip(x, y)]
-            parts.append(f"{text} {statistics.fmean(y):.4f} ± {statistics.stdev(y):.4f}, the shrink's cost "
-                         f"{100 * statistics.fmean(gaps):+.1f}% ± {100 * statistics.stdev(gaps):.1f}")
-        out.append(f"- **Over calibration seeds {', '.join(map(str, drawn['seeds']))}** (n = {len(drawn['learned'])}, "
-                   "paired by seed with the −25% row's draws): the control's " + "; ".join(parts) + ".")
     pca = next((x for x in r["rows"] if x["m"] == d and tied_extra(x) == "—"
                 and x["calibration"] == "shakespeare"), None)
     if pca:

@@ -466,6 +466,27 @@ def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_s
         real_distill.learned_draws("src", {}, {"chosen_lr": 1e-4, "batches": {"chosen": 1}}, 0.0)
 
 
+def test_a_part_that_adds_to_saved_results_keeps_what_a_part_beside_it_saved_meanwhile(tmp_path, monkeypatch):
+    """Two parts start from the same results.json; each saves its own key. With merge (real_distill.save_part) the
+    second save keeps the first's key (without it, the key is lost: the race seen when --part=learned_rates and
+    --part=learned_draws ran side by side); a key both hold takes the saving part's value."""
+    import real_distill
+
+    import real_quantization
+
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
+    real_quantization.save({"rows": [1], "shared": 0}, 0.0, "real_model_distill", "c")
+    first = real_quantization.saved("real_model_distill", "c")
+    second = real_quantization.saved("real_model_distill", "c")
+    real_distill.save_part(dict(first, learned_draws={"n": 3}), 0.0)
+    real_distill.save_part(dict(second, learned_rates={"lr": 3e-5}, shared=1), 0.0)
+    merged = real_quantization.saved("real_model_distill", "c")
+    assert merged["learned_draws"] == {"n": 3} and merged["learned_rates"] == {"lr": 3e-5}
+    assert merged["rows"] == [1] and merged["shared"] == 1 and merged["meta"]["command"] == "scripts/real_distill.sh"
+    real_quantization.save(dict(second, learned_rates={"lr": 3e-5}), 0.0, "real_model_distill", "c")
+    assert "learned_draws" not in real_quantization.saved("real_model_distill", "c")  # a plain save replaces
+
+
 def test_the_distillation_script_runs_every_added_part():
     """scripts/real_distill.sh reproduces the whole experiment: its loop names every part of real_distill.ADDED."""
     import re
@@ -659,8 +680,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         # the −25% row learned with its gains, the −50% one learned with them), which the results lack
         drawn = [real_tied_head.RECIPE, real_tied_head.HALF_RECIPE, real_tied_head.GAINS_RECIPE,
                  real_tied_head.HALF_GAINS_RECIPE, real_tied_head.WRITERS_RECIPE, real_tied_head.NOVEL_BOUND,
-                 real_tied_head.COSINE_RECIPE, real_tied_head.MIX_RECIPE, real_tied_head.LABEL_RECIPE,
-                 real_tied_head.LABEL_CONTROL]
+                 real_tied_head.COSINE_RECIPE, real_tied_head.MIX_RECIPE, real_tied_head.LABEL_RECIPE]
         assert real_tied_head.LEARN_LONGER in drawn[1][2] and drawn[1][0] == 288
         assert drawn[2] == cells[22] and real_tied_head.GAINS in drawn[2][2] and drawn[2][0] == real_tied_head.M
         assert drawn[3] == cells[25] and drawn[3][2] == (real_tied_head.LEARN_LONGER, real_tied_head.GAINS)
@@ -670,7 +690,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         assert drawn[6] == cells[35] and drawn[6][2] == drawn[2][2] + (real_tied_head.COSINE,)  # one factor more
         assert drawn[7] == (real_tied_head.M, 32, drawn[2][2], "mix")  # the gains recipe on the mix: its draws
         assert drawn[8] == cells[37] and drawn[8][2] == drawn[2][2] + (real_tied_head.LABELS,)  # one factor more
-        assert drawn[9] == (576, *drawn[8][1:])  # the labels' same-width control: one factor, the width
+        assert real_tied_head.LABEL_CONTROL == (576, *drawn[8][1:])  # the labels' same-width control: the width
         assert built == (cells[-2:][::-1] + [(spec, seed) for spec in drawn for seed in (2, 1)] if reverse
                          else cells[-2:] + [(spec, seed) for spec in drawn for seed in (1, 2)])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
@@ -682,8 +702,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
         assert len(learned) == 17 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
-        # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 10 draws
-        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 13)
+        # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 9 draws
+        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 12)
         assert ("self_samples" in last) != reverse and last.get("self_samples", {}).get("seconds") in (None, 514.0)
 
 
