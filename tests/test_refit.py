@@ -246,7 +246,7 @@ def test_bad_correction_requests_fail_with_one_clear_error(setup):
         transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=-1)
     with pytest.raises(TransformError, match="need porting='residual'"):
         transform_model(model, 16, kind="gaussian", porting="sandwich", calibration_loader=loader, refit="all")
-    with pytest.raises(TransformError, match="shrink \\(m < d\\)"):
+    with pytest.raises(TransformError, match=r"shrink \(m < d, or m = d with --learn_label_weight > 0\)"):
         transform_model(model, 48, kind="orthogonal", calibration_loader=loader, learn_steps=5)
     with pytest.raises(TransformError, match="refit='everything' is not one of"):
         transform_model(model, 16, kind="pca", calibration_loader=loader, refit="everything")
