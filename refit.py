@@ -319,7 +319,8 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
               seed: int = 0, tokens_per_pass: int = 1024, held: tuple[int, ...] = (), gain_lr: float = 0.0,
               sites: list[tuple[str, list[str]]] = (), writers: tuple[str, ...] = (), decay: str = "none",
               label_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None, dict]:
-    """Optimise T (m×d, m < d, orthonormal rows) to minimise KL(original ‖ port(T)) on ``batches``.
+    """Optimise T (m×d, m < d, or m = d with ``label_weight`` > 0; orthonormal rows) to minimise KL(original ‖ port(T))
+    on ``batches``.
 
     ``label_weight`` α > 0: the objective per calibration token is (1 − α)·KL(original ‖ port(T)) + α·CE, CE the
     cross-entropy of the calibration text's own next token (each row's last position has none: KL alone there);

@@ -344,6 +344,11 @@ def learned(src: str, data: dict[str, str], payload: dict, started: float, rever
         save_part(payload, started)
 
 
+def best_control(payload: dict) -> dict:
+    """The best recipe's control: the chosen batch's own where a smaller batch won, else the recipe's."""
+    return payload["batches"]["control"] if "control" in payload["batches"] else payload["control"]
+
+
 def best_learned_start(payload: dict) -> tuple[str, tuple, tuple[str, ...], str]:
     """The entry of LEARNED_STARTS at m = 432 whose distilled model (the best recipe, data order 0) ends lowest on
     the whole val split; exits with one line where ``payload`` has none."""
@@ -374,8 +379,7 @@ def learned_rates(src: str, data: dict[str, str], payload: dict, started: float,
     if winner["arm"]["losses"]["val"] < payload[key]["losses"]["val"]:
         runs = [winner["arm"]] + [arm(data, start, winner["lr"], seed, name=name, batch=best, m=spec[0])
                                   for seed in DATA_SEEDS]
-        ctrl = payload["batches"]["control"] if "control" in payload["batches"] else payload["control"]
-        payload["learned_rates"]["draws"] = draws(runs, ctrl, winner["lr"])
+        payload["learned_rates"]["draws"] = draws(runs, best_control(payload), winner["lr"])
         save_part(payload, started)
 
 
@@ -391,8 +395,7 @@ def learned_draws(src: str, data: dict[str, str], payload: dict, started: float,
         arm(data, start, chosen, DATA_SEEDS[-1], name=name, batch=best, m=spec[0])
         return
     runs = [payload[key]] + [arm(data, start, chosen, seed, name=name, batch=best, m=spec[0]) for seed in DATA_SEEDS]
-    ctrl = payload["batches"]["control"] if "control" in payload["batches"] else payload["control"]  # best recipe's
-    payload["learned_draws"] = dict(draws(runs, ctrl, chosen), start=key, option=" ".join(more))
+    payload["learned_draws"] = dict(draws(runs, best_control(payload), chosen), start=key, option=" ".join(more))
     save_part(payload, started)
 
 

@@ -1031,7 +1031,7 @@ def real_model_tied(r: dict) -> str:
                                      what="its norm gains on ½·KL + ½·the text's next tokens "
                                           "(`--learn_label_weight=0.5`)",
                                      against="the KL alone")
-               + label_control_reading(r, bv, bg) + tied_recovery_reading(r.get("recovery")))
+               + label_control_reading(r, bv, bg, n0) + tied_recovery_reading(r.get("recovery")))
     if reading:
         lines += ["", "**Reading** (generated; n = 1 per row, so differences between rows are described, not tested; "
                   "the calibration draws are n = 3 and tested)."] + reading
@@ -1304,22 +1304,24 @@ def gains_draws_reading(gains: dict | None, alone: dict | None, bv: float, bg: f
     return [line + f" Against {against} on the same draws (paired by seed): " + "; ".join(parts) + "."]
 
 
-def label_control_reading(r: dict, bv: float, bg: float) -> list[str]:
+def label_control_reading(r: dict, bv: float, bg: float, whole: float) -> list[str]:
     """The labels recipe at the original's width (nothing shrunk: the same T and gains learned on ½·KL + ½·labels)
     against the −25% labels row (the same calibration draw): how much of the labels' gain over the original is the
     text learned (the control's own gap) and what the shrink costs under equal learning (the row over its control).
-    Beside it the tied PCA rotation at that width, learned nothing: the tie's own cost."""
+    Beside it the tied PCA rotation at that width, learned nothing: the tie's own cost. ``whole``: the original's
+    parameters (a row with as many shrinks nothing)."""
     labels = [x for x in r["rows"] if "--learn_label_weight=0.5" in x.get("options", [])
               and x["calibration"] == "shakespeare"]
-    d = max((x["m"] for x in r["rows"]), default=0)
-    control = next((x for x in labels if x["m"] == d), None)
-    shrunk = next((x for x in labels if x["m"] < d and x["options"] == (control or {}).get("options")), None)
+    control = next((x for x in labels if x["parameters"] >= whole), None)
+    shrunk = next((x for x in labels if x["parameters"] < whole and x["options"] == (control or {}).get("options")),
+                  None)
     if not (control and shrunk):
         return []
-    c, a = control["losses"], shrunk["losses"]
+    c, a, d = control["losses"], shrunk["losses"], control["m"]
     out = [f"- **The labels' same-width control** ({tied_extra(control)} at m = {d}, nothing shrunk; the same "
            f"calibration draw, n = 1): val {c['val']:.4f} ({gap_words(c['val'], bv)} against the original), general "
-           f"{c['general']:.4f} ({gap_words(c['general'], bg)}); the −25% row {a['val']:.4f} and {a['general']:.4f}: "
+           f"{c['general']:.4f} ({gap_words(c['general'], bg)}); the m = {shrunk['m']} row {a['val']:.4f} and "
+           f"{a['general']:.4f}: "
            f"under equal learning the shrink costs {gap_words(a['val'], c['val'])} on val and "
            f"{gap_words(a['general'], c['general'])} on the general text."]
     pca = next((x for x in r["rows"] if x["m"] == d and tied_extra(x) == "—"
@@ -1952,13 +1954,20 @@ def learned_rates_reading(r: dict) -> list[str]:
     return out
 
 
+def orders_verdict(x: dict | None, other: dict | None) -> dict | None:
+    """``x``'s val gaps over its data orders against ``other``'s, paired by order (the same orders and eval
+    batches); None unless both ran the same orders."""
+    if not (x and other and other["seeds"] == x["seeds"]):
+        return None
+    return verdict(x["gap"]["val"]["each"], other["gap"]["val"]["each"], paired=True)
+
+
 def paired_orders(x: dict, other: dict | None, title: str) -> list[str]:
-    """``x``'s val gaps over its data orders against ``other``'s, paired by order (the same orders and eval batches),
-    where both have the same orders."""
-    if not other or other["seeds"] != x["seeds"]:
+    """``orders_verdict`` in a reading line (none where the orders differ)."""
+    v = orders_verdict(x, other)
+    if v is None:
         return []
     gap = x["gap"]["val"]
-    v = verdict(gap["each"], other["gap"]["val"]["each"], paired=True)
     return [f"- **{title}, data order by data order** (paired: the same orders and eval batches; "
             f"n = {len(gap['each'])}): val gap {100 * gap['mean']:+.1f}% ± {100 * gap['std']:.1f} against "
             f"{100 * other['gap']['val']['mean']:+.1f}% ± {100 * other['gap']['val']['std']:.1f}: {v['words']} "
@@ -1979,11 +1988,8 @@ def goal_of_orders(x: dict) -> list[str]:
 def learned_start_verdict(r: dict) -> str:
     """The learned start's val gaps over its data orders against the PCA start's, paired by order, in the verdict's
     words with its p; the README quotes it (``distill.learned_vs_pca``)."""
-    x, pca = r.get("learned_draws"), (r.get("batches") or {}).get("draws")
-    if not (x and pca and pca["seeds"] == x["seeds"]):
-        return "not measured"
-    v = verdict(x["gap"]["val"]["each"], pca["gap"]["val"]["each"], paired=True)
-    return f"{v['words']} ({_p(v)})"
+    v = orders_verdict(r.get("learned_draws"), (r.get("batches") or {}).get("draws"))
+    return "not measured" if v is None else f"{v['words']} ({_p(v)})"
 
 
 def half_learned_reading(r: dict) -> list[str]:

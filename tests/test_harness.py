@@ -436,7 +436,7 @@ def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_s
     --reverse builds only the last order and saves nothing; without a learned start it stops with one line."""
     import real_distill
 
-    def lowest_first(payload, key):
+    def lowest_first(key):
         return {"losses": {"val": 3.0 if key == "half_learned" else 3.8 if key == "labels_learned" else 3.9,
                            "general": 4.4}}
 
@@ -449,7 +449,7 @@ def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_s
                                                                                       "general": 4.4}}))
         monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
         payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1, "control": {"losses": {"val": 3.7, "general": 4.0}}}}
-        payload |= {key: lowest_first(payload, key) for key, *_ in real_distill.LEARNED_STARTS}
+        payload |= {key: lowest_first(key) for key, *_ in real_distill.LEARNED_STARTS}
         real_distill.learned_draws("src", {}, payload, 0.0, reverse)
         labels = (real_distill.LEARN, real_distill.GAINS, real_distill.LABELS)
         assert [spec[2] for spec in built] == [labels]

@@ -400,12 +400,12 @@ def test_the_labels_same_width_control_reads_the_shrinks_cost_under_equal_learni
     measured."""
     labels = ("--learn_steps=16", "--learn_gain_lr=1e-2", "--learn_label_weight=0.5")
     rows = [tied_row(432, 32, 3.89, 4.58, options=labels), tied_row(432, 32, 4.02, 4.55, options=labels[:2])]
-    assert report.label_control_reading({"rows": rows}, 3.7584, 3.7886) == []
+    assert report.label_control_reading({"rows": rows}, 3.7584, 3.7886, 134.5e6) == []
     rows += [tied_row(576, 32, 3.50, 3.90, 134.5e6, labels), tied_row(576, 32, 3.80, 3.83, 134.5e6)]
     r = {"rows": rows}
-    first, rotation = report.label_control_reading(r, 3.7584, 3.7886)
+    first, rotation = report.label_control_reading(r, 3.7584, 3.7886, 134.5e6)
     assert "at m = 576, nothing shrunk" in first and "val 3.5000 (-6.9% against the original)" in first
-    assert "the shrink costs +11.1% on val and +17.4% on the general text" in first
+    assert "the m = 432 row 3.8900 and 4.5800: under equal learning the shrink costs +11.1% on val and +17.4%" in first
     assert rotation.startswith("- **The tied PCA rotation at m = 576** (K = 32") and "val 3.8000 (+1.1%)" in rotation
     ref = {"base": {"parameters": 134.5e6}, "rows": []}  # nothing shrunk: no "Tied, m = 576" set beside a shrink
     lines = report.tied_reading(rows, None, ref, 3.7584, 3.7886)
