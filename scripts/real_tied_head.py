@@ -52,11 +52,11 @@ map the same PCA calibration as results/real_model (32,768 tinyshakespeare train
   factor against the KL alone), α = ½ with calibration seeds 1 and 2 too (``label_draws``, paired by seed with
   ``gains_draws``), and α = ½ on the mix (do a broad text's labels help the novel?); the mix at m = 288 too (the
   general case's best calibration text at −50%); and LABEL_RECIPE at m = 576, nothing shrunk (``--learn_steps`` at
-  m = d takes labels only: the KL alone is 0 there; calibration seed 0, as the row it controls): the labels'
-  same-width control, beside the PCA rotation at m = 576 tied (what the tie costs with nothing shrunk). Each
-  learned m = 432 map is also ported with the head untied (``--map_file``: the same T, 122.1 M parameters), so that
-  what the tie costs each learned map is measured beside it, and the best one's T untied with the readers' refit
-  too.
+  m = d takes labels only: the KL alone is 0 there), with calibration seeds 1 and 2 too (``label_control_draws``,
+  paired by seed with ``label_draws``): the labels' same-width control, beside the PCA rotation at m = 576 tied
+  (what the tie costs with nothing shrunk). Each learned m = 432 map is also ported with the head untied
+  (``--map_file``: the same T, 122.1 M parameters), so that what the tie costs each learned map is measured beside
+  it, and the best one's T untied with the readers' refit too.
 Calibration draws: the tied m = 432, K = 32 map and the per-block maps at the same parameters (m = 333, SliceGPT's
 choices: results/real_model's best −25% row, its seed 0 quoted) with calibration seeds 1 and 2 too, so that the
 two are compared with n = 3 draws, paired by seed; and the best −25% row (the learned map) with seeds 1 and 2 too
@@ -166,8 +166,9 @@ LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control (cali
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
          ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE), ("mix_draws", MIX_RECIPE),
-         ("label_draws", LABEL_RECIPE))
-# (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them
+         ("label_draws", LABEL_RECIPE), ("label_control_draws", LABEL_CONTROL))
+# (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them; the
+# labels' control with the labels' own seeds, so that the shrink's cost under equal learning is paired by seed
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
 # and 32 steps (and 32 on twice the calibration tokens), alone and with its norm gains: --part=heldout measures their
 # KL on text the maps never saw

@@ -1324,6 +1324,7 @@ def label_control_reading(r: dict, bv: float, bg: float, whole: float) -> list[s
            f"{a['general']:.4f}: "
            f"under equal learning the shrink costs {gap_words(a['val'], c['val'])} on val and "
            f"{gap_words(a['general'], c['general'])} on the general text."]
+    out += label_control_draws_reading(r, bv, bg)
     pca = next((x for x in r["rows"] if x["m"] == d and tied_extra(x) == "—"
                 and x["calibration"] == "shakespeare"), None)
     if pca:
@@ -1331,6 +1332,28 @@ def label_control_reading(r: dict, bv: float, bg: float, whole: float) -> list[s
         out.append(f"- **The tied PCA rotation at m = {d}** (K = {pca['tie_keep']}, nothing learned or shrunk): val "
                    f"{v:.4f} ({gap_words(v, bv)}): what the tie alone costs where T mixes the other coordinates.")
     return out
+
+
+def label_control_draws_reading(r: dict, bv: float, bg: float) -> list[str]:
+    """The labels' same-width control over the labels row's own calibration draws (``label_control_draws`` beside
+    ``label_draws``, the same seeds): the control's gap to the original, and the shrink's cost under equal learning
+    paired by seed (each draw's row over its control; the verdict on the losses, paired)."""
+    control, shrunk = r.get("label_control_draws"), r.get("label_draws")
+    if not (control and shrunk and control["seeds"] == shrunk["seeds"]):
+        return []
+    parts = []
+    for text, base in (("val", bv), ("general", bg)):
+        c, a = ([x[text] for x in d["learned"]] for d in (control, shrunk))
+        costs = [x / y - 1 for x, y in zip(a, c)]
+        v = verdict(a, c, paired=True)
+        parts.append(f"{text}: the control {statistics.fmean(c):.4f} ± {statistics.stdev(c):.4f} "
+                     f"({gap_words(statistics.fmean(c), base)} against the original), the shrink's cost "
+                     f"{100 * statistics.fmean(costs):+.1f}% ± {100 * statistics.stdev(costs):.1f} "
+                     f"({', '.join(f'{100 * x:+.1f}%' for x in costs)}; {_p(v)}: the row "
+                     f"{v['words']})")
+    return [f"- **The labels' control over the row's calibration draws** (seeds "
+            f"{', '.join(str(x) for x in control['seeds'])}, n = {len(control['seeds'])}, paired by seed): "
+            + "; ".join(parts) + "."]
 
 
 def general_bound_reading(r: dict, bv: float, bg: float, aim: float = 0.10) -> list[str]:
@@ -2252,11 +2275,12 @@ def batch_verdict(r: dict) -> str:
     return f"{v['words']} ({_p(v)})"
 
 
-def draws_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
-    """``key``'s calibration draws (by default the mix's) against the norm gains' on Shakespeare (``gains_draws``) on
-    ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the README quotes it
-    (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``)."""
-    drawn, own = r.get(key), r.get("gains_draws")
+def draws_verdict(r: dict, text: str, key: str = "mix_draws", against: str = "gains_draws") -> str:
+    """``key``'s calibration draws (by default the mix's) against ``against``'s (by default the norm gains' on
+    Shakespeare) on ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the
+    README quotes it (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``,
+    ``tied.labels_vs_control.val`` / ``.general``)."""
+    drawn, own = r.get(key), r.get(against)
     if not (drawn and own and drawn["seeds"] == own["seeds"]):
         return "not measured"
     v = verdict([x[text] for x in drawn["learned"]], [x[text] for x in own["learned"]], paired=True)
@@ -2706,6 +2730,175 @@ def _reference_loss() -> float | None:
     """The base char model's full-val loss (nanoGPT's CPU recipe, 2000 iterations), as ppl_vs_width measured it."""
     path = os.path.join(ROOT, "results", "ppl_vs_width", "results.json")
     return json.load(open(path))["reference_val_loss"] if os.path.exists(path) else None
+
+
+GOALS_KL_DRAWS = ("learned_draws", "gains_draws", "writer_gains_draws", "cosine_draws")  # −25%, Shakespeare, the KL
+GOALS_HALF_DRAWS = ("half_learned_draws", "half_gains_draws")  # −50%, Shakespeare, the KL alone
+GENERAL_TEXTS = ("news", "samples", "mix")  # general calibration texts: neither Shakespeare nor the novel evaluated
+
+
+def aim_words(gaps: list[float], aim: float) -> str:
+    """A goal's verdict from the gaps of its n runs (fractions): met or missed by the mean, and — n > 1 — called
+    no clear pass or miss where the mean lies within twice the spread of the aim, with how many runs are within it."""
+    mean = statistics.fmean(gaps)
+    words = "met" if mean <= aim else f"missed by {100 * (mean - aim):.1f} points"
+    if len(gaps) > 1:
+        std = statistics.stdev(gaps)
+        if abs(mean - aim) < 2 * std:
+            words += f", inside twice the spread: no clear {'pass' if mean <= aim else 'miss'}"
+        words += f" ({sum(g <= aim for g in gaps)} of {len(gaps)} within)"
+    return words
+
+
+def draws_gaps(d: dict, text: str, base: float) -> list[float]:
+    """A calibration-draws record's gaps to ``base`` on ``text``, one per draw."""
+    return [x[text] / base - 1 for x in d["learned"]]
+
+
+def spread_words(gaps: list[float]) -> str:
+    """Mean ± std of gaps in percent (n > 1), or the one gap."""
+    if len(gaps) == 1:
+        return f"{100 * gaps[0]:+.1f}%"
+    return f"{100 * statistics.fmean(gaps):+.1f}% ± {100 * statistics.stdev(gaps):.1f}"
+
+
+def best_draws(tied: dict, keys: tuple[str, ...]) -> dict | None:
+    """Of ``keys``'s calibration draws in results/real_model_tied, the one with the lowest mean val loss."""
+    present = [tied[k] for k in keys if k in tied]
+    return min(present, key=lambda d: statistics.fmean(x["val"] for x in d["learned"])) if present else None
+
+
+def goal_against_slicegpt(tied: dict, slicegpt: dict, d: dict, share: str) -> tuple[str, ...]:
+    """Our draws ``d`` against SliceGPT's code at the same width (it keeps more parameters) and at the width whose
+    parameters are nearest ours; its runs are n = 1, so read against twice our spread."""
+    ours = next(x["parameters"] for x in tied["rows"] if x["m"] == d["m"] and x["options"] == d["of"])
+    val = [x["val"] for x in d["learned"]]
+    mean, std = statistics.fmean(val), statistics.stdev(val)
+    same = next((x for x in slicegpt["rows"] if x["width"] == d["m"]), None)
+    equal = min(slicegpt["rows"], key=lambda x: abs(x["parameters"] - ours))
+    words = []
+    for theirs, where in ((same, "same width"), (equal, "equal parameters")):
+        if theirs is None or (where == "equal parameters" and theirs is same):
+            continue
+        s = theirs["losses"]["val"]
+        words.append(f"{where} (m = {theirs['width']}, {theirs['parameters'] / 1e6:.1f} M): {s:.4f}, "
+                     + ("no difference (inside twice our spread)" if abs(mean - s) < 2 * std else
+                        "ours lower" if mean < s else "ours higher"))
+    return (f"ahead of SliceGPT's own code, {share} parameters", "lower val loss, fewer parameters",
+            f"ours {mean:.4f} ± {std:.4f} ({ours / 1e6:.1f} M, {tied_extra({'options': d['of']})})",
+            f"{len(val)} / 1", "; ".join(words))
+
+
+def goals_zero_shot(tied: dict, slicegpt: dict) -> list[tuple[str, ...]]:
+    """The zero-shot goals on the calibration text's val split (−25%, with and without the text's labels, −50%) and
+    the comparison with SliceGPT's code, each from its lowest-mean draws."""
+    bv, whole = tied["base"]["losses"]["val"], tied["base"]["parameters"]
+    quarter, half = best_draws(tied, GOALS_KL_DRAWS), best_draws(tied, GOALS_HALF_DRAWS)
+    rows = []
+    for d, share, aim in ((quarter, "−25%", 0.07), (half, "−50%", 0.20)):
+        if d:
+            gaps = draws_gaps(d, "val", bv)
+            rows.append((f"{share} parameters, zero-shot, calibrated on the train split (the KL to the original)",
+                         f"val ≤ +{aim:.0%}", f"{spread_words(gaps)}: {tied_extra({'options': d['of']})}",
+                         str(len(gaps)), aim_words(gaps, aim)))
+    labels, control = tied.get("label_draws"), tied.get("label_control_draws")
+    if labels:
+        gaps = draws_gaps(labels, "val", bv)
+        words = aim_words(gaps, 0.07)
+        if not (control and control["seeds"] == labels["seeds"]):  # the control of the first draw alone
+            first = next((x for x in tied["rows"] if x["parameters"] >= whole and x["options"] == labels["of"]
+                          and x["calibration"] == "shakespeare"), None)
+            control = {"learned": [first["losses"]]} if first else None
+        if control:
+            costs = [x["val"] / y["val"] - 1 for x, y in zip(labels["learned"], control["learned"])]
+            words += (f"; but {spread_words(costs)} above its same-width control (the same learning at m = d; "
+                      f"n = {len(costs)}): the text's labels adapt the model to Shakespeare")
+        rows.insert(1, ("−25%, the same with the text's labels in the objective (½·KL + ½·CE)", "val ≤ +7%",
+                        spread_words(gaps), str(len(gaps)), words))
+    rows += [goal_against_slicegpt(tied, slicegpt, d, share) for d, share in ((quarter, "−25%"), (half, "−50%"))
+             if d]
+    return rows
+
+
+def goals_general(tied: dict, distill: dict) -> list[tuple[str, ...]]:
+    """The general case: the best general calibration text zero-shot at −25% and −50% (on the novel, against the
+    original; the mix's draws where it is the best), and distilled at −25% (against its own control)."""
+    bg, rows = tied["base"]["losses"]["general"], []
+    widths = {share: d["m"] for share, d in (("−25%", best_draws(tied, GOALS_KL_DRAWS)),
+                                               ("−50%", best_draws(tied, GOALS_HALF_DRAWS))) if d}
+    for share, aim in (("−25%", 0.10), ("−50%", 0.25)):
+        general = [x for x in tied["rows"] if x["m"] == widths.get(share) and x["calibration"] in GENERAL_TEXTS]
+        if not general:
+            continue
+        best = min(general, key=lambda x: x["losses"]["general"])
+        drawn = tied.get("mix_draws")
+        same = drawn and best["calibration"] == "mix" and drawn["m"] == best["m"] and drawn["of"] == best["options"]
+        gaps = draws_gaps(drawn, "general", bg) if same else [best["losses"]["general"] / bg - 1]
+        rows.append((f"the general case, {share}, zero-shot (calibrated on a general text, evaluated on the novel)",
+                     f"novel ≤ +{aim:.0%}", f"{spread_words(gaps)}: calibrated on "
+                     f"{CALIBRATION_TEXTS[best['calibration']]}, {tied_extra(best)}", str(len(gaps)),
+                     aim_words(gaps, aim)))
+    cases = [distill[k] for k in ("general_case", "mix_case") if k in distill]
+    if cases:
+        case = min(cases, key=lambda c: c["arm"]["losses"]["general"] / c["control"]["losses"]["general"])
+        gap = case["arm"]["losses"]["general"] / case["control"]["losses"]["general"] - 1
+        rows.append(("the general case, −25%, distilled (≤ 100 k tokens of the calibration text)",
+                     "novel ≤ +10% of its control", f"{100 * gap:+.1f}%: calibrated and distilled on "
+                     f"{CALIBRATION_TEXTS[case['text']]}", "1", aim_words([gap], 0.10)))
+    return rows
+
+
+def goals_recovery(tied: dict, distill: dict) -> list[tuple[str, ...]]:
+    """Recovery on the CPU (the lowest data-order mean at −25%), on a GPU (the −50% run with the lowest gap), and the
+    whole −25% recipe's time on both cores."""
+    rows = []
+    orders = [d for d in (distill.get("draws"), (distill.get("batches") or {}).get("draws"),
+                          distill.get("learned_draws")) if d]
+    if orders:
+        best = min(orders, key=lambda d: d["gap"]["val"]["mean"])
+        gaps = best["gap"]["val"]["each"]
+        start = (f"the map learned ({', '.join(o.lstrip('-') for o in best['option'].split())})"
+                 if "option" in best else "the tied PCA map")
+        rows.append(("recovery on 2 CPU cores: −25% distilled from the original, ≤ 100 k tokens",
+                     f"val ≤ +{RECOVERY_GOAL:.0%} of the control", f"{spread_words(gaps)} after "
+                     f"{distill['tokens']:,} tokens, from {start}; data orders", str(len(gaps)),
+                     aim_words(gaps, RECOVERY_GOAL)))
+    half = best_draws(tied, GOALS_HALF_DRAWS)
+    gpus = [(name, r) for name in sorted(os.listdir(RESULTS)) if name.startswith("real_model_gpu")
+            and (r := load(name)) and half and r.get("m") == half["m"]]
+    if gpus:
+        def gap_of(run: dict) -> float:
+            return min(a["losses"]["val"] for a in run["arms"]) / run["control"]["losses"]["val"] - 1
+
+        name, run = min(gpus, key=lambda nr: gap_of(nr[1]))
+        rows.append(("recovery on a GPU: −50% distilled, ≤ 50 M tokens", "val ≤ +2% of the control",
+                     f"{100 * gap_of(run):+.1f}% after {run['tokens'] / 1e6:.1f} M tokens (results/{name})", "1",
+                     aim_words([gap_of(run)], 0.02)))
+    timing = tied.get("gains_recipe_timing")
+    if timing:
+        seconds = timing["step"]["seconds"]
+        rows.append(("the whole −25% recipe on 2 CPU cores, with progress", "≤ 15 min",
+                     f"{seconds:.0f} s ({seconds / 60:.1f} min; {tied_extra(timing)})", "1",
+                     "met" if seconds <= 900 else f"missed by {seconds - 900:.0f} s"))
+    return rows
+
+
+def real_model_goals(_: dict | None) -> str:
+    """Issue #40's goals on SmolLM2-135M, each against the best run measured for it (chosen by the rule in its row,
+    not by hand), from results/real_model_tied, real_model_distill, real_model_gpu* and real_model_slicegpt."""
+    tied, distill, slicegpt = load("real_model_tied"), load("real_model_distill"), load("real_model_slicegpt")
+    if not (tied and distill and slicegpt):
+        return "*Needs results/real_model_tied, real_model_distill and real_model_slicegpt.*"
+    base = tied["base"]
+    rows = goals_zero_shot(tied, slicegpt) + goals_general(tied, distill) + goals_recovery(tied, distill)
+    lines = [f"Issue #40's goals on SmolLM2-135M-Instruct (d = 576; {base['parameters'] / 1e6:.1f} M parameters, tied "
+             f"weights once): val = tinyshakespeare, general = the novel, whole splits; gaps against the original "
+             f"({base['losses']['val']:.4f} / {base['losses']['general']:.4f}) unless a control is named. Each row "
+             "shows the best run measured for it — the lowest mean among the recipes with n = 3 where there are any "
+             "— and its n (calibration draws zero-shot, data orders for recovery). A mean within twice its spread "
+             "of the aim is no clear pass or miss.", "",
+             "| goal | aim | best measured | n | reading |", "|---|---|---|---|---|"]
+    return "\n".join(lines + [f"| {' | '.join(row)} |" for row in rows])
 
 
 def benchmarks(_: dict | None) -> str:
@@ -3570,6 +3763,8 @@ SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, a
                                     real_model_geometry, real_model_quantization, real_model_outliers,
                                     real_model_tied, real_model_distill, real_model_hybrid, real_model_gpu,
                                     real_model_gpu_learned, real_model_gpu_learned_teacher)}
+# what render() builds from several results at once, not from a results/<name> of its own
+COMBINED = {"worked_example", "benchmarks", "real_model_goals"}
 
 
 def render(name: str) -> str:
@@ -3581,6 +3776,8 @@ def render(name: str) -> str:
                     "`scripts/worked_example.sh` re-runs it.*")
     if name == "benchmarks":
         return benchmarks(None)
+    if name == "real_model_goals":
+        return real_model_goals(None)
     r = load(name)
     if r is None:
         return missing(name)
@@ -3605,7 +3802,7 @@ def check_docs(docs: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """(the documents regenerated from results/, what differed): every table between its markers — each table in
     exactly one document — and every quote in every document. Problems name the document and its section."""
     new, problems = dict(docs), []
-    for name in list(SECTIONS) + ["worked_example", "benchmarks"]:
+    for name in list(SECTIONS) + sorted(COMBINED):
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
         holders = [doc for doc, text in new.items() if pattern.search(text)]
         if len(holders) != 1:

@@ -680,7 +680,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         # the −25% row learned with its gains, the −50% one learned with them), which the results lack
         drawn = [real_tied_head.RECIPE, real_tied_head.HALF_RECIPE, real_tied_head.GAINS_RECIPE,
                  real_tied_head.HALF_GAINS_RECIPE, real_tied_head.WRITERS_RECIPE, real_tied_head.NOVEL_BOUND,
-                 real_tied_head.COSINE_RECIPE, real_tied_head.MIX_RECIPE, real_tied_head.LABEL_RECIPE]
+                 real_tied_head.COSINE_RECIPE, real_tied_head.MIX_RECIPE, real_tied_head.LABEL_RECIPE,
+                 real_tied_head.LABEL_CONTROL]
         assert real_tied_head.LEARN_LONGER in drawn[1][2] and drawn[1][0] == 288
         assert drawn[2] == cells[22] and real_tied_head.GAINS in drawn[2][2] and drawn[2][0] == real_tied_head.M
         assert drawn[3] == cells[25] and drawn[3][2] == (real_tied_head.LEARN_LONGER, real_tied_head.GAINS)
@@ -690,7 +691,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         assert drawn[6] == cells[35] and drawn[6][2] == drawn[2][2] + (real_tied_head.COSINE,)  # one factor more
         assert drawn[7] == (real_tied_head.M, 32, drawn[2][2], "mix")  # the gains recipe on the mix: its draws
         assert drawn[8] == cells[37] and drawn[8][2] == drawn[2][2] + (real_tied_head.LABELS,)  # one factor more
-        assert real_tied_head.LABEL_CONTROL == (576, *drawn[8][1:])  # the labels' same-width control: the width
+        assert drawn[9] == cells[41] == (576, *drawn[8][1:])  # the labels' same-width control: the width, its seeds
         assert built == (cells[-2:][::-1] + [(spec, seed) for spec in drawn for seed in (2, 1)] if reverse
                          else cells[-2:] + [(spec, seed) for spec in drawn for seed in (1, 2)])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
@@ -702,8 +703,8 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
         assert len(learned) == 17 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
-        # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 9 draws
-        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 12)
+        # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 10 draws
+        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 13)
         assert ("self_samples" in last) != reverse and last.get("self_samples", {}).get("seconds") in (None, 514.0)
 
 

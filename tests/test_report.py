@@ -412,6 +412,27 @@ def test_the_labels_same_width_control_reads_the_shrinks_cost_under_equal_learni
     assert any(x.startswith("- **Tied, m = 432") for x in lines) and not any("Tied, m = 576" in x for x in lines)
 
 
+def test_the_labels_control_over_draws_pairs_each_row_with_its_own_seeds_control():
+    """n = 3 for the labels' same-width control: its mean gap to the original, each draw's row over the control of
+    the same seed, and the paired verdict; draws of other seeds are not paired."""
+    def drawn(pairs, seeds=(0, 1, 2)):
+        return {"seeds": list(seeds), "learned": [{"val": v, "general": g} for v, g in pairs]}
+
+    shrunk = drawn([(3.89, 4.58), (3.89, 4.59), (3.88, 4.57)])
+    control = drawn([(3.54, 3.76), (3.55, 3.77), (3.53, 3.75)])
+    assert report.label_control_draws_reading({"label_draws": shrunk}, 3.7584, 3.7886) == []
+    assert report.label_control_draws_reading({"label_draws": shrunk, "label_control_draws": drawn(
+        [(3.5, 3.7)] * 3, (0, 3, 4))}, 3.7584, 3.7886) == []
+    (line,) = report.label_control_draws_reading({"label_draws": shrunk, "label_control_draws": control}, 3.7584,
+                                                 3.7886)
+    assert line.startswith("- **The labels' control over the row's calibration draws** (seeds 0, 1, 2, n = 3")
+    assert "val: the control 3.5400 ± 0.0100 (-5.8% against the original)" in line
+    assert "the shrink's cost +9.8% ± 0.2 (+9.9%, +9.6%, +9.9%; paired t" in line and "the row higher" in line
+    r = {"label_draws": shrunk, "label_control_draws": control}
+    assert report.draws_verdict(r, "val", "label_draws", "label_control_draws").startswith("higher (paired t, p = ")
+    assert report.draws_verdict(r, "val", "label_draws") == "not measured"  # no gains_draws to pair with
+
+
 def test_the_learned_starts_data_orders_are_paired_with_the_pca_starts_and_read_against_the_goal():
     """n = 3 for the learned start: its gaps, the paired verdict against the PCA start's orders, and the goal, with a
     mean within twice the spread of 3% called no clear pass or miss."""
@@ -1233,3 +1254,93 @@ def test_the_general_case_reads_against_its_in_domain_bound():
     bound["learned"][0]["general"] = 4.10  # the mean within the aim now
     assert "is met by the mean (1 of 3 draws within it)" in report.general_bound_reading(r, 3.7584, 3.7886)[0]
     assert report.general_bound_reading({"rows": []}, 3.7584, 3.7886) == []
+
+
+def test_aim_words_reads_a_goal_by_its_mean_and_calls_a_mean_within_twice_the_spread_unclear():
+    assert report.aim_words([0.05], 0.07) == "met"
+    assert report.aim_words([0.10], 0.07) == "missed by 3.0 points"
+    assert report.aim_words([0.070, 0.075, 0.078], 0.07) == ("missed by 0.4 points, inside twice the spread: no "
+                                                             "clear miss (1 of 3 within)")
+    assert report.aim_words([0.030, 0.031, 0.032], 0.07) == "met (3 of 3 within)"
+
+
+def test_the_goals_table_takes_each_goals_best_run_by_its_rule(tmp_path, monkeypatch):
+    """Issue #40's scorecard: the lowest-mean KL-only draws at −25% and −50%, the labels row with its same-width
+    control (the first draw's where its draws are missing), SliceGPT at the same width and at equal parameters, the
+    best general calibration text, the lowest data-order mean for recovery, the GPU run at −50% with the lowest gap,
+    and the recipe's time."""
+    def drawn(m, of, vals, general=(4.5, 4.5, 4.5)):
+        return {"seeds": [0, 1, 2], "m": m, "of": ["--tie_head=True", "--tie_keep=32", *of],
+                "learned": [{"val": v, "general": g} for v, g in zip(vals, general)]}
+
+    learn, gains, labels = ("--learn_steps=16",), ("--learn_steps=16", "--learn_gain_lr=1e-2"), (
+        "--learn_steps=16", "--learn_gain_lr=1e-2", "--learn_label_weight=0.5")
+    tied = {"base": {"losses": {"val": 4.0, "general": 4.0}, "parameters": 134.5e6},
+            "rows": [tied_row(432, 32, 4.30, 4.40, options=learn), tied_row(432, 32, 4.28, 4.30, options=gains),
+                     tied_row(432, 32, 4.12, 4.60, options=labels), tied_row(288, 32, 4.7, 4.9, 67.3e6, gains),
+                     tied_row(576, 32, 3.80, 4.0, 134.5e6, labels),
+                     tied_row(432, 32, 4.5, 4.48, options=gains, calibration="news"),
+                     tied_row(432, 32, 4.4, 4.52, options=gains, calibration="mix"),
+                     tied_row(288, 32, 5.0, 5.2, 67.3e6, gains, calibration="samples")],
+            "learned_draws": drawn(432, learn, (4.30, 4.31, 4.29)),
+            "gains_draws": drawn(432, gains, (4.27, 4.25, 4.30)),
+            "label_draws": drawn(432, labels, (4.12, 4.13, 4.11)),
+            "half_gains_draws": drawn(288, gains, (4.70, 4.72, 4.74)),
+            "gains_recipe_timing": {"step": {"seconds": 950.0}, "options": list(gains)}}
+    distill = {"tokens": 98304,
+               "draws": {"gap": {"val": {"mean": 0.045, "std": 0.002, "each": [0.045, 0.043, 0.047]}}},
+               "learned_draws": {"option": " ".join(labels),
+                                 "gap": {"val": {"mean": 0.036, "std": 0.004, "each": [0.032, 0.037, 0.039]}}},
+               "general_case": {"text": "news", "arm": {"losses": {"general": 4.9}}, "control": {"losses": {
+                   "general": 4.0}}},
+               "mix_case": {"text": "mix", "arm": {"losses": {"general": 4.6}}, "control": {"losses": {
+                   "general": 4.0}}}}
+    slicegpt = {"rows": [{"width": 432, "parameters": 140.7e6, "losses": {"val": 4.29}},
+                         {"width": 288, "parameters": 101.1e6, "losses": {"val": 4.60}},
+                         {"width": 158, "parameters": 67.4e6, "losses": {"val": 5.40}}]}
+
+    def gpu(m, val):
+        return {"m": m, "tokens": 23e6, "control": {"losses": {"val": 4.0}},
+                "arms": [{"losses": {"val": val + 0.1}}, {"losses": {"val": val}}]}
+
+    loads = {"real_model_tied": tied, "real_model_distill": distill, "real_model_slicegpt": slicegpt,
+             "real_model_gpu": gpu(288, 4.16), "real_model_gpu_learned": gpu(288, 4.12),
+             "real_model_gpu_wide": gpu(432, 4.0)}
+    for name in loads:
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(report, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(report, "load", loads.get)
+    table = report.real_model_goals(None)
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table.splitlines()
+            if line.startswith("| ") and "---" not in line}
+    quarter = rows["−25% parameters, zero-shot, calibrated on the train split (the KL to the original)"]
+    assert list(rows)[:3] == ["goal", "−25% parameters, zero-shot, calibrated on the train split (the KL to the "
+                              "original)", "−25%, the same with the text's labels in the objective (½·KL + ½·CE)"]
+    assert quarter[2] == "+6.8% ± 0.6: learn_steps=16, learn_gain_lr=1e-2"  # the gains' draws, not the map's alone
+    assert quarter[3] == "3" and quarter[4].startswith("met, inside twice the spread: no clear pass (2 of 3 within)")
+    label = rows["−25%, the same with the text's labels in the objective (½·KL + ½·CE)"]
+    assert "but +8.4% above its same-width control (the same learning at m = d; n = 1)" in label[4]
+    tied["label_control_draws"] = drawn(576, labels, (3.80, 3.80, 3.80))
+    label = next(x for x in report.real_model_goals(None).splitlines() if x.startswith("| −25%, the same with"))
+    assert "but +8.4% ± 0.3 above its same-width control (the same learning at m = d; n = 3)" in label
+    half = rows["−50% parameters, zero-shot, calibrated on the train split (the KL to the original)"]
+    assert half[2].startswith("+18.0% ± 0.5") and half[4] == "met (3 of 3 within) |"
+    sg = rows["ahead of SliceGPT's own code, −25% parameters"]
+    assert "same width (m = 432, 140.7 M): 4.2900, no difference" in sg[4] and "(m = 288, 101.1 M): 4.6000, ours " \
+                                                                               "lower" in sg[4]
+    assert "equal parameters (m = 158, 67.4 M): 5.4000, ours lower" in rows[
+        "ahead of SliceGPT's own code, −50% parameters"][4]
+    general = rows["the general case, −25%, zero-shot (calibrated on a general text, evaluated on the novel)"]
+    assert general[2].startswith("+12.0%: calibrated on English news") and general[3] == "1"
+    assert rows["the general case, −50%, zero-shot (calibrated on a general text, evaluated on the novel)"][
+        2].startswith("+30.0%: calibrated on the model's own samples")
+    assert rows["the general case, −25%, distilled (≤ 100 k tokens of the calibration text)"][2].startswith(
+        "+15.0%: calibrated and distilled on a mix")
+    recovery = rows["recovery on 2 CPU cores: −25% distilled from the original, ≤ 100 k tokens"]
+    assert "+3.6% ± 0.4 after 98,304 tokens, from the map learned (learn_steps=16, learn_gain_lr=1e-2, " \
+           "learn_label_weight=0.5)" in recovery[2]
+    assert rows["recovery on a GPU: −50% distilled, ≤ 50 M tokens"][2] == "+3.0% after 23.0 M tokens " \
+                                                                         "(results/real_model_gpu_learned)"
+    assert rows["the whole −25% recipe on 2 CPU cores, with progress"][4] == "missed by 50 s |"
+    monkeypatch.setattr(report, "load", {"real_model_tied": tied}.get)
+    assert report.real_model_goals(None).startswith("*Needs results/real_model_tied, real_model_distill")
