@@ -1338,14 +1338,12 @@ def label_control_draws_reading(r: dict, bv: float, bg: float) -> list[str]:
     """The labels' same-width control over the labels row's own calibration draws (``label_control_draws`` beside
     ``label_draws``, the same seeds): the control's gap to the original, and the shrink's cost under equal learning
     paired by seed (each draw's row over its control; the verdict on the losses, paired)."""
-    control, shrunk = r.get("label_control_draws"), r.get("label_draws")
-    if not (control and shrunk and control["seeds"] == shrunk["seeds"]):
+    control = r.get("label_control_draws")
+    if labels_over_control(r, "val") is None:
         return []
     parts = []
     for text, base in (("val", bv), ("general", bg)):
-        c, a = ([x[text] for x in d["learned"]] for d in (control, shrunk))
-        costs = [x / y - 1 for x, y in zip(a, c)]
-        v = verdict(a, c, paired=True)
+        c, costs, v = labels_over_control(r, text)
         parts.append(f"{text}: the control {statistics.fmean(c):.4f} ± {statistics.stdev(c):.4f} "
                      f"({gap_words(statistics.fmean(c), base)} against the original), the shrink's cost "
                      f"{100 * statistics.fmean(costs):+.1f}% ± {100 * statistics.stdev(costs):.1f} "
@@ -1354,6 +1352,28 @@ def label_control_draws_reading(r: dict, bv: float, bg: float) -> list[str]:
     return [f"- **The labels' control over the row's calibration draws** (seeds "
             f"{', '.join(str(x) for x in control['seeds'])}, n = {len(control['seeds'])}, paired by seed): "
             + "; ".join(parts) + "."]
+
+
+def label_control_cost(r: dict, text: str) -> str:
+    """The −25% labels row over its same-width control on ``text``, paired by calibration seed (``label_draws`` over
+    ``label_control_draws``): mean ± std of the cost in percent and the paired verdict on the losses; the README
+    quotes it (``tied.labels_over_control.val`` / ``.general``)."""
+    paired = labels_over_control(r, text)
+    if paired is None:
+        return "not measured"
+    _, costs, v = paired
+    return (f"{100 * statistics.fmean(costs):+.1f}% ± {100 * statistics.stdev(costs):.1f} (n = {len(costs)}; "
+            f"{v['words']}: {_p(v)})")
+
+
+def labels_over_control(r: dict, text: str) -> tuple[list[float], list[float], dict] | None:
+    """(the control's losses, each draw's row over its control, the paired verdict on the losses) on ``text``, where
+    ``label_control_draws`` shares ``label_draws``'s seeds; else None."""
+    control, shrunk = r.get("label_control_draws"), r.get("label_draws")
+    if not (control and shrunk and control["seeds"] == shrunk["seeds"]):
+        return None
+    a, c = ([x[text] for x in d["learned"]] for d in (shrunk, control))
+    return c, [x / y - 1 for x, y in zip(a, c)], verdict(a, c, paired=True)
 
 
 def general_bound_reading(r: dict, bv: float, bg: float, aim: float = 0.10) -> list[str]:
@@ -2801,16 +2821,14 @@ def goals_zero_shot(tied: dict, slicegpt: dict) -> list[tuple[str, ...]]:
             rows.append((f"{share} parameters, zero-shot, calibrated on the train split (the KL to the original)",
                          f"val ≤ +{aim:.0%}", f"{spread_words(gaps)}: {tied_extra({'options': d['of']})}",
                          str(len(gaps)), aim_words(gaps, aim)))
-    labels, control = tied.get("label_draws"), tied.get("label_control_draws")
+    labels, paired = tied.get("label_draws"), labels_over_control(tied, "val")
     if labels:
         gaps = draws_gaps(labels, "val", bv)
         words = aim_words(gaps, 0.07)
-        if not (control and control["seeds"] == labels["seeds"]):  # the control of the first draw alone
-            first = next((x for x in tied["rows"] if x["parameters"] >= whole and x["options"] == labels["of"]
-                          and x["calibration"] == "shakespeare"), None)
-            control = {"learned": [first["losses"]]} if first else None
-        if control:
-            costs = [x["val"] / y["val"] - 1 for x, y in zip(labels["learned"], control["learned"])]
+        first = next((x for x in tied["rows"] if x["parameters"] >= whole and x["options"] == labels["of"]
+                      and x["calibration"] == "shakespeare"), None)  # the control of the first draw alone
+        costs = paired[1] if paired else [labels["learned"][0]["val"] / first["losses"]["val"] - 1] if first else []
+        if costs:
             words += (f"; but {spread_words(costs)} above its same-width control (the same learning at m = d; "
                       f"n = {len(costs)}): the text's labels adapt the model to Shakespeare")
         rows.insert(1, ("−25%, the same with the text's labels in the objective (½·KL + ½·CE)", "val ≤ +7%",

@@ -431,6 +431,8 @@ def test_the_labels_control_over_draws_pairs_each_row_with_its_own_seeds_control
     r = {"label_draws": shrunk, "label_control_draws": control}
     assert report.draws_verdict(r, "val", "label_draws", "label_control_draws").startswith("higher (paired t, p = ")
     assert report.draws_verdict(r, "val", "label_draws") == "not measured"  # no gains_draws to pair with
+    assert report.label_control_cost(r, "val").startswith("+9.8% ± 0.2 (n = 3; higher: paired t, p = ")
+    assert report.label_control_cost({"label_draws": shrunk}, "val") == "not measured"
 
 
 def test_the_learned_starts_data_orders_are_paired_with_the_pca_starts_and_read_against_the_goal():
