@@ -1273,6 +1273,8 @@ def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float =
             f"({gap_words(mean, bv)}), general {statistics.fmean(general):.4f} ± {statistics.stdev(general):.4f} "
             f"({gap_words(statistics.fmean(general), bg)}); the aim, val ≤ {bv * (1 + aim):.4f} (+{aim:.0%}), "
             + ("is met by the mean" if mean <= bv * (1 + aim) else f"is missed by {mean - bv * (1 + aim):.4f} nats")
+            + (f", inside twice the spread: no clear {'pass' if mean <= bv * (1 + aim) else 'miss'}"
+               if abs(mean - bv * (1 + aim)) < 2 * std else "")
             + f" ({sum(v <= bv * (1 + aim) for v in val)} of {len(val)} draws within it)")
     slice_gpt = next((x for x in (load("real_model_slicegpt") or {}).get("rows", []) if x["width"] == draws["m"]),
                      None)
