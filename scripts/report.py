@@ -1258,6 +1258,16 @@ def tied_draws_reading(draws: dict | None) -> list[str]:
             f"parameters (m = 333, {draws['per_block_parameters'] / 1e6:.1f} M): " + "; ".join(out) + "."]
 
 
+def aim_in_nats(losses: list[float], limit: float) -> str:
+    """An aim on the loss (≤ ``limit``) read over draws: met or missed by the mean (in nats), no clear pass or miss
+    where the mean lies within twice the spread of it, and how many draws are within it."""
+    mean, std = statistics.fmean(losses), statistics.stdev(losses)
+    return (("is met by the mean" if mean <= limit else f"is missed by {mean - limit:.4f} nats")
+            + (f", inside twice the spread: no clear {'pass' if mean <= limit else 'miss'}"
+               if abs(mean - limit) < 2 * std else "")
+            + f" ({sum(x <= limit for x in losses)} of {len(losses)} draws within it)")
+
+
 def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float = 0.07, share: str = "−25%",
                           title: str = "") -> list[str]:
     """The best ``share`` shrink (the learned map; ``title`` names another row) over calibration draws: mean ± std on
@@ -1272,10 +1282,7 @@ def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float =
             f"seeds {', '.join(map(str, draws['seeds']))}, n = {len(val)}): val {mean:.4f} ± {std:.4f} "
             f"({gap_words(mean, bv)}), general {statistics.fmean(general):.4f} ± {statistics.stdev(general):.4f} "
             f"({gap_words(statistics.fmean(general), bg)}); the aim, val ≤ {bv * (1 + aim):.4f} (+{aim:.0%}), "
-            + ("is met by the mean" if mean <= bv * (1 + aim) else f"is missed by {mean - bv * (1 + aim):.4f} nats")
-            + (f", inside twice the spread: no clear {'pass' if mean <= bv * (1 + aim) else 'miss'}"
-               if abs(mean - bv * (1 + aim)) < 2 * std else "")
-            + f" ({sum(v <= bv * (1 + aim) for v in val)} of {len(val)} draws within it)")
+            f"{aim_in_nats(val, bv * (1 + aim))}")
     slice_gpt = next((x for x in (load("real_model_slicegpt") or {}).get("rows", []) if x["width"] == draws["m"]),
                      None)
     if slice_gpt:
@@ -1393,9 +1400,7 @@ def general_bound_reading(r: dict, bv: float, bg: float, aim: float = 0.10) -> l
             f"{', '.join(map(str, bound['seeds']))}, n = {len(general)}): general {mean:.4f} ± "
             f"{statistics.stdev(general):.4f} ({gap_words(mean, bg)}), val {statistics.fmean(val):.4f} ± "
             f"{statistics.stdev(val):.4f} ({gap_words(statistics.fmean(val), bv)}); the aim, general ≤ {limit:.4f} "
-            f"(+{aim:.0%}), " + ("is met by the mean" if mean <= limit else f"is missed by {mean - limit:.4f} nats")
-            + f" ({sum(g <= limit for g in general)} of {len(general)} draws within it), calibrating on the very "
-            "text evaluated")
+            f"(+{aim:.0%}), {aim_in_nats(general, limit)}, calibrating on the very text evaluated")
     same = [x for x in r["rows"] if x["m"] == bound["m"] and x["options"] == of
             and x["calibration"] in GENERAL_CALIBRATIONS]
     if same:
