@@ -3623,6 +3623,8 @@ QUOTES = {
     "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
     "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),
     "tied.labels_vs_kl.general": lambda: draws_verdict(load("real_model_tied") or {}, "general", "label_draws"),
+    "tied.labels_over_control.val": lambda: label_control_cost(load("real_model_tied") or {}, "val"),
+    "tied.labels_over_control.general": lambda: label_control_cost(load("real_model_tied") or {}, "general"),
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),
     "rules.sandwich_vs_paper_code": lambda: _rule_verdict("sandwich", "paper_code"),
     "growth.rewarm": _rewarm,
