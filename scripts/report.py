@@ -2798,7 +2798,9 @@ def best_draws(tied: dict, keys: tuple[str, ...]) -> dict | None:
 def goal_against_slicegpt(tied: dict, slicegpt: dict, d: dict, share: str) -> tuple[str, ...]:
     """Our draws ``d`` against SliceGPT's code at the same width (it keeps more parameters) and at the width whose
     parameters are nearest ours; its runs are n = 1, so read against twice our spread."""
-    ours = next(x["parameters"] for x in tied["rows"] if x["m"] == d["m"] and x["options"] == d["of"])
+    first = next(x for x in tied["rows"] if x["m"] == d["m"] and x["options"] == d["of"]
+                 and x["calibration"] == "shakespeare")
+    ours = first["parameters"]
     val = [x["val"] for x in d["learned"]]
     mean, std = statistics.fmean(val), statistics.stdev(val)
     same = next((x for x in slicegpt["rows"] if x["width"] == d["m"]), None)
@@ -2811,6 +2813,9 @@ def goal_against_slicegpt(tied: dict, slicegpt: dict, d: dict, share: str) -> tu
         words.append(f"{where} (m = {theirs['width']}, {theirs['parameters'] / 1e6:.1f} M): {s:.4f}, "
                      + ("no difference (inside twice our spread)" if abs(mean - s) < 2 * std else
                         "ours lower" if mean < s else "ours higher"))
+    if same and "slice_seconds" in same:  # not equal cost: ours learns T by gradient, its code runs PCA
+        words.append(f"not at equal cost: ours {first['step']['seconds']:.0f} s to build on one core (T learned on "
+                     f"the calibration KL), its code {same['slice_seconds']:.0f} s to slice (PCA)")
     return (f"ahead of SliceGPT's own code, {share} parameters", "lower val loss, fewer parameters",
             f"ours {mean:.4f} ± {std:.4f} ({ours / 1e6:.1f} M, {tied_extra({'options': d['of']})})",
             f"{len(val)} / 1", "; ".join(words))

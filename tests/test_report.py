@@ -1300,7 +1300,7 @@ def test_the_goals_table_takes_each_goals_best_run_by_its_rule(tmp_path, monkeyp
                    "general": 4.0}}},
                "mix_case": {"text": "mix", "arm": {"losses": {"general": 4.6}}, "control": {"losses": {
                    "general": 4.0}}}}
-    slicegpt = {"rows": [{"width": 432, "parameters": 140.7e6, "losses": {"val": 4.29}},
+    slicegpt = {"rows": [{"width": 432, "parameters": 140.7e6, "losses": {"val": 4.29}, "slice_seconds": 630.0},
                          {"width": 288, "parameters": 101.1e6, "losses": {"val": 4.60}},
                          {"width": 158, "parameters": 67.4e6, "losses": {"val": 5.40}}]}
 
@@ -1333,6 +1333,8 @@ def test_the_goals_table_takes_each_goals_best_run_by_its_rule(tmp_path, monkeyp
     sg = rows["ahead of SliceGPT's own code, −25% parameters"]
     assert "same width (m = 432, 140.7 M): 4.2900, no difference" in sg[4] and "(m = 288, 101.1 M): 4.6000, ours " \
                                                                                "lower" in sg[4]
+    assert sg[4].endswith("not at equal cost: ours 240 s to build on one core (T learned on the calibration KL), "
+                          "its code 630 s to slice (PCA) |")
     assert "equal parameters (m = 158, 67.4 M): 5.4000, ours lower" in rows[
         "ahead of SliceGPT's own code, −50% parameters"][4]
     general = rows["the general case, −25%, zero-shot (calibrated on a general text, evaluated on the novel)"]
