@@ -2906,9 +2906,15 @@ def goals_recovery(tied: dict, distill: dict) -> list[tuple[str, ...]]:
             return min(a["losses"]["val"] for a in run["arms"]) / run["control"]["losses"]["val"] - 1
 
         name, run = min(gpus, key=lambda nr: gap_of(nr[1]))
+        words = aim_words([gap_of(run)], 0.02)
+        if run["tokens"] < run["max_tokens"] and run.get("probe_tokens_per_s"):  # why the run stopped short
+            words += (f"; the run used {run['tokens'] / run['max_tokens']:.0%} of the tokens allowed: at its "
+                      f"{run['probe_tokens_per_s']:,.0f} tokens/s the {run['max_tokens'] / 1e6:.0f} M need "
+                      f"{run['max_tokens'] / run['probe_tokens_per_s']:.0f} s of distillation, one call held "
+                      f"{run['seconds']['distill']:.0f} s")
         rows.append(("recovery on a GPU: −50% distilled, ≤ 50 M tokens", "val ≤ +2% of the control",
                      f"{100 * gap_of(run):+.1f}% after {run['tokens'] / 1e6:.1f} M tokens (results/{name})", "1",
-                     aim_words([gap_of(run)], 0.02)))
+                     words))
     timing = tied.get("gains_recipe_timing")
     if timing:
         seconds = timing["step"]["seconds"]

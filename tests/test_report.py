@@ -1305,7 +1305,8 @@ def test_the_goals_table_takes_each_goals_best_run_by_its_rule(tmp_path, monkeyp
                          {"width": 158, "parameters": 67.4e6, "losses": {"val": 5.40}}]}
 
     def gpu(m, val):
-        return {"m": m, "tokens": 23e6, "control": {"losses": {"val": 4.0}},
+        return {"m": m, "tokens": 23e6, "max_tokens": 50e6, "probe_tokens_per_s": 76000.0,
+                "seconds": {"distill": 336.5}, "control": {"losses": {"val": 4.0}},
                 "arms": [{"losses": {"val": val + 0.1}}, {"losses": {"val": val}}]}
 
     loads = {"real_model_tied": tied, "real_model_distill": distill, "real_model_slicegpt": slicegpt,
@@ -1353,8 +1354,10 @@ def test_the_goals_table_takes_each_goals_best_run_by_its_rule(tmp_path, monkeyp
     recovery = rows["recovery on 2 CPU cores: −25% distilled from the original, ≤ 100 k tokens"]
     assert "+3.6% ± 0.4 after 98,304 tokens, from the map learned (learn_steps=16, learn_gain_lr=1e-2, " \
            "learn_label_weight=0.5)" in recovery[2]
-    assert rows["recovery on a GPU: −50% distilled, ≤ 50 M tokens"][2] == "+3.0% after 23.0 M tokens " \
-                                                                         "(results/real_model_gpu_learned)"
+    gpu_row = rows["recovery on a GPU: −50% distilled, ≤ 50 M tokens"]
+    assert gpu_row[2] == "+3.0% after 23.0 M tokens (results/real_model_gpu_learned)"
+    assert gpu_row[4] == ("missed by 1.0 points; the run used 46% of the tokens allowed: at its 76,000 tokens/s the "
+                          "50 M need 658 s of distillation, one call held 336 s |")
     assert rows["the whole −25% recipe on 2 CPU cores, with progress"][4] == "missed by 50 s |"
     monkeypatch.setattr(report, "load", {"real_model_tied": tied}.get)
     assert report.real_model_goals(None).startswith("*Needs results/real_model_tied, real_model_distill")
