@@ -160,7 +160,7 @@ NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: t
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
 LABEL_RECIPE = CELLS[37]  # GAINS_RECIPE on ½·KL + ½·the text's labels: its draws, paired with GAINS_RECIPE's
-LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control (calibration seed 0, as LABEL_RECIPE's row)
+LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control; its draws, paired with LABEL_RECIPE's
 
 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),

@@ -1258,14 +1258,23 @@ def tied_draws_reading(draws: dict | None) -> list[str]:
             f"parameters (m = 333, {draws['per_block_parameters'] / 1e6:.1f} M): " + "; ".join(out) + "."]
 
 
+def aim_standing(values: list[float], limit: float) -> tuple[float, bool, bool, int]:
+    """An aim (each value ≤ ``limit``) over n runs, by our rule: (the mean's distance above the limit, met by the
+    mean, unclear — n > 1 and the mean within twice the runs' spread of the limit —, the runs within it)."""
+    mean = statistics.fmean(values)
+    unclear = len(values) > 1 and abs(mean - limit) < 2 * statistics.stdev(values)
+    return mean - limit, mean <= limit, unclear, sum(x <= limit for x in values)
+
+
+def unclear_words(met: bool) -> str:
+    return f"inside twice the spread: no clear {'pass' if met else 'miss'}"
+
+
 def aim_in_nats(losses: list[float], limit: float) -> str:
-    """An aim on the loss (≤ ``limit``) read over draws: met or missed by the mean (in nats), no clear pass or miss
-    where the mean lies within twice the spread of it, and how many draws are within it."""
-    mean, std = statistics.fmean(losses), statistics.stdev(losses)
-    return (("is met by the mean" if mean <= limit else f"is missed by {mean - limit:.4f} nats")
-            + (f", inside twice the spread: no clear {'pass' if mean <= limit else 'miss'}"
-               if abs(mean - limit) < 2 * std else "")
-            + f" ({sum(x <= limit for x in losses)} of {len(losses)} draws within it)")
+    """An aim on the loss (≤ ``limit``) read over draws (``aim_standing``), the miss in nats."""
+    over, met, unclear, within = aim_standing(losses, limit)
+    return (("is met by the mean" if met else f"is missed by {over:.4f} nats")
+            + (f", {unclear_words(met)}" if unclear else "") + f" ({within} of {len(losses)} draws within it)")
 
 
 def learned_draws_reading(draws: dict | None, bv: float, bg: float, aim: float = 0.07, share: str = "−25%",
@@ -1347,19 +1356,20 @@ def label_control_draws_reading(r: dict, bv: float, bg: float) -> list[str]:
     """The labels' same-width control over the labels row's own calibration draws (``label_control_draws`` beside
     ``label_draws``, the same seeds): the control's gap to the original, and the shrink's cost under equal learning
     paired by seed (each draw's row over its control; the verdict on the losses, paired)."""
-    control = r.get("label_control_draws")
-    if labels_over_control(r, "val") is None:
+    paired = {text: labels_over_control(r, text) for text in ("val", "general")}
+    if paired["val"] is None:
         return []
     parts = []
     for text, base in (("val", bv), ("general", bg)):
-        c, costs, v = labels_over_control(r, text)
+        c, costs, v = paired[text]
         parts.append(f"{text}: the control {statistics.fmean(c):.4f} ± {statistics.stdev(c):.4f} "
                      f"({gap_words(statistics.fmean(c), base)} against the original), the shrink's cost "
                      f"{100 * statistics.fmean(costs):+.1f}% ± {100 * statistics.stdev(costs):.1f} "
                      f"({', '.join(f'{100 * x:+.1f}%' for x in costs)}; {_p(v)}: the row "
                      f"{v['words']})")
+    seeds = r["label_control_draws"]["seeds"]
     return [f"- **The labels' control over the row's calibration draws** (seeds "
-            f"{', '.join(str(x) for x in control['seeds'])}, n = {len(control['seeds'])}, paired by seed): "
+            f"{', '.join(str(x) for x in seeds)}, n = {len(seeds)}, paired by seed): "
             + "; ".join(parts) + "."]
 
 
@@ -2027,10 +2037,9 @@ def paired_orders(x: dict, other: dict | None, title: str) -> list[str]:
 def goal_of_orders(x: dict) -> list[str]:
     """The mean val gap over ``x``'s data orders against the issue's goal, named unclear within twice its spread."""
     gap = x["gap"]["val"]
-    met = gap["mean"] <= RECOVERY_GOAL
-    near = abs(gap["mean"] - RECOVERY_GOAL) < 2 * gap["std"]
+    over, met, near, _ = aim_standing(gap["each"], RECOVERY_GOAL)
     return [f"- **The issue's goal** (within {RECOVERY_GOAL:.0%} of the control): the mean over the orders "
-            + ("meets it" if met else f"misses it by {100 * (gap['mean'] - RECOVERY_GOAL):.1f} points")
+            + ("meets it" if met else f"misses it by {100 * over:.1f} points")
             + (f", inside twice the orders' spread (± {100 * gap['std']:.1f}), so not a clear "
                + ("pass" if met else "miss") if near else "") + "."]
 
@@ -2302,12 +2311,11 @@ def batch_verdict(r: dict) -> str:
     return f"{v['words']} ({_p(v)})"
 
 
-def draws_verdict(r: dict, text: str, key: str = "mix_draws", against: str = "gains_draws") -> str:
-    """``key``'s calibration draws (by default the mix's) against ``against``'s (by default the norm gains' on
-    Shakespeare) on ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the
-    README quotes it (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``,
-    ``tied.labels_vs_control.val`` / ``.general``)."""
-    drawn, own = r.get(key), r.get(against)
+def draws_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
+    """``key``'s calibration draws (by default the mix's) against the norm gains' on Shakespeare (``gains_draws``) on
+    ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the README quotes it
+    (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``)."""
+    drawn, own = r.get(key), r.get("gains_draws")
     if not (drawn and own and drawn["seeds"] == own["seeds"]):
         return "not measured"
     v = verdict([x[text] for x in drawn["learned"]], [x[text] for x in own["learned"]], paired=True)
@@ -2765,16 +2773,11 @@ GENERAL_TEXTS = ("news", "samples", "mix")  # general calibration texts: neither
 
 
 def aim_words(gaps: list[float], aim: float) -> str:
-    """A goal's verdict from the gaps of its n runs (fractions): met or missed by the mean, and — n > 1 — called
-    no clear pass or miss where the mean lies within twice the spread of the aim, with how many runs are within it."""
-    mean = statistics.fmean(gaps)
-    words = "met" if mean <= aim else f"missed by {100 * (mean - aim):.1f} points"
-    if len(gaps) > 1:
-        std = statistics.stdev(gaps)
-        if abs(mean - aim) < 2 * std:
-            words += f", inside twice the spread: no clear {'pass' if mean <= aim else 'miss'}"
-        words += f" ({sum(g <= aim for g in gaps)} of {len(gaps)} within)"
-    return words
+    """A goal's verdict from the gaps of its n runs (fractions; ``aim_standing``), the miss in points, and — n > 1 —
+    how many runs are within it."""
+    over, met, unclear, within = aim_standing(gaps, aim)
+    return (("met" if met else f"missed by {100 * over:.1f} points") + (f", {unclear_words(met)}" if unclear else "")
+            + (f" ({within} of {len(gaps)} within)" if len(gaps) > 1 else ""))
 
 
 def draws_gaps(d: dict, text: str, base: float) -> list[float]:
@@ -2837,9 +2840,12 @@ def goals_zero_shot(tied: dict, slicegpt: dict) -> list[tuple[str, ...]]:
     if labels:
         gaps = draws_gaps(labels, "val", bv)
         words = aim_words(gaps, 0.07)
-        first = next((x for x in tied["rows"] if x["parameters"] >= whole and x["options"] == labels["of"]
-                      and x["calibration"] == "shakespeare"), None)  # the control of the first draw alone
-        costs = paired[1] if paired else [labels["learned"][0]["val"] / first["losses"]["val"] - 1] if first else []
+        if paired:
+            costs = paired[1]
+        else:  # the control of the first draw alone, where its other draws are not measured
+            first = next((x for x in tied["rows"] if x["parameters"] >= whole and x["options"] == labels["of"]
+                          and x["calibration"] == "shakespeare"), None)
+            costs = [labels["learned"][0]["val"] / first["losses"]["val"] - 1] if first else []
         if costs:
             words += (f"; but {spread_words(costs)} above its same-width control (the same learning at m = d; "
                       f"n = {len(costs)}): the text's labels adapt the model to Shakespeare")
@@ -3806,21 +3812,22 @@ SECTIONS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, a
                                     real_model_geometry, real_model_quantization, real_model_outliers,
                                     real_model_tied, real_model_distill, real_model_hybrid, real_model_gpu,
                                     real_model_gpu_learned, real_model_gpu_learned_teacher)}
+
+def worked_example_section(_: dict | None) -> str:
+    try:
+        return worked_example(None)
+    except (KeyError, FileNotFoundError):  # made before the worked example had a control
+        return ("*Stale: results/worked_example/ was made before the worked example had a control; "
+                "`scripts/worked_example.sh` re-runs it.*")
+
+
 # what render() builds from several results at once, not from a results/<name> of its own
-COMBINED = {"worked_example", "benchmarks", "real_model_goals"}
+COMBINED = {"worked_example": worked_example_section, "benchmarks": benchmarks, "real_model_goals": real_model_goals}
 
 
 def render(name: str) -> str:
-    if name == "worked_example":
-        try:
-            return worked_example(None)
-        except (KeyError, FileNotFoundError):  # made before the worked example had a control
-            return ("*Stale: results/worked_example/ was made before the worked example had a control; "
-                    "`scripts/worked_example.sh` re-runs it.*")
-    if name == "benchmarks":
-        return benchmarks(None)
-    if name == "real_model_goals":
-        return real_model_goals(None)
+    if name in COMBINED:
+        return COMBINED[name](None)
     r = load(name)
     if r is None:
         return missing(name)
