@@ -43,7 +43,8 @@ rows, m = 432 and m = 288, m = 432 learned with its norm gains, ``--learn_gain_l
 next tokens in its objective too, ``--learn_label_weight=0.5``) with the best recipe: another start, the same recipe
 and control. ``--part=learned_draws`` adds two more data orders (n = 3) to the learned −25% start that ends lowest;
 ``--part=learned_rates`` distils that start at the rates of ``LRS`` below the chosen one (and, where one ends lower,
-two more data orders at it).
+two more data orders at it). ``--part=to_zero`` distils that start with the rate decayed to 0 instead of a tenth of it
+(``FLOOR``, one factor), over the same three data orders, against its own control.
 """
 from __future__ import annotations
 
@@ -72,17 +73,20 @@ HALF = (RATIOS[0.5], RECOVER[1], RECOVER[2], "shakespeare")  # results/real_mode
 DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
 HIDDEN = (0.1, 1.0)  # β of the hidden-state term tried (--part=features); its value at the start is ≈ 0.12 per block
 TEMPERATURES = (2.0,)  # τ tried against the recipe's 1 (--part=temperature)
+FLOOR = 0.0  # the rate's end in --part=to_zero, against the recipe's tenth of the rate
 
 
-def recipe(lr: float, data_seed: int = 0, batch: int = BATCH) -> list[str]:
-    """results/real_model_recovery's recipe at learning rate ``lr`` (decayed to lr / 10), its data order moved by
+def recipe(lr: float, data_seed: int = 0, batch: int = BATCH, floor: float | None = None) -> list[str]:
+    """results/real_model_recovery's recipe at learning rate ``lr`` (decayed to lr / 10, or to ``floor`` where one is
+    given: ``--part=to_zero``'s 0), its data order moved by
     ``data_seed`` (the eval batches stay: --eval_seed is fixed), in batches of ``batch`` windows: every step count
     (steps, decay, warmup, eval and log intervals) scales by BATCH / batch, so the tokens and the schedule in tokens
     stay and only the number of optimizer steps changes."""
     if BATCH % batch:
         raise ValueError(f"batch={batch} must divide the recipe's batch {BATCH}")
     seed = int(next(a for a in FINETUNE if a.startswith("--seed=")).split("=")[1]) + data_seed
-    changed = {"--learning_rate": f"{lr:g}", "--min_lr": f"{lr / 10:g}", "--seed": str(seed)}
+    end = lr / 10 if floor is None else floor
+    changed = {"--learning_rate": f"{lr:g}", "--min_lr": f"{end:g}", "--seed": str(seed)}
     if batch != BATCH:
         steps = {"--max_iters", "--lr_decay_iters", "--warmup_iters", "--eval_interval", "--log_interval"}
         changed |= {a.split("=")[0]: str(int(a.split("=")[1]) * BATCH // batch) for a in FINETUNE
@@ -101,27 +105,31 @@ def loss_args(hidden: float, temperature: float = 1.0) -> tuple[str, ...]:
 
 
 def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: str = "", batch: int = BATCH,
-        text: str = "shakespeare", m: int = RECOVER[0], hidden: float = 0.0, temperature: float = 1.0) -> dict:
+        text: str = "shakespeare", m: int = RECOVER[0], hidden: float = 0.0, temperature: float = 1.0,
+        floor: float | None = None) -> dict:
     """A shrunk model (width ``m``) distilled from the original (the transform record's source) at ``lr`` on
-    ``text`` (with the hidden-state term of weight ``hidden``, at ``temperature``)."""
+    ``text`` (with the hidden-state term of weight ``hidden``, at ``temperature``, the rate decayed to ``floor``)."""
     label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
-             + (f"-t{temperature:g}" if temperature != 1.0 else "")
+             + (f"-t{temperature:g}" if temperature != 1.0 else "") + (f"-min{floor:g}" if floor is not None else "")
              + (f"-s{data_seed}" if data_seed else "") + (f"-b{batch}" if batch != BATCH else "")
              + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden, temperature), recipe(lr, data_seed, batch),
-                          text), lr=lr, batch=batch, text=text, hidden=hidden,
-                **({"temperature": temperature} if temperature != 1.0 else {}))
+    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden, temperature),
+                          recipe(lr, data_seed, batch, floor), text), lr=lr, batch=batch, text=text, hidden=hidden,
+                **({"temperature": temperature} if temperature != 1.0 else {}),
+                **({"min_lr": floor} if floor is not None else {}))
 
 
 def control(src: str, data: dict[str, str], lr: float, batch: int = BATCH, text: str = "shakespeare",
-            hidden: float = 0.0, temperature: float = 1.0) -> dict:
+            hidden: float = 0.0, temperature: float = 1.0, floor: float | None = None) -> dict:
     """The original distilled from itself with the arms' recipe at ``lr`` in batches of ``batch`` on ``text``."""
     label = (f"original-kd-self-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
-             + (f"-t{temperature:g}" if temperature != 1.0 else "") + (f"-b{batch}" if batch != BATCH else "")
+             + (f"-t{temperature:g}" if temperature != 1.0 else "") + (f"-min{floor:g}" if floor is not None else "")
+             + (f"-b{batch}" if batch != BATCH else "")
              + (f"-on-{text}" if text != "shakespeare" else ""))
     return dict(finetuned(src, data, label, (*loss_args(hidden, temperature), f"--teacher_dir={src}"),
-                          recipe(lr, batch=batch), text), lr=lr, batch=batch, text=text, hidden=hidden,
-                **({"temperature": temperature} if temperature != 1.0 else {}))
+                          recipe(lr, batch=batch, floor=floor), text), lr=lr, batch=batch, text=text, hidden=hidden,
+                **({"temperature": temperature} if temperature != 1.0 else {}),
+                **({"min_lr": floor} if floor is not None else {}))
 
 
 def readers_start(src: str, data: dict[str, str]) -> dict:
@@ -427,8 +435,31 @@ def draws(runs: list[dict], ctrl: dict, lr: float) -> dict:
                     for text, g in gaps.items()}}
 
 
+def to_zero(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
+    """The best learned −25% start (``best_learned_start``) with the rate decayed to 0 instead of a tenth of it (the
+    cosine's floor, ``--min_lr=0``; one factor: rate, batch, tokens and data orders as ``learned_draws``): with one
+    256-token window per step the last steps' noise moves the end model (the data orders' spread), and a schedule
+    that ends at 0 lets those steps only settle it. Its own control (the original distilled from itself with the
+    identical recipe) and the three data orders (n = 3), paired by order with ``learned_draws``. Saved as
+    "to_zero" (``reverse``: build the control and the last data order only, saving nothing)."""
+    chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
+    key, spec, more, name = best_learned_start(payload)
+    start = build(src, data, (spec[0], spec[1], more, spec[3]))
+    if reverse:
+        control(src, data, chosen, best, floor=FLOOR)
+        arm(data, start, chosen, DATA_SEEDS[-1], name=name, batch=best, m=spec[0], floor=FLOOR)
+        return
+    runs = [arm(data, start, chosen, seed, name=name, batch=best, m=spec[0], floor=FLOOR) for seed in (0, *DATA_SEEDS)]
+    own = control(src, data, chosen, best, floor=FLOOR)
+    payload["to_zero"] = dict(draws(runs, own, chosen), start=key, option=" ".join(more), min_lr=FLOOR, batch=best,
+                              recipe=recipe(chosen, batch=best, floor=FLOOR), parameters=runs[0]["parameters"],
+                              seconds=[x["step"]["seconds"] for x in runs],
+                              control=dict(own, unchanged=unchanged(src, own["out_dir"])))
+    save_part(payload, started)
+
+
 ADDED = {"features": features, "temperature": temperatures, "learned": learned, "mix": mix_case,
-         "learned_draws": learned_draws, "learned_rates": learned_rates}
+         "learned_draws": learned_draws, "learned_rates": learned_rates, "to_zero": to_zero}
 # the parts that add to results/real_model_distill/results.json once it holds the rates and batches: --part → function
 
 

@@ -1921,7 +1921,27 @@ def learned_rows(r: dict) -> list[str]:
     """Each learned map's start (−25%, then −50% parameters, then −25% learned with its norm gains), zero-shot and
     distilled with the best recipe (gaps to that recipe's control)."""
     return [line for key in ("learned", "half_learned", "gains_learned", "labels_learned") if r.get(key)
-            for line in learned_start_rows(r, r[key])]
+            for line in learned_start_rows(r, r[key])] + to_zero_rows(r)
+
+
+def to_zero_rows(r: dict) -> list[str]:
+    """The best learned start distilled with the rate decayed to 0 (``to_zero``): its own control, then the mean of
+    its data orders (gaps to that control)."""
+    x = r.get("to_zero")
+    if not x:
+        return []
+    c, start = x["control"], r[x["start"]]
+    batch, steps = steps_of(x["recipe"])
+    mean = {text: statistics.fmean(a[text] for a in x["arm"]) for text in ("val", "general")}
+    what = "learned map and norm gains" + (" on the text's labels too" if "--learn_label_weight" in x["option"] else "")
+    return [f"| {x['lr']:g} → {x['min_lr']:g} | control, batch {batch} × {steps} steps, the rate decayed to "
+            f"{x['min_lr']:g}: original distilled from itself | {c['parameters'] / 1e6:.1f} M | "
+            f"{c['losses']['val']:.4f} | 0 (itself) | {c['losses']['general']:.4f} | 0 (itself) | "
+            f"{c['step']['seconds'] / 60:.0f} |",
+            f"| {x['lr']:g} → {x['min_lr']:g} | tied m = {start.get('m', r['start']['m'])} + {what}, distilled, batch "
+            f"{batch} × {steps} steps, the rate decayed to {x['min_lr']:g} (mean of data orders "
+            f"{', '.join(map(str, x['seeds']))}) | {x['parameters'] / 1e6:.1f} M | {loss_cells(mean, c['losses'])} | "
+            f"{statistics.fmean(x['seconds']) / 60:.0f} |"]
 
 
 def learned_start_rows(r: dict, x: dict) -> list[str]:
@@ -2012,6 +2032,23 @@ def learned_rates_reading(r: dict) -> list[str]:
                 + paired_orders(d, r.get("learned_draws"), f"Rate {d['lr']:g} against {r['chosen_lr']:g}")
                 + goal_of_orders(d))
     return out
+
+
+def to_zero_reading(r: dict) -> list[str]:
+    """The rate decayed to 0 instead of a tenth (``to_zero``, one factor) from the best learned start: its data
+    orders against its own control, paired by order with the tenth's (``learned_draws``), and the goal."""
+    x = r.get("to_zero")
+    if not x:
+        return []
+    c = x["control"]
+    return ([f"- **The rate decayed to {x['min_lr']:g}, one factor** (the cosine's floor {x['min_lr']:g} instead of "
+             f"a tenth of the rate, {x['lr']:g}; the `{x['start']}` start, `{x['option']}`, batch {x['batch']}, the "
+             "same data orders): its own control, the original distilled from itself with that schedule, is "
+             + ("the original bit for bit" if c["unchanged"] else "not the original")
+             + f" (val {c['losses']['val']:.4f})."]
+            + draw_lines(x, f"the rate decayed to {x['min_lr']:g}")
+            + paired_orders(x, r.get("learned_draws"), f"Decayed to {x['min_lr']:g} against a tenth of the rate")
+            + goal_of_orders(x))
 
 
 def orders_verdict(x: dict | None, other: dict | None) -> dict | None:
@@ -2239,7 +2276,8 @@ def real_model_distill_reading(r: dict) -> list[str]:
     out += (batch_reading(r) + half_reading(r) + distilled_general_case_reading(r) + loss_variant_reading(r)
             + learned_reading(r) + gains_learned_reading(r)
             + gains_learned_reading(r, "labels_learned", "gains_learned", "The text's labels in the map's objective")
-            + learned_start_draws_reading(r) + learned_rates_reading(r) + half_learned_reading(r))
+            + learned_start_draws_reading(r) + learned_rates_reading(r) + to_zero_reading(r)
+            + half_learned_reading(r))
     tied = (load("real_model_tied") or {}).get("recovery")
     lm = (load("real_model_recovery") or {}).get("control")
     if tied and lm:
@@ -2894,12 +2932,13 @@ def goals_recovery(tied: dict, distill: dict) -> list[tuple[str, ...]]:
     whole −25% recipe's time on both cores."""
     rows = []
     orders = [d for d in (distill.get("draws"), (distill.get("batches") or {}).get("draws"),
-                          distill.get("learned_draws")) if d]
+                          distill.get("learned_draws"), distill.get("to_zero")) if d]
     if orders:
         best = min(orders, key=lambda d: d["gap"]["val"]["mean"])
         gaps = best["gap"]["val"]["each"]
         start = (f"the map learned ({', '.join(o.lstrip('-') for o in best['option'].split())})"
                  if "option" in best else "the tied PCA map")
+        start += f", the rate decayed to {best['min_lr']:g}" if "min_lr" in best else ""
         rows.append(("recovery on 2 CPU cores: −25% distilled from the original, ≤ 100 k tokens",
                      f"val ≤ +{RECOVERY_GOAL:.0%} of the control", f"{spread_words(gaps)} after "
                      f"{distill['tokens']:,} tokens, from {start}; data orders", str(len(gaps)),

@@ -487,6 +487,50 @@ def test_smaller_steps_from_the_learned_start_read_against_the_chosen_rate_then_
     assert report.learned_rates_reading({k: v for k, v in r.items() if k != "learned_rates"}) == []
 
 
+def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_orders_and_the_goal():
+    """to_zero: its control named bit for bit (or not), its data orders, paired by order with learned_draws (the
+    tenth of the rate), the goal; its rows in the table (the control, the orders' mean); the goals table's recovery
+    row takes it where its mean is the lowest and says the rate's end."""
+    def gaps(each: list[float]) -> dict:
+        return {"mean": statistics.fmean(each), "std": statistics.stdev(each), "each": each}
+
+    tenth = {"seeds": [0, 1, 2], "lr": 1e-4, "option": "--learn_label_weight=0.5", "start": "labels_learned",
+             "gap": {"val": gaps([0.032, 0.0366, 0.0393]), "general": gaps([0.179, 0.174, 0.173])}}
+    vals = [3.8550, 3.8620, 3.8600]
+    zero = {"seeds": [0, 1, 2], "lr": 1e-4, "min_lr": 0.0, "start": "labels_learned", "batch": 1,
+            "option": "--learn_label_weight=0.5", "recipe": ["--batch_size=1", "--max_iters=384"],
+            "arm": [{"val": v, "general": 4.45} for v in vals], "parameters": 100.9e6, "seconds": [1800.0] * 3,
+            "gap": {"val": gaps([v / 3.7584 - 1 for v in vals]), "general": gaps([0.1745, 0.1746, 0.1747])},
+            "control": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6, "unchanged": True,
+                        "step": {"seconds": 1400.0}}}
+    r = {"learned_draws": tenth, "to_zero": zero, "labels_learned": {"m": 432}, "start": {"m": 432}}
+    lines = report.to_zero_reading(r)
+    assert lines[0].startswith("- **The rate decayed to 0, one factor** (the cosine's floor 0 instead of a tenth of "
+                               "the rate, 0.0001; the `labels_learned` start")
+    assert "is the original bit for bit (val 3.7584)." in lines[0]
+    assert lines[1].startswith("- **Data orders, val** (the rate decayed to 0; orders 0, 1, 2; n = 3): gap to the "
+                               "control +2.7% ± 0.1")
+    assert lines[3].startswith("- **Decayed to 0 against a tenth of the rate, data order by data order** (paired")
+    assert "+2.7% ± 0.1 against +3.6% ± 0.4: " in lines[3]
+    assert lines[4].endswith("the mean over the orders meets it.")
+    zero["control"]["unchanged"] = False
+    assert "is not the original (val 3.7584)." in report.to_zero_reading(r)[0]
+    assert report.to_zero_reading({"learned_draws": tenth}) == []
+    rows = report.to_zero_rows(r)
+    assert rows[0].startswith("| 0.0001 → 0 | control, batch 1 × 384 steps, the rate decayed to 0: original "
+                              "distilled from itself | 134.5 M | 3.7584 | 0 (itself) |")
+    assert rows[1].startswith("| 0.0001 → 0 | tied m = 432 + learned map and norm gains on the text's labels too, "
+                              "distilled, batch 1 × 384 steps, the rate decayed to 0 (mean of data orders 0, 1, 2) "
+                              "| 100.9 M | 3.8590 | +2.7% |")
+    (row,) = report.goals_recovery({}, {"tokens": 98304, "learned_draws": tenth, "to_zero": zero})
+    assert row[2].startswith("+2.7% ± 0.1 after 98,304 tokens, from the map learned (learn_label_weight=0.5), the "
+                             "rate decayed to 0; data orders")
+    assert row[4].startswith("met")
+    zero["gap"]["val"] = gaps([0.04, 0.041, 0.042])  # worse than the tenth: the tenth's orders stay the row
+    (row,) = report.goals_recovery({}, {"tokens": 98304, "learned_draws": tenth, "to_zero": zero})
+    assert row[2].startswith("+3.6% ± 0.4 after 98,304 tokens, from the map learned (learn_label_weight=0.5); data")
+
+
 def test_the_distillation_table_reads_each_rate_against_its_own_control(monkeypatch):
     """Gaps are to the distilled control (the original distilled from itself), not to the LM control; the data
     orders say how many are within the goal; the better start and the LM recipe's tied run are set beside."""
