@@ -2088,6 +2088,13 @@ def learned_start_verdict(r: dict) -> str:
     return "not measured" if v is None else f"{v['words']} ({_p(v)})"
 
 
+def to_zero_verdict(r: dict) -> str:
+    """The rate decayed to 0 against a tenth of it (``to_zero`` against ``learned_draws``), paired by data order, in
+    the verdict's words with its p; the README quotes it (``distill.to_zero_vs_tenth``)."""
+    v = orders_verdict(r.get("to_zero"), r.get("learned_draws"))
+    return "not measured" if v is None else f"{v['words']} ({_p(v)})"
+
+
 def half_learned_reading(r: dict) -> list[str]:
     """−50% parameters from the learned map against the PCA start's run in the same recipe (results' "half"), with
     the −25% data orders' spread as the only yardstick there is (n = 1 each)."""
@@ -3675,6 +3682,7 @@ QUOTES = {
     "significance_rule": lambda: SIGNIFICANCE_RULE,
     "distill.batch_vs_recipe": lambda: batch_verdict(load("real_model_distill") or {}),
     "distill.learned_vs_pca": lambda: learned_start_verdict(load("real_model_distill") or {}),
+    "distill.to_zero_vs_tenth": lambda: to_zero_verdict(load("real_model_distill") or {}),
     "tied.mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general"),
     "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
     "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),

@@ -393,6 +393,50 @@ def test_the_later_distillation_parts_need_the_chosen_rate_and_batch_already_in_
     assert real_distill.saved_results() == saved
 
 
+def test_the_distillation_recipe_with_a_floor_changes_only_the_rates_end():
+    """real_distill.recipe(floor=f): --min_lr is f and nothing else moves; without one the end stays a tenth of the
+    rate (the cached runs keep their keys)."""
+    import real_distill
+
+    def values(recipe: list[str]) -> dict[str, str]:
+        return dict(a.split("=", 1) for a in recipe)
+
+    tenth, zero = values(real_distill.recipe(1e-4, 1, 1)), values(real_distill.recipe(1e-4, 1, 1, floor=0.0))
+    assert tenth["--min_lr"] == "1e-05" and zero["--min_lr"] == "0"
+    assert {k: v for k, v in zero.items() if k != "--min_lr"} == {k: v for k, v in tenth.items() if k != "--min_lr"}
+
+
+def test_the_to_zero_part_distils_the_best_learned_start_over_three_orders_against_its_own_control(monkeypatch):
+    """real_distill --part=to_zero: the best learned −25% start at the chosen rate and batch with the rate decayed to
+    FLOOR, data orders 0, 1, 2, gaps to its own control (with FLOOR too); --reverse builds the control and the last
+    order and saves nothing."""
+    import real_distill
+
+    for reverse in (False, True):
+        arms, controls, saves = [], [], []
+        monkeypatch.setattr(real_distill, "build", lambda src, data, spec: {"out_dir": "start"})
+        monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, seed=0, name="", batch=8, m=432, floor=None,
+                            arms=arms: arms.append((seed, lr, batch, floor)) or {
+                                "losses": {"val": 3.85 + seed / 100, "general": 4.4}, "parameters": 1,
+                                "step": {"seconds": 60.0}})
+        monkeypatch.setattr(real_distill, "control", lambda src, data, lr, batch, floor=None, controls=controls: (
+            controls.append((lr, batch, floor)) or {"losses": {"val": 3.7584, "general": 3.7886}, "out_dir": "c"}))
+        monkeypatch.setattr(real_distill, "unchanged", lambda a, b: True)
+        monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
+        payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1}, "labels_learned": {"losses": {"val": 3.88}}}
+        real_distill.to_zero("src", {}, payload, 0.0, reverse)
+        floor = real_distill.FLOOR
+        assert controls == [(1e-4, 1, floor)]
+        if reverse:
+            assert arms == [(2, 1e-4, 1, floor)] and saves == [] and "to_zero" not in payload
+            continue
+        assert arms == [(seed, 1e-4, 1, floor) for seed in (0, 1, 2)] and len(saves) == 1
+        x = payload["to_zero"]
+        assert x["start"] == "labels_learned" and x["min_lr"] == floor and x["control"]["unchanged"]
+        assert x["gap"]["val"]["each"] == pytest.approx([v / 3.7584 - 1 for v in (3.85, 3.86, 3.87)])
+        assert "--min_lr=0" in x["recipe"] and x["seconds"] == [60.0] * 3
+
+
 def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_the_last(monkeypatch):
     """real_distill --part=learned: the learned m = 432 and m = 288 starts, the m = 432 map learned with its norm
     gains and with the text's labels too, each distilled with the best recipe and saved under its own key with its

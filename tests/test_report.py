@@ -513,6 +513,9 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
     assert lines[3].startswith("- **Decayed to 0 against a tenth of the rate, data order by data order** (paired")
     assert "+2.7% ± 0.1 against +3.6% ± 0.4: " in lines[3]
     assert lines[4].endswith("the mean over the orders meets it.")
+    assert lines[3].endswith(f": {report.to_zero_verdict(r)}.")  # the README's quote is the reading's verdict
+    assert report.to_zero_verdict(r).startswith("lower (paired t, p = ")
+    assert report.to_zero_verdict({"to_zero": zero}) == "not measured"
     zero["control"]["unchanged"] = False
     assert "is not the original (val 3.7584)." in report.to_zero_reading(r)[0]
     assert report.to_zero_reading({"learned_draws": tenth}) == []
