@@ -2,7 +2,8 @@
 # Reproduce results/real_model_distill/: SmolLM2-135M shrunk to −25% parameters (head tied), distilled from the
 # original, against the original distilled from itself with the identical recipe; then the parts that add to it
 # (the hidden-state term, the temperature, the learned starts, the general case from the calibration mix, the best
-# learned start's data orders, lower rates and the rate decayed to 0), each as two processes sharing the cache. See scripts/real_distill.py.
+# learned start's data orders, lower rates and the rate decayed to 0), each as two processes sharing the cache.
+# See scripts/real_distill.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)

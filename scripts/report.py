@@ -1933,7 +1933,7 @@ def to_zero_rows(r: dict) -> list[str]:
     c, start = x["control"], r[x["start"]]
     batch, steps = steps_of(x["recipe"])
     mean = {text: statistics.fmean(a[text] for a in x["arm"]) for text in ("val", "general")}
-    what = "learned map and norm gains" + (" on the text's labels too" if "--learn_label_weight" in x["option"] else "")
+    what = learned_start_words(x["option"])
     return [f"| {x['lr']:g} → {x['min_lr']:g} | control, batch {batch} × {steps} steps, the rate decayed to "
             f"{x['min_lr']:g}: original distilled from itself | {c['parameters'] / 1e6:.1f} M | "
             f"{c['losses']['val']:.4f} | 0 (itself) | {c['losses']['general']:.4f} | 0 (itself) | "
@@ -1944,12 +1944,17 @@ def to_zero_rows(r: dict) -> list[str]:
             f"{statistics.fmean(x['seconds']) / 60:.0f} |"]
 
 
+def learned_start_words(option: str) -> str:
+    """A learned start named by its options: the map, with its norm gains, on the text's labels too."""
+    what = "learned map and norm gains" if "--learn_gain_lr" in option else "learned map"
+    return what + (" on the text's labels too" if "--learn_label_weight" in option else "")
+
+
 def learned_start_rows(r: dict, x: dict) -> list[str]:
     own = best_recipe_control(r)["losses"]
     batch, steps = recipe_in_batch(r, x["batch"])
     z, a, m = x["zero_shot"], x["losses"], x.get("m", r["start"]["m"])
-    what = "learned map and norm gains" if "--learn_gain_lr" in x.get("option", "") else "learned map"
-    what += " on the text's labels too" if "--learn_label_weight" in x.get("option", "") else ""
+    what = learned_start_words(x.get("option", ""))
     return [f"| — | tied m = {m} + {what}, zero-shot | {x['start_parameters'] / 1e6:.1f} M | {z['val']:.4f} | "
             f"{gap_words(z['val'], own['val'])} | {z['general']:.4f} | {gap_words(z['general'], own['general'])} | — |",
             f"| {x['lr']:g} | tied m = {m} + {what}, distilled, batch {batch} × {steps} steps | "

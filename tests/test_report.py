@@ -498,7 +498,7 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
              "gap": {"val": gaps([0.032, 0.0366, 0.0393]), "general": gaps([0.179, 0.174, 0.173])}}
     vals = [3.8550, 3.8620, 3.8600]
     zero = {"seeds": [0, 1, 2], "lr": 1e-4, "min_lr": 0.0, "start": "labels_learned", "batch": 1,
-            "option": "--learn_label_weight=0.5", "recipe": ["--batch_size=1", "--max_iters=384"],
+            "option": "--learn_gain_lr=1e-2 --learn_label_weight=0.5", "recipe": ["--batch_size=1", "--max_iters=384"],
             "arm": [{"val": v, "general": 4.45} for v in vals], "parameters": 100.9e6, "seconds": [1800.0] * 3,
             "gap": {"val": gaps([v / 3.7584 - 1 for v in vals]), "general": gaps([0.1745, 0.1746, 0.1747])},
             "control": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6, "unchanged": True,
@@ -507,6 +507,7 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
     lines = report.to_zero_reading(r)
     assert lines[0].startswith("- **The rate decayed to 0, one factor** (the cosine's floor 0 instead of a tenth of "
                                "the rate, 0.0001; the `labels_learned` start")
+    assert report.learned_start_words("--learn_steps=16") == "learned map"
     assert "is the original bit for bit (val 3.7584)." in lines[0]
     assert lines[1].startswith("- **Data orders, val** (the rate decayed to 0; orders 0, 1, 2; n = 3): gap to the "
                                "control +2.7% ± 0.1")
@@ -526,8 +527,8 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
                               "distilled, batch 1 × 384 steps, the rate decayed to 0 (mean of data orders 0, 1, 2) "
                               "| 100.9 M | 3.8590 | +2.7% |")
     (row,) = report.goals_recovery({}, {"tokens": 98304, "learned_draws": tenth, "to_zero": zero})
-    assert row[2].startswith("+2.7% ± 0.1 after 98,304 tokens, from the map learned (learn_label_weight=0.5), the "
-                             "rate decayed to 0; data orders")
+    assert row[2].startswith("+2.7% ± 0.1 after 98,304 tokens, from the map learned (learn_gain_lr=1e-2, "
+                             "learn_label_weight=0.5), the rate decayed to 0; data orders")
     assert row[4].startswith("met")
     zero["gap"]["val"] = gaps([0.04, 0.041, 0.042])  # worse than the tenth: the tenth's orders stay the row
     (row,) = report.goals_recovery({}, {"tokens": 98304, "learned_draws": tenth, "to_zero": zero})
