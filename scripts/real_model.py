@@ -12,8 +12,9 @@ val split in 256-token windows:
 - ``general``: Botchan's val split (an English novel, fetch.py --what=english), which no calibration reads.
 PCA is calibrated either on tinyshakespeare's train split or on general English (news: the Lee corpus; Wikipedia
 prose; the model's own samples; a mix), so that the general-text gap of a Shakespeare-calibrated map can be told
-from that of a general one. One factor at a time: the paper's rules (sandwich, paper_code) need square attention blocks, so they run on the same model with its 3
-key-value heads regrouped into 9 (an exact step at m = d), with the same T (kind, seed) as residual porting there.
+from that of a general one. One factor at a time: the paper's rules (sandwich, paper_code) need square attention
+blocks, so they run on the same model with its 3 key-value heads regrouped into 9 (an exact step at m = d), with the
+same T (kind, seed) as residual porting there.
 Random maps use seed 0 only (n = 1): the table says so.
 """
 from __future__ import annotations
