@@ -142,13 +142,16 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN, GAINS), "mix"), (M, 32, (LEARN, GAINS, LABELS), "shakespeare"),
          (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare"), (M, 32, (LEARN, GAINS, LABELS), "mix"),
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "mix"), (D, 32, (LEARN, GAINS, LABELS), "shakespeare"),
-         (D, 32, (), "shakespeare")]
+         (D, 32, (), "shakespeare"), (M, 32, (LEARN, GAINS, WRITERS, LEARN_FASTER), "shakespeare"),
+         (M, 32, (LEARN, GAINS), "wiki"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "wiki")]
 # CELLS[29:35]: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
 # own samples; at m = 288 too). CELLS[39]: the mix's own labels (does a broad text's next token help the novel?);
 # CELLS[40]: the general case's best calibration text at −50%. CELLS[41]: LABEL_RECIPE at m = D, its same-width
 # control (the same learning on the text's labels, nothing shrunk: how much of the labels' gain is the text learned,
-# not width recovered); CELLS[42]: the PCA rotation at m = D with the tie (what the tie costs with nothing shrunk)
+# not width recovered); CELLS[42]: the PCA rotation at m = D with the tie (what the tie costs with nothing shrunk).
+# CELLS[43]: WRITERS_RECIPE with T at three times the rate (one factor: is the −25% map short of steps?).
+# CELLS[44:46]: the gains recipes calibrated on Wikipedia (SliceGPT's default calibration domain) instead of the mix
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too
@@ -159,6 +162,7 @@ WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer ga
 NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
+WIKI_RECIPE = CELLS[44]  # GAINS_RECIPE calibrated on Wikipedia: the general case's other start (--part=wiki)
 LABEL_RECIPE = CELLS[37]  # GAINS_RECIPE on ½·KL + ½·the text's labels: its draws, paired with GAINS_RECIPE's
 LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control; its draws, paired with LABEL_RECIPE's
 

@@ -746,8 +746,8 @@ def general_case_reading(r: dict, bg: float) -> list[str]:
     tied = (load("real_model_tied") or {}).get("rows", [])  # the head kept tied (its own section)
     rows = [x for x in r["rows"] + tied if x.get("source", "imported") == "imported"]
     out = []
-    for texts, what in ((GENERAL_CALIBRATIONS, "The general case, m = {m}: calibrated on English news, the model's "
-                         "own samples or a mix of those and Shakespeare, evaluated on the novel"),
+    for texts, what in ((GENERAL_CALIBRATIONS, "The general case, m = {m}: calibrated on English news, Wikipedia, "
+                         "the model's own samples or a mix of Shakespeare, news and samples, evaluated on the novel"),
                         (("novel",), "Its in-domain bound, m = {m}: calibrated on the novel's train split, evaluated "
                          "on its val split")):
         chosen = sorted((x for x in rows if x["calibration"] in texts), key=lambda x: (-x["m"], x["losses"]["general"]))
@@ -1835,8 +1835,8 @@ def half_reading(r: dict) -> list[str]:
             "GPU, is not measured here)."]
 
 
-GENERAL_CASES = ("general_case", "mix_case")  # real_distill's general cases: from the news-calibrated PCA map, and from
-# the map learned with its norm gains on the calibration mix (--part=mix)
+GENERAL_CASES = ("general_case", "mix_case", "wiki_case")  # real_distill's general cases: from the news-calibrated
+# PCA map, and from the map learned with its norm gains on the calibration mix (--part=mix) or Wikipedia (--part=wiki)
 
 
 def start_options(g: dict) -> str:
@@ -1884,7 +1884,8 @@ def distilled_general_case_reading(r: dict) -> list[str]:
             continue
         own, a, z = g["control"], g["arm"]["losses"], g["start"]["losses"]
         gap = a["general"] / own["losses"]["general"] - 1
-        out.append(f"- **The general case{'' if key == 'general_case' else ', its best start'}** (calibrated and "
+        which = {"general_case": "", "mix_case": ", its best start"}.get(key, ", a learned start")
+        out.append(f"- **The general case{which}** (calibrated and "
                    f"distilled on {CALIBRATION_TEXTS[g['text']]}{start_options(g)}: {r['tokens']:,} distilled "
                    f"tokens pass over its {g['train_tokens']:,}-token train split "
                    f"{r['tokens'] / g['train_tokens']:.1f} times; "
@@ -2820,7 +2821,6 @@ def _reference_loss() -> float | None:
 
 GOALS_KL_DRAWS = ("learned_draws", "gains_draws", "writer_gains_draws", "cosine_draws")  # −25%, Shakespeare, the KL
 GOALS_HALF_DRAWS = ("half_learned_draws", "half_gains_draws")  # −50%, Shakespeare, the KL alone
-GENERAL_TEXTS = ("news", "samples", "mix")  # general calibration texts: neither Shakespeare nor the novel evaluated
 
 
 def aim_words(gaps: list[float], aim: float) -> str:
@@ -2914,7 +2914,7 @@ def goals_general(tied: dict, distill: dict) -> list[tuple[str, ...]]:
     widths = {share: d["m"] for share, d in (("−25%", best_draws(tied, GOALS_KL_DRAWS)),
                                                ("−50%", best_draws(tied, GOALS_HALF_DRAWS))) if d}
     for share, aim in (("−25%", 0.10), ("−50%", 0.25)):
-        general = [x for x in tied["rows"] if x["m"] == widths.get(share) and x["calibration"] in GENERAL_TEXTS]
+        general = [x for x in tied["rows"] if x["m"] == widths.get(share) and x["calibration"] in GENERAL_CALIBRATIONS]
         if not general:
             continue
         best = min(general, key=lambda x: x["losses"]["general"])
@@ -2930,7 +2930,7 @@ def goals_general(tied: dict, distill: dict) -> list[tuple[str, ...]]:
         rows.append((f"the general case, {share}, zero-shot (calibrated on a general text, evaluated on the novel)",
                      f"novel ≤ +{aim:.0%}", f"{spread_words(gaps)}: calibrated on "
                      f"{CALIBRATION_TEXTS[best['calibration']]}, {tied_extra(best)}", str(len(gaps)), words))
-    cases = [distill[k] for k in ("general_case", "mix_case") if k in distill]
+    cases = [distill[k] for k in GENERAL_CASES if distill.get(k, {}).get("control")]
     if cases:
         case = min(cases, key=lambda c: c["arm"]["losses"]["general"] / c["control"]["losses"]["general"])
         gap = case["arm"]["losses"]["general"] / case["control"]["losses"]["general"] - 1
