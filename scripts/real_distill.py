@@ -45,7 +45,9 @@ next tokens in its objective too, ``--learn_label_weight=0.5``) with the best re
 and control. ``--part=learned_draws`` adds two more data orders (n = 3) to the learned −25% start that ends lowest;
 ``--part=learned_rates`` distils that start at the rates of ``LRS`` below the chosen one (and, where one ends lower,
 two more data orders at it). ``--part=to_zero`` distils that start with the rate decayed to 0 instead of a tenth of it
-(``FLOOR``, one factor), over the same three data orders, against its own control.
+(``FLOOR``, one factor), over the same three data orders, against its own control. ``--part=labels`` distils that
+start on ½·KL + ½·CE of the text's next token (``ALPHA``, one factor: what a token teaches) against its own control,
+the original distilled from itself with that loss; two more data orders where it ends lower.
 """
 from __future__ import annotations
 
@@ -75,6 +77,7 @@ DISTILL = ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=1.0")
 HIDDEN = (0.1, 1.0)  # β of the hidden-state term tried (--part=features); its value at the start is ≈ 0.12 per block
 TEMPERATURES = (2.0,)  # τ tried against the recipe's 1 (--part=temperature)
 FLOOR = 0.0  # the rate's end in --part=to_zero, against the recipe's tenth of the rate
+ALPHA = 0.5  # the KL's weight in --part=labels: ½·KL + ½·CE of the text's next token, against the recipe's KL alone
 
 
 def recipe(lr: float, data_seed: int = 0, batch: int = BATCH, floor: float | None = None) -> list[str]:
@@ -97,40 +100,51 @@ def recipe(lr: float, data_seed: int = 0, batch: int = BATCH, floor: float | Non
             for a in FINETUNE]
 
 
-def loss_args(hidden: float, temperature: float = 1.0) -> tuple[str, ...]:
-    """The distillation loss's options, with the hidden-state term of weight ``hidden`` where it is > 0, and both
-    softmaxes at ``temperature`` where it is not DISTILL's 1."""
-    args = DISTILL if temperature == 1.0 else tuple(
-        f"--distill_temperature={temperature:g}" if a.startswith("--distill_temperature=") else a for a in DISTILL)
+def loss_args(hidden: float, temperature: float = 1.0, alpha: float = 1.0) -> tuple[str, ...]:
+    """The distillation loss's options, with the hidden-state term of weight ``hidden`` where it is > 0, both
+    softmaxes at ``temperature`` and the KL weighted by ``alpha`` (the rest: the text's labels) where they are not
+    DISTILL's 1."""
+    changed = {"--distill_temperature": temperature, "--distill_alpha": alpha}
+    args = tuple(a if changed.get(a.split("=")[0], 1.0) == 1.0 else f"{a.split('=')[0]}={changed[a.split('=')[0]]:g}"
+                 for a in DISTILL)
     return (*args, f"--distill_hidden={hidden:g}") if hidden else args
 
 
 def arm(data: dict[str, str], start: dict, lr: float, data_seed: int = 0, name: str = "", batch: int = BATCH,
         text: str = "shakespeare", m: int = RECOVER[0], hidden: float = 0.0, temperature: float = 1.0,
-        floor: float | None = None) -> dict:
+        floor: float | None = None, alpha: float = 1.0) -> dict:
     """A shrunk model (width ``m``) distilled from the original (the transform record's source) at ``lr`` on
-    ``text`` (with the hidden-state term of weight ``hidden``, at ``temperature``, the rate decayed to ``floor``)."""
-    label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
-             + (f"-t{temperature:g}" if temperature != 1.0 else "") + (f"-min{floor:g}" if floor is not None else "")
+    ``text`` (with the hidden-state term of weight ``hidden``, at ``temperature``, the rate decayed to ``floor``,
+    the KL weighted by ``alpha`` against the text's labels)."""
+    label = (f"pca-m{m}-tied-keep{RECOVER[1]}{name}-kd-lr{lr:g}" + variant(hidden, temperature, floor, alpha)
              + (f"-s{data_seed}" if data_seed else "") + (f"-b{batch}" if batch != BATCH else "")
              + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden, temperature),
+    return dict(finetuned(start["out_dir"], data, label, loss_args(hidden, temperature, alpha),
                           recipe(lr, data_seed, batch, floor), text), lr=lr, batch=batch, text=text, hidden=hidden,
-                **({"temperature": temperature} if temperature != 1.0 else {}),
-                **({"min_lr": floor} if floor is not None else {}))
+                **recorded(temperature, floor, alpha))
+
+
+def variant(hidden: float, temperature: float, floor: float | None, alpha: float) -> str:
+    """A run label's marks for what differs from the recipe (none for the recipe itself: the cached runs keep
+    their labels)."""
+    return ((f"-h{hidden:g}" if hidden else "") + (f"-t{temperature:g}" if temperature != 1.0 else "")
+            + (f"-min{floor:g}" if floor is not None else "") + (f"-a{alpha:g}" if alpha != 1.0 else ""))
+
+
+def recorded(temperature: float, floor: float | None, alpha: float) -> dict:
+    """What a run's saved record names beside its rate, batch, text and hidden weight, where not the recipe's."""
+    return {**({"temperature": temperature} if temperature != 1.0 else {}),
+            **({"min_lr": floor} if floor is not None else {}), **({"alpha": alpha} if alpha != 1.0 else {})}
 
 
 def control(src: str, data: dict[str, str], lr: float, batch: int = BATCH, text: str = "shakespeare",
-            hidden: float = 0.0, temperature: float = 1.0, floor: float | None = None) -> dict:
+            hidden: float = 0.0, temperature: float = 1.0, floor: float | None = None, alpha: float = 1.0) -> dict:
     """The original distilled from itself with the arms' recipe at ``lr`` in batches of ``batch`` on ``text``."""
-    label = (f"original-kd-self-lr{lr:g}" + (f"-h{hidden:g}" if hidden else "")
-             + (f"-t{temperature:g}" if temperature != 1.0 else "") + (f"-min{floor:g}" if floor is not None else "")
-             + (f"-b{batch}" if batch != BATCH else "")
-             + (f"-on-{text}" if text != "shakespeare" else ""))
-    return dict(finetuned(src, data, label, (*loss_args(hidden, temperature), f"--teacher_dir={src}"),
+    label = (f"original-kd-self-lr{lr:g}" + variant(hidden, temperature, floor, alpha)
+             + (f"-b{batch}" if batch != BATCH else "") + (f"-on-{text}" if text != "shakespeare" else ""))
+    return dict(finetuned(src, data, label, (*loss_args(hidden, temperature, alpha), f"--teacher_dir={src}"),
                           recipe(lr, batch=batch, floor=floor), text), lr=lr, batch=batch, text=text, hidden=hidden,
-                **({"temperature": temperature} if temperature != 1.0 else {}),
-                **({"min_lr": floor} if floor is not None else {}))
+                **recorded(temperature, floor, alpha))
 
 
 def readers_start(src: str, data: dict[str, str]) -> dict:
@@ -471,8 +485,36 @@ def to_zero(src: str, data: dict[str, str], payload: dict, started: float, rever
     save_part(payload, started)
 
 
+def with_labels(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
+    """The best learned −25% start (``best_learned_start``) distilled on ALPHA·KL + (1 − ALPHA)·CE of the text's next
+    token instead of the KL alone (one factor, what a token teaches; rate, batch, tokens and data orders as
+    ``learned_draws``), against its own control: the original distilled from itself with that loss, which the
+    labels move too. Data order 0; where its gap to its control ends below the KL's (order 0 of ``learned_draws``),
+    two more data orders (n = 3), paired by order. Saved as "labels" (``reverse``: the control only, saving
+    nothing)."""
+    chosen, best = payload["chosen_lr"], payload["batches"]["chosen"]
+    key, spec, more, name = best_learned_start(payload)
+    if reverse:
+        control(src, data, chosen, best, alpha=ALPHA)
+        return
+    start = build(src, data, (spec[0], spec[1], more, spec[3]))
+    first = arm(data, start, chosen, name=name, batch=best, m=spec[0], alpha=ALPHA)
+    payload["labels"] = {"start": key, "option": " ".join(more), "alpha": ALPHA, "batch": best,
+                         "recipe": recipe(chosen, batch=best), "loss": list(loss_args(0.0, alpha=ALPHA)), "arm": first}
+    save_part(payload, started)
+    own = control(src, data, chosen, best, alpha=ALPHA)
+    payload["labels"]["control"] = dict(own, unchanged=unchanged(src, own["out_dir"]))
+    save_part(payload, started)
+    kl = payload.get("learned_draws", {})
+    if kl.get("start") == key and first["losses"]["val"] / own["losses"]["val"] - 1 < kl["gap"]["val"]["each"][0]:
+        runs = [first] + [arm(data, start, chosen, seed, name=name, batch=best, m=spec[0], alpha=ALPHA)
+                          for seed in DATA_SEEDS]
+        payload["labels"]["draws"] = draws(runs, own, chosen)
+        save_part(payload, started)
+
+
 ADDED = {"features": features, "temperature": temperatures, "learned": learned, "mix": mix_case, "wiki": wiki_case,
-         "learned_draws": learned_draws, "learned_rates": learned_rates, "to_zero": to_zero}
+         "learned_draws": learned_draws, "learned_rates": learned_rates, "to_zero": to_zero, "labels": with_labels}
 # the parts that add to results/real_model_distill/results.json once it holds the rates and batches: --part → function
 
 

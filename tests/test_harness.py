@@ -437,6 +437,56 @@ def test_the_to_zero_part_distils_the_best_learned_start_over_three_orders_again
         assert "--min_lr=0" in x["recipe"] and x["seconds"] == [60.0] * 3
 
 
+def test_the_distillation_loss_changes_only_what_it_is_asked_to():
+    """real_distill.loss_args: the recipe's KL alone (the cached runs keep their options), then one change at a
+    time: τ, the hidden-state term, the KL's weight α against the text's labels."""
+    import real_distill
+
+    assert real_distill.loss_args(0.0) == real_distill.DISTILL
+    assert real_distill.loss_args(0.0, 2.0) == ("--distill=True", "--distill_alpha=1.0", "--distill_temperature=2")
+    assert real_distill.loss_args(0.1) == (*real_distill.DISTILL, "--distill_hidden=0.1")
+    assert real_distill.loss_args(0.0, alpha=0.5) == ("--distill=True", "--distill_alpha=0.5",
+                                                      "--distill_temperature=1.0")
+
+
+@pytest.mark.parametrize("gap_below_the_kl", [True, False])
+def test_the_labels_part_distils_the_best_learned_start_on_kl_and_labels_against_its_own_control(monkeypatch,
+                                                                                                  gap_below_the_kl):
+    """real_distill --part=labels: the best learned −25% start with ALPHA·KL + (1 − ALPHA)·CE, data order 0, against
+    the original distilled from itself with that loss; two more orders only where its gap ends below the KL's order
+    0; --reverse builds the control only and saves nothing."""
+    import real_distill
+
+    for reverse in (False, True):
+        arms, controls, saves = [], [], []
+        monkeypatch.setattr(real_distill, "build", lambda src, data, spec: {"out_dir": "start"})
+        arm_val = 3.70 if gap_below_the_kl else 3.80  # against the control's 3.60: +2.8% or +5.6%, the KL's +3.2%
+        monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, seed=0, name="", batch=8, m=432, alpha=1.0,
+                            arms=arms, arm_val=arm_val: arms.append((seed, lr, batch, alpha)) or {
+                                "losses": {"val": arm_val + seed / 1000, "general": 4.4}, "parameters": 1,
+                                "step": {"seconds": 60.0}})
+        monkeypatch.setattr(real_distill, "control", lambda src, data, lr, batch, alpha=1.0, controls=controls: (
+            controls.append((lr, batch, alpha)) or {"losses": {"val": 3.60, "general": 3.75}, "out_dir": "c"}))
+        monkeypatch.setattr(real_distill, "unchanged", lambda a, b: False)
+        monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
+        payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1}, "labels_learned": {"losses": {"val": 3.88}},
+                   "learned_draws": {"start": "labels_learned", "gap": {"val": {"each": [0.032, 0.037, 0.039]}}}}
+        real_distill.with_labels("src", {}, payload, 0.0, reverse)
+        alpha = real_distill.ALPHA
+        assert controls == [(1e-4, 1, alpha)]
+        if reverse:
+            assert arms == [] and saves == [] and "labels" not in payload
+            continue
+        x = payload["labels"]
+        assert x["start"] == "labels_learned" and x["alpha"] == alpha and not x["control"]["unchanged"]
+        assert f"--distill_alpha={alpha:g}" in x["loss"] and x["recipe"] == real_distill.recipe(1e-4, batch=1)
+        if gap_below_the_kl:
+            assert arms == [(seed, 1e-4, 1, alpha) for seed in (0, 1, 2)] and len(saves) == 3
+            assert x["draws"]["gap"]["val"]["each"] == pytest.approx([(3.70 + s / 1000) / 3.60 - 1 for s in (0, 1, 2)])
+        else:
+            assert arms == [(0, 1e-4, 1, alpha)] and len(saves) == 2 and "draws" not in x
+
+
 def test_the_learned_part_distils_every_learned_start_and_reverse_builds_only_the_last(monkeypatch):
     """real_distill --part=learned: the learned m = 432 and m = 288 starts, the m = 432 map learned with its norm
     gains and with the text's labels too, each distilled with the best recipe and saved under its own key with its
