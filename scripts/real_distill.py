@@ -509,7 +509,7 @@ def with_labels(src: str, data: dict[str, str], payload: dict, started: float, r
     if kl.get("start") == key and first["losses"]["val"] / own["losses"]["val"] - 1 < kl["gap"]["val"]["each"][0]:
         runs = [first] + [arm(data, start, chosen, seed, name=name, batch=best, m=spec[0], alpha=ALPHA)
                           for seed in DATA_SEEDS]
-        payload["labels"]["draws"] = draws(runs, own, chosen)
+        payload["labels"]["draws"] = dict(draws(runs, own, chosen), start=key, option=" ".join(more), alpha=ALPHA)
         save_part(payload, started)
 
 

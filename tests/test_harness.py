@@ -483,6 +483,7 @@ def test_the_labels_part_distils_the_best_learned_start_on_kl_and_labels_against
         if gap_below_the_kl:
             assert arms == [(seed, 1e-4, 1, alpha) for seed in (0, 1, 2)] and len(saves) == 3
             assert x["draws"]["gap"]["val"]["each"] == pytest.approx([(3.70 + s / 1000) / 3.60 - 1 for s in (0, 1, 2)])
+            assert x["draws"]["start"] == "labels_learned" and x["draws"]["alpha"] == alpha
         else:
             assert arms == [(0, 1e-4, 1, alpha)] and len(saves) == 2 and "draws" not in x
 

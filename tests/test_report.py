@@ -535,6 +535,52 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
     assert row[2].startswith("+3.6% ± 0.4 after 98,304 tokens, from the map learned (learn_label_weight=0.5); data")
 
 
+def test_the_labels_in_the_distillation_loss_read_against_their_own_control_and_the_kl_alone():
+    """labels: the control named with what the labels did to it, order 0's gap against the KL alone's order 0 (n = 1)
+    and why its orders did not run, or — with them — the orders, the paired verdict and the goal; its rows; the goals
+    table's recovery row takes its orders only where their mean is the lowest, naming the loss."""
+    def gaps(each: list[float]) -> dict:
+        return {"mean": statistics.fmean(each), "std": statistics.stdev(each), "each": each}
+
+    kl = {"seeds": [0, 1, 2], "lr": 1e-4, "option": "--learn_label_weight=0.5", "start": "labels_learned",
+          "arm": [{"val": 3.8793, "general": 4.46}] * 3,
+          "gap": {"val": gaps([0.032, 0.0366, 0.0393]), "general": gaps([0.179, 0.174, 0.173])}}
+    control = {"losses": {"val": 3.5000, "general": 3.7700}, "parameters": 134.5e6, "unchanged": False,
+               "step": {"seconds": 1500.0}}
+    labels = {"start": "labels_learned", "option": "--learn_gain_lr=1e-2 --learn_label_weight=0.5", "alpha": 0.5,
+              "batch": 1, "recipe": ["--batch_size=1", "--max_iters=384"], "control": control,
+              "arm": {"lr": 1e-4, "losses": {"val": 3.6400, "general": 4.40}, "parameters": 100.9e6,
+                      "step": {"seconds": 1800.0}}}
+    r = {"learned_draws": kl, "labels": labels, "labels_learned": {"m": 432}, "start": {"m": 432},
+         "original": {"val": 3.7584, "general": 3.7886}}
+    lines = report.labels_reading(r)
+    assert lines[0].startswith("- **The text's labels in the distillation loss, one factor** (0.5·KL + 0.5·CE of the "
+                               "next token instead of the KL alone; the `labels_learned` start")
+    assert "learns the text too (val 3.7584 → 3.5000, general 3.7886 → 3.7700)" in lines[0]
+    assert "val 3.6400, +4.0% above that control, against the KL alone's +3.2% above its own control" in lines[0]
+    assert lines[0].endswith("(n = 1 each).") and len(lines) == 2
+    assert lines[1].endswith("is missed by 1.0 points on order 0.")
+    rows = report.labels_rows(r)
+    assert rows[0].startswith("| 0.0001 | control, batch 1 × 384 steps, 0.5·KL + 0.5·CE of the text's labels: "
+                              "original distilled from itself | 134.5 M | 3.5000 | 0 (itself) | 3.7700 |")
+    assert rows[1].startswith("| 0.0001 | tied m = 432 + learned map and norm gains on the text's labels too, "
+                              "distilled on 0.5·KL + 0.5·CE of the text's labels, batch 1 × 384 steps (data order 0) "
+                              "| 100.9 M | 3.6400 | +4.0% |")
+    assert report.labels_reading({"labels": dict(labels, control=None)}) == []
+    vals = [3.5700, 3.5750, 3.5800]  # the orders: +2.0%, +2.1%, +2.3% above the control
+    labels["draws"] = {"seeds": [0, 1, 2], "lr": 1e-4, "alpha": 0.5, "start": "labels_learned",
+                       "option": labels["option"], "arm": [{"val": v, "general": 4.4} for v in vals],
+                       "gap": {"val": gaps([v / 3.5 - 1 for v in vals]), "general": gaps([0.16, 0.17, 0.165])}}
+    lines = report.labels_reading(r)
+    assert lines[0].endswith(".") and not lines[0].endswith("(n = 1 each).")
+    assert lines[3].startswith("- **The labels against the KL alone, data order by data order** (paired")
+    assert lines[4].endswith("the mean over the orders meets it.")
+    assert "(mean of data orders 0, 1, 2) | 100.9 M | 3.5750 | +2.1% |" in report.labels_rows(r)[1]
+    (row,) = report.goals_recovery({}, {"tokens": 98304, "learned_draws": kl, "labels": labels})
+    assert row[2].startswith("+2.1% ± 0.1 after 98,304 tokens, from the map learned (learn_gain_lr=1e-2, "
+                             "learn_label_weight=0.5), on 0.5·KL + 0.5·CE of the text's labels; data orders")
+
+
 def test_the_distillation_table_reads_each_rate_against_its_own_control(monkeypatch):
     """Gaps are to the distilled control (the original distilled from itself), not to the LM control; the data
     orders say how many are within the goal; the better start and the LM recipe's tied run are set beside."""
