@@ -1027,7 +1027,7 @@ def real_model_tied(r: dict) -> str:
                                      what="its norm gains, the rates decayed along a half cosine",
                                      against="constant rates")
                + heldout_reading(r.get("heldout_kl"), bv) + general_bound_reading(r, bv, bg)
-               + mix_draws_reading(r.get("mix_draws"), r.get("gains_draws"), bv, bg)
+               + mix_draws_reading(r.get("mix_draws"), r.get("gains_draws"), bv, bg) + wiki_reading(r, bg)
                + gains_draws_reading(r.get("label_draws"), r.get("gains_draws"), bv, bg,
                                      what="its norm gains on ½·KL + ½·the text's next tokens "
                                           "(`--learn_label_weight=0.5`)",
@@ -1454,6 +1454,40 @@ def mix_draws_reading(mix: dict | None, shakespeare: dict | None, bv: float, bg:
                          f"({v['test']}, p = {v['p']:.2g}): {v['words']}")
         line += ". Against the same recipe calibrated on Shakespeare (paired by seed): " + "; ".join(parts)
     return [line + "."]
+
+
+def wiki_reading(r: dict, bg: float) -> list[str]:
+    """Wikipedia (SliceGPT's default calibration domain) against the mix, one factor (the text), at each m where
+    both ran the same options: on the novel, the mix's calibration draws as the yardstick where they exist."""
+    out = []
+    for wiki in (x for x in r["rows"] if x["calibration"] == "wiki"):
+        mix = next((x for x in r["rows"] if x["calibration"] == "mix" and x["m"] == wiki["m"]
+                    and x["options"] == wiki["options"]), None)
+        if not mix:
+            continue
+        drawn = r.get("mix_draws")
+        if drawn and drawn["m"] == wiki["m"] and drawn["of"] == wiki["options"]:
+            general = [x["general"] for x in drawn["learned"]]
+            mean, std = statistics.fmean(general), statistics.stdev(general)
+            yardstick = f"{mean:.4f} ± {std:.4f} (n = {len(general)} calibration draws)"
+            words = ("no difference" if abs(wiki["losses"]["general"] - mean) <= 2 * std else
+                     f"{'higher' if wiki['losses']['general'] > mean else 'lower'} by "
+                     f"{abs(wiki['losses']['general'] - mean):.4f} nats, beyond twice the draws' spread")
+        else:
+            yardstick, words = f"{mix['losses']['general']:.4f} (n = 1)", "n = 1 each, not tested"
+            mean = mix["losses"]["general"]
+        news = next((x for x in r["rows"] if x["calibration"] == "news" and x["m"] == wiki["m"]
+                     and x["options"] == wiki["options"]), None)
+        beside = ("" if not news else f"; English news with the same options (n = 1): the novel "
+                  f"{news['losses']['general']:.4f} ({gap_words(news['losses']['general'], bg)}), "
+                  + ("lower than Wikipedia's" if news["losses"]["general"] < wiki["losses"]["general"]
+                     else "not lower than Wikipedia's"))
+        out.append(f"- **Wikipedia or the mix, m = {wiki['m']}** ({tied_extra(wiki)}; one factor, the calibration "
+                   f"text; Wikipedia is SliceGPT's default calibration domain): the novel "
+                   f"{wiki['losses']['general']:.4f} ({gap_words(wiki['losses']['general'], bg)}) against the mix's "
+                   f"{yardstick} ({gap_words(mean, bg)}): {words}; val {wiki['losses']['val']:.4f} against "
+                   f"{mix['losses']['val']:.4f}{beside}.")
+    return out
 
 
 def heldout_reading(held: dict | None, bv: float) -> list[str]:

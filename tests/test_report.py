@@ -1294,6 +1294,30 @@ def test_the_heldout_kl_reads_what_learning_fits_and_what_carries():
     assert report.heldout_reading(None, 3.7584) == []
 
 
+def test_wikipedia_reads_against_the_mix_with_its_draws_as_the_yardstick_and_the_news_beside():
+    """wiki_reading: at each m where the mix ran the same options, the novel against the mix's calibration draws
+    (beyond twice their spread or not), or against its one row (not tested); the news beside where it ran them."""
+    def row(text: str, m: int, general: float, val: float = 4.5) -> dict:
+        return {"calibration": text, "m": m, "options": ["--tie_head=True", "--learn_steps=16"],
+                "losses": {"val": val, "general": general}}
+
+    r = {"rows": [row("wiki", 432, 4.7525), row("mix", 432, 4.4833, 4.15), row("news", 432, 4.7191),
+                  row("wiki", 288, 5.5960), row("mix", 288, 5.2406), row("wiki", 357, 5.0)],
+         "mix_draws": {"m": 432, "of": ["--tie_head=True", "--learn_steps=16"],
+                       "learned": [{"general": g, "val": 4.15} for g in (4.4833, 4.4755, 4.4855)]}}
+    lines = report.wiki_reading(r, 3.7886)
+    assert len(lines) == 2  # m = 357 has no mix row: nothing to read it against
+    assert lines[0].startswith("- **Wikipedia or the mix, m = 432** (learn_steps=16; one factor, the calibration text")
+    assert ("the novel 4.7525 (+25.4%) against the mix's 4.4814 ± 0.0053 (n = 3 calibration draws) (+18.3%): higher "
+            "by 0.2711 nats, beyond twice the draws' spread; val 4.5000 against 4.1500") in lines[0]
+    assert lines[0].endswith("English news with the same options (n = 1): the novel 4.7191 (+24.6%), lower than "
+                             "Wikipedia's.")
+    assert "against the mix's 5.2406 (n = 1) (+38.3%): n = 1 each, not tested" in lines[1]
+    assert lines[1].endswith("against 4.5000.")
+    r["rows"][0]["losses"]["general"] = 4.4850  # inside twice the draws' spread
+    assert "(+18.3%): no difference;" in report.wiki_reading(r, 3.7886)[0]
+
+
 def test_the_mix_draws_read_against_the_aim_and_the_shakespeare_draws_paired_by_seed():
     """mix_draws: mean ± std on the novel against the +10% aim, val beside it, and the paired verdict against the same
     recipe calibrated on Shakespeare — only when both hold the same recipe and seeds."""
