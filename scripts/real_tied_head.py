@@ -162,7 +162,6 @@ WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer ga
 NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
-WIKI_RECIPE = CELLS[44]  # GAINS_RECIPE calibrated on Wikipedia: the general case's other start (--part=wiki)
 LABEL_RECIPE = CELLS[37]  # GAINS_RECIPE on ½·KL + ½·the text's labels: its draws, paired with GAINS_RECIPE's
 LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control; its draws, paired with LABEL_RECIPE's
 

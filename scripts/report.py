@@ -1869,8 +1869,8 @@ def half_reading(r: dict) -> list[str]:
             "GPU, is not measured here)."]
 
 
-GENERAL_CASES = ("general_case", "mix_case", "wiki_case")  # real_distill's general cases: from the news-calibrated
-# PCA map, and from the map learned with its norm gains on the calibration mix (--part=mix) or Wikipedia (--part=wiki)
+GENERAL_CASES = ("general_case", "mix_case")  # real_distill's general cases: from the news-calibrated PCA map, and from
+# the map learned with its norm gains on the calibration mix (--part=mix)
 
 
 def start_options(g: dict) -> str:
@@ -1918,8 +1918,7 @@ def distilled_general_case_reading(r: dict) -> list[str]:
             continue
         own, a, z = g["control"], g["arm"]["losses"], g["start"]["losses"]
         gap = a["general"] / own["losses"]["general"] - 1
-        which = {"general_case": "", "mix_case": ", its best start"}.get(key, ", a learned start")
-        out.append(f"- **The general case{which}** (calibrated and "
+        out.append(f"- **The general case{'' if key == 'general_case' else ', its best start'}** (calibrated and "
                    f"distilled on {CALIBRATION_TEXTS[g['text']]}{start_options(g)}: {r['tokens']:,} distilled "
                    f"tokens pass over its {g['train_tokens']:,}-token train split "
                    f"{r['tokens'] / g['train_tokens']:.1f} times; "

@@ -935,14 +935,11 @@ def test_the_calibration_mix_is_built_once_from_its_texts(runs, trained_dir, mon
     assert sum(len(x) for x in ids) == len(text) == 2000
 
 
-@pytest.mark.parametrize("part, text", [("mix", "mix"), ("wiki", "wiki")])
-def test_the_general_parts_distil_the_text_calibrated_map_on_that_text_against_its_own_control(monkeypatch, part, text):
-    """real_distill --part=mix (--part=wiki): real_tied_head.MIX_RECIPE's (WIKI_RECIPE's) model distilled on the mix
-    (Wikipedia) with the best recipe, then the original distilled from itself on that text; saved as "mix_case"
-    ("wiki_case") with the start's losses and options; --reverse builds the control only and saves nothing."""
+def test_the_mix_part_distils_the_mix_calibrated_map_on_the_mix_against_its_own_control(monkeypatch):
+    """real_distill --part=mix: real_tied_head.MIX_RECIPE's model distilled on the mix with the best recipe, then the
+    original distilled from itself on the mix; saved as "mix_case" with the start's losses and options; --reverse
+    builds the control only and saves nothing."""
     import real_distill
-    spec = {"mix": real_distill.MIX_RECIPE, "wiki": real_distill.WIKI_RECIPE}[part]
-    assert spec[3] == text and spec[:3] == real_distill.MIX_RECIPE[:3]  # one factor: the text
 
     calls, saves = [], []
     monkeypatch.setattr(real_distill, "build", lambda src, data, spec: calls.append(("build", spec)) or {
@@ -956,14 +953,14 @@ def test_the_general_parts_distil_the_text_calibrated_map_on_that_text_against_i
     monkeypatch.setattr(real_distill, "BatchLoader", lambda *a: type("L", (), {"tokens": lambda self, s: [0] * 900})())
     monkeypatch.setattr(real_distill, "save", lambda payload, *a: saves.append(json_copy(payload)))
     payload = {"chosen_lr": 1e-4, "batches": {"chosen": 1}}
-    real_distill.ADDED[part]("src", {text: "d"}, payload, 0.0, reverse=True)
-    assert calls == [("control", 1e-4, 1, text)] and not saves
+    real_distill.mix_case("src", {"mix": "d"}, payload, 0.0, reverse=True)
+    assert calls == [("control", 1e-4, 1, "mix")] and not saves
     calls.clear()
-    real_distill.ADDED[part]("src", {text: "d"}, payload, 0.0, reverse=False)
-    assert calls == [("build", spec), ("arm", "start", 1e-4, f"-learned-gains-{text}", 1, text),
-                     ("control", 1e-4, 1, text)]
-    case = saves[-1][f"{text}_case"]
-    assert len(saves) == 2 and "control" not in saves[0][f"{text}_case"] and case["control"]["unchanged"]
-    assert case["text"] == text and case["train_tokens"] == 900 and case["batch"] == 1
-    assert case["start"]["options"] == list(spec[2]) == ["--learn_steps=16", "--learn_gain_lr=1e-2"]
+    real_distill.mix_case("src", {"mix": "d"}, payload, 0.0, reverse=False)
+    assert calls == [("build", real_distill.MIX_RECIPE), ("arm", "start", 1e-4, "-learned-gains-mix", 1, "mix"),
+                     ("control", 1e-4, 1, "mix")]
+    case = saves[-1]["mix_case"]
+    assert len(saves) == 2 and "control" not in saves[0]["mix_case"] and case["control"]["unchanged"]
+    assert case["text"] == "mix" and case["train_tokens"] == 900 and case["batch"] == 1
+    assert case["start"]["options"] == list(real_distill.MIX_RECIPE[2]) == ["--learn_steps=16", "--learn_gain_lr=1e-2"]
     assert case["recipe"] == real_distill.recipe(1e-4, batch=1)
