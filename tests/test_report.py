@@ -16,6 +16,11 @@ import report  # noqa: E402
 DOCS = report.read_docs()
 
 
+def order_gaps(each: list[float]) -> dict:
+    """Data-order gaps as results/real_model_distill stores them: mean, sample std, each."""
+    return {"mean": statistics.fmean(each), "std": statistics.stdev(each), "each": each}
+
+
 def edited(doc: str, old_start: int, old_end: int, text: str) -> dict[str, str]:
     return dict(DOCS, **{doc: DOCS[doc][:old_start] + text + DOCS[doc][old_end:]})
 
@@ -491,16 +496,13 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
     """to_zero: its control named bit for bit (or not), its data orders, paired by order with learned_draws (the
     tenth of the rate), the goal; its rows in the table (the control, the orders' mean); the goals table's recovery
     row takes it where its mean is the lowest and says the rate's end."""
-    def gaps(each: list[float]) -> dict:
-        return {"mean": statistics.fmean(each), "std": statistics.stdev(each), "each": each}
-
     tenth = {"seeds": [0, 1, 2], "lr": 1e-4, "option": "--learn_label_weight=0.5", "start": "labels_learned",
-             "gap": {"val": gaps([0.032, 0.0366, 0.0393]), "general": gaps([0.179, 0.174, 0.173])}}
+             "gap": {"val": order_gaps([0.032, 0.0366, 0.0393]), "general": order_gaps([0.179, 0.174, 0.173])}}
     vals = [3.8550, 3.8620, 3.8600]
     zero = {"seeds": [0, 1, 2], "lr": 1e-4, "min_lr": 0.0, "start": "labels_learned", "batch": 1,
             "option": "--learn_gain_lr=1e-2 --learn_label_weight=0.5", "recipe": ["--batch_size=1", "--max_iters=384"],
             "arm": [{"val": v, "general": 4.45} for v in vals], "parameters": 100.9e6, "seconds": [1800.0] * 3,
-            "gap": {"val": gaps([v / 3.7584 - 1 for v in vals]), "general": gaps([0.1745, 0.1746, 0.1747])},
+            "gap": {"val": order_gaps([v / 3.7584 - 1 for v in vals]), "general": order_gaps([0.1745, 0.1746, 0.1747])},
             "control": {"losses": {"val": 3.7584, "general": 3.7886}, "parameters": 134.5e6, "unchanged": True,
                         "step": {"seconds": 1400.0}}}
     r = {"learned_draws": tenth, "to_zero": zero, "labels_learned": {"m": 432}, "start": {"m": 432}}
@@ -530,7 +532,7 @@ def test_the_rate_decayed_to_zero_reads_against_its_own_control_the_tenths_order
     assert row[2].startswith("+2.7% ± 0.1 after 98,304 tokens, from the map learned (learn_gain_lr=1e-2, "
                              "learn_label_weight=0.5), the rate decayed to 0; data orders")
     assert row[4].startswith("met")
-    zero["gap"]["val"] = gaps([0.04, 0.041, 0.042])  # worse than the tenth: the tenth's orders stay the row
+    zero["gap"]["val"] = order_gaps([0.04, 0.041, 0.042])  # worse than the tenth: the tenth's orders stay the row
     (row,) = report.goals_recovery({}, {"tokens": 98304, "learned_draws": tenth, "to_zero": zero})
     assert row[2].startswith("+3.6% ± 0.4 after 98,304 tokens, from the map learned (learn_label_weight=0.5); data")
 
@@ -539,12 +541,9 @@ def test_the_labels_in_the_distillation_loss_read_against_their_own_control_and_
     """labels: the control named with what the labels did to it, order 0's gap against the KL alone's order 0 (n = 1)
     and why its orders did not run, or — with them — the orders, the paired verdict and the goal; its rows; the goals
     table's recovery row takes its orders only where their mean is the lowest, naming the loss."""
-    def gaps(each: list[float]) -> dict:
-        return {"mean": statistics.fmean(each), "std": statistics.stdev(each), "each": each}
-
     kl = {"seeds": [0, 1, 2], "lr": 1e-4, "option": "--learn_label_weight=0.5", "start": "labels_learned",
           "arm": [{"val": 3.8793, "general": 4.46}] * 3,
-          "gap": {"val": gaps([0.032, 0.0366, 0.0393]), "general": gaps([0.179, 0.174, 0.173])}}
+          "gap": {"val": order_gaps([0.032, 0.0366, 0.0393]), "general": order_gaps([0.179, 0.174, 0.173])}}
     control = {"losses": {"val": 3.5000, "general": 3.7700}, "parameters": 134.5e6, "unchanged": False,
                "step": {"seconds": 1500.0}}
     labels = {"start": "labels_learned", "option": "--learn_gain_lr=1e-2 --learn_label_weight=0.5", "alpha": 0.5,
@@ -570,7 +569,7 @@ def test_the_labels_in_the_distillation_loss_read_against_their_own_control_and_
     vals = [3.5700, 3.5750, 3.5800]  # the orders: +2.0%, +2.1%, +2.3% above the control
     labels["draws"] = {"seeds": [0, 1, 2], "lr": 1e-4, "alpha": 0.5, "start": "labels_learned",
                        "option": labels["option"], "arm": [{"val": v, "general": 4.4} for v in vals],
-                       "gap": {"val": gaps([v / 3.5 - 1 for v in vals]), "general": gaps([0.16, 0.17, 0.165])}}
+                       "gap": {"val": order_gaps([v / 3.5 - 1 for v in vals]), "general": order_gaps([0.16, 0.17, 0.165])}}
     lines = report.labels_reading(r)
     assert lines[0].endswith(".") and not lines[0].endswith("(n = 1 each).")
     assert lines[3].startswith("- **The labels against the KL alone, data order by data order** (paired")
