@@ -569,7 +569,8 @@ def test_the_labels_in_the_distillation_loss_read_against_their_own_control_and_
     vals = [3.5700, 3.5750, 3.5800]  # the orders: +2.0%, +2.1%, +2.3% above the control
     labels["draws"] = {"seeds": [0, 1, 2], "lr": 1e-4, "alpha": 0.5, "start": "labels_learned",
                        "option": labels["option"], "arm": [{"val": v, "general": 4.4} for v in vals],
-                       "gap": {"val": order_gaps([v / 3.5 - 1 for v in vals]), "general": order_gaps([0.16, 0.17, 0.165])}}
+                       "gap": {"val": order_gaps([v / 3.5 - 1 for v in vals]),
+                               "general": order_gaps([0.16, 0.17, 0.165])}}
     lines = report.labels_reading(r)
     assert lines[0].endswith(".") and not lines[0].endswith("(n = 1 each).")
     assert lines[3].startswith("- **The labels against the KL alone, data order by data order** (paired")
