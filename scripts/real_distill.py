@@ -104,8 +104,8 @@ def loss_args(hidden: float, temperature: float = 1.0, alpha: float = 1.0) -> tu
     softmaxes at ``temperature`` and the KL weighted by ``alpha`` (the rest: the text's labels) where they are not
     DISTILL's 1."""
     changed = {"--distill_temperature": temperature, "--distill_alpha": alpha}
-    args = tuple(a if changed.get(a.split("=")[0], 1.0) == 1.0 else f"{a.split('=')[0]}={changed[a.split('=')[0]]:g}"
-                 for a in DISTILL)
+    args = tuple(f"{name}={changed[name]:g}" if changed.get(name, 1.0) != 1.0 else f"{name}={value}"
+                 for name, value in (option.split("=") for option in DISTILL))
     return (*args, f"--distill_hidden={hidden:g}") if hidden else args
 
 
@@ -287,8 +287,7 @@ def general_case(src: str, data: dict[str, str], payload: dict, started: float, 
 def mix_case(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
     """The general case from its best zero-shot start: the map learned with its norm gains on the calibration mix
     (real_tied_head.MIX_RECIPE), distilled on the mix, against the original distilled from itself on the mix; saved
-    as "mix_case" (``reverse``: the control only, saving nothing). (Wikipedia, the other general text a map was
-    learned on, starts higher on the novel than the mix: results/real_model_tied.)"""
+    as "mix_case" (``reverse``: the control only, saving nothing)."""
     if reverse:
         control(src, data, payload["chosen_lr"], payload["batches"]["chosen"], MIX_RECIPE[3])
         return

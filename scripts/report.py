@@ -1459,13 +1459,17 @@ def mix_draws_reading(mix: dict | None, shakespeare: dict | None, bv: float, bg:
 def wiki_reading(r: dict, bg: float) -> list[str]:
     """Wikipedia (SliceGPT's default calibration domain) against the mix, one factor (the text), at each m where
     both ran the same options: on the novel, the mix's calibration draws as the yardstick where they exist."""
+    def same_recipe(text: str, like: dict) -> dict | None:  # the row calibrated on ``text`` with like's m, options
+        return next((x for x in r["rows"] if x["calibration"] == text and x["m"] == like["m"]
+                     and x["options"] == like["options"]), None)
+
     out = []
     for wiki in (x for x in r["rows"] if x["calibration"] == "wiki"):
-        mix = next((x for x in r["rows"] if x["calibration"] == "mix" and x["m"] == wiki["m"]
-                    and x["options"] == wiki["options"]), None)
+        mix, news, drawn = same_recipe("mix", wiki), same_recipe("news", wiki), r.get("mix_draws")
         if not mix:
             continue
-        drawn = r.get("mix_draws")
+        mean = mix["losses"]["general"]
+        yardstick, words = f"{mean:.4f} (n = 1)", "n = 1 each, not tested"
         if drawn and drawn["m"] == wiki["m"] and drawn["of"] == wiki["options"]:
             general = [x["general"] for x in drawn["learned"]]
             mean, std = statistics.fmean(general), statistics.stdev(general)
@@ -1473,11 +1477,6 @@ def wiki_reading(r: dict, bg: float) -> list[str]:
             words = ("no difference" if abs(wiki["losses"]["general"] - mean) <= 2 * std else
                      f"{'higher' if wiki['losses']['general'] > mean else 'lower'} by "
                      f"{abs(wiki['losses']['general'] - mean):.4f} nats, beyond twice the draws' spread")
-        else:
-            yardstick, words = f"{mix['losses']['general']:.4f} (n = 1)", "n = 1 each, not tested"
-            mean = mix["losses"]["general"]
-        news = next((x for x in r["rows"] if x["calibration"] == "news" and x["m"] == wiki["m"]
-                     and x["options"] == wiki["options"]), None)
         beside = ("" if not news else f"; English news with the same options (n = 1): the novel "
                   f"{news['losses']['general']:.4f} ({gap_words(news['losses']['general'], bg)}), "
                   + ("lower than Wikipedia's" if news["losses"]["general"] < wiki["losses"]["general"]
@@ -2136,7 +2135,7 @@ def labels_reading(r: dict) -> list[str]:
     if x.get("draws"):
         out += (draw_lines(x["draws"], "the text's labels in the loss")
                 + paired_orders(x["draws"], kl, "The labels against the KL alone") + goal_of_orders(x["draws"]))
-    else:
+    elif kl and kl.get("start") == x["start"]:
         out.append(f"- **Not carried further:** order 0 does not end below the KL alone's gap, so its data orders "
                    f"were not run; the issue's goal (within {RECOVERY_GOAL:.0%} of the control) "
                    + ("is met by order 0." if gap <= RECOVERY_GOAL else

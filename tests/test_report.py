@@ -566,6 +566,8 @@ def test_the_labels_in_the_distillation_loss_read_against_their_own_control_and_
                               "distilled on 0.5·KL + 0.5·CE of the text's labels, batch 1 × 384 steps (data order 0) "
                               "| 100.9 M | 3.6400 | +4.0% |")
     assert report.labels_reading({"labels": dict(labels, control=None)}) == []
+    alone = report.labels_reading({k: v for k, v in r.items() if k != "learned_draws"})
+    assert len(alone) == 1 and "KL alone" not in alone[0].split("instead of the KL alone")[1]  # nothing to weigh
     vals = [3.5700, 3.5750, 3.5800]  # the orders: +2.0%, +2.1%, +2.3% above the control
     labels["draws"] = {"seeds": [0, 1, 2], "lr": 1e-4, "alpha": 0.5, "start": "labels_learned",
                        "option": labels["option"], "arm": [{"val": v, "general": 4.4} for v in vals],
