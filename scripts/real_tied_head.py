@@ -95,6 +95,7 @@ from real_model import (  # noqa: E402
     RATIOS,
     SELF_SAMPLES,
     SLICEGPT_CHOICES,
+    TEXTS,
     THREADS,
     cell,
     finetuned,
@@ -162,6 +163,7 @@ WRITERS_RECIPE = CELLS[27]  # the −25% map learned with its norm and writer ga
 NOVEL_BOUND = CELLS[30]  # GAINS_RECIPE calibrated on the novel's train split: the general case's in-domain bound
 COSINE_RECIPE = CELLS[35]  # GAINS_RECIPE with its rates decayed: its draws, paired with GAINS_RECIPE's
 MIX_RECIPE = CELLS[36]  # GAINS_RECIPE calibrated on the mix: the general case's best start (real_distill --part=mix)
+HALF_MIX_RECIPE = CELLS[40]  # HALF_GAINS_RECIPE calibrated on the mix: the general case's best −50% row, its draws too
 LABEL_RECIPE = CELLS[37]  # GAINS_RECIPE on ½·KL + ½·the text's labels: its draws, paired with GAINS_RECIPE's
 LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control; its draws, paired with LABEL_RECIPE's
 
@@ -169,7 +171,7 @@ LABEL_CONTROL = CELLS[41]  # LABEL_RECIPE at m = D: its same-width control; its 
 DRAWN = (("learned_draws", RECIPE), ("half_learned_draws", HALF_RECIPE), ("gains_draws", GAINS_RECIPE),
          ("half_gains_draws", HALF_GAINS_RECIPE), ("writer_gains_draws", WRITERS_RECIPE),
          ("novel_bound_draws", NOVEL_BOUND), ("cosine_draws", COSINE_RECIPE), ("mix_draws", MIX_RECIPE),
-         ("label_draws", LABEL_RECIPE), ("label_control_draws", LABEL_CONTROL))
+         ("label_draws", LABEL_RECIPE), ("label_control_draws", LABEL_CONTROL), ("half_mix_draws", HALF_MIX_RECIPE))
 # (results key, the row drawn with calibration seeds 1 and 2 too), in the order --part=missing builds them; the
 # labels' control with the labels' own seeds, so that the shrink's cost under equal learning is paired by seed
 HELDOUT = (CELLS[0], RECIPE, CELLS[13], CELLS[15], GAINS_RECIPE, CELLS[24])  # the PCA map, then the map learned 16
@@ -220,6 +222,45 @@ def heldout_kl(src: str, rows: list[dict], text: str) -> dict:
         print(f"held-out KL, {' '.join(row['options'])}: calibration {out[-1]['calibration']:.4f}, val windows "
               f"{out[-1]['heldout']:.4f}", flush=True)
     return {"tokens": HELDOUT_BATCHES * 16 * BLOCK, "rows": out}
+
+
+EVALUATED = {"general": "novel", "val": "shakespeare"}  # each loss's text (its val split): --part=distance reads
+# every calibration text against each
+
+
+def unigram_js_bits(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Jensen–Shannon divergence in bits between the token frequencies p of ``a`` and q of ``b`` (token ids):
+    JS = ½·KL(p ‖ μ) + ½·KL(q ‖ μ), μ = ½·(p + q); 0 for the same frequencies, 1 for disjoint vocabularies."""
+    size = int(max(a.max(), b.max())) + 1
+    p, q = (torch.bincount(x.reshape(-1).long(), minlength=size).double() for x in (a, b))
+    p, q = p / p.sum(), q / q.sum()
+    mean = (p + q) / 2
+
+    def kl(x: torch.Tensor) -> float:  # KL(x ‖ mean) in bits, over x's support (mean > 0 there)
+        seen = x > 0
+        return (x[seen] * (x[seen] / mean[seen]).log2()).sum().item()
+
+    return (kl(p) + kl(q)) / 2
+
+
+def text_distance(data: dict[str, str], batches: int = 8, seed: int = 0) -> dict:
+    """Each calibration text's distance to each evaluated text (EVALUATED: the whole val split a loss is measured
+    on): the unigram JS divergence between the tokens a map calibrates on (``batches`` × 16 × 256 of calibration
+    seed ``seed``, the cells' own: equal counts for every text, so sampling noise weighs alike) and the evaluated
+    tokens, and the share of the evaluated tokens whose id the calibration tokens contain. Token counts only."""
+    seen = {text: torch.cat(calibration_batches(BatchLoader(data[text], BLOCK, 16, "cpu"), batches, seed))
+            for text in TEXTS}
+    out = {}
+    for loss, evaluated in EVALUATED.items():
+        target = torch.from_numpy(BatchLoader(data[evaluated], BLOCK, 16, "cpu").tokens("val").astype("int64"))
+        texts = {text: {"js_bits": unigram_js_bits(tokens, target),
+                        "covered": torch.isin(target, tokens.unique()).double().mean().item()}
+                 for text, tokens in seen.items()}
+        out[loss] = {"text": evaluated, "evaluated_tokens": len(target), "texts": texts}
+        for text, x in texts.items():
+            print(f"{text} → {evaluated}'s val split: JS {x['js_bits']:.4f} bits, {x['covered']:.1%} of its tokens "
+                  "seen", flush=True)
+    return {"calibration_tokens": batches * 16 * BLOCK, "seed": seed, "losses": out}
 
 
 def per_block(src: str, data: dict[str, str], seed: int) -> dict:
@@ -363,7 +404,12 @@ def missing(src: str, data: dict[str, str], started: float, reverse: bool) -> No
 
 
 def main() -> None:
-    args, started, src, data = start(__doc__.split("\n\n")[0], ("missing", "timing", "heldout", "all"))
+    args, started, src, data = start(__doc__.split("\n\n")[0], ("missing", "timing", "heldout", "distance", "all"))
+    if args.part == "distance":  # token counts only, no model: seconds
+        payload = saved("real_model_tied", "scripts/real_tied_head.sh")
+        payload["text_distance"] = text_distance(data)
+        save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+        return
     if args.part == "heldout":  # the saved models' KL on seen and unseen text (minutes per model)
         payload = saved("real_model_tied", "scripts/real_tied_head.sh")
         payload["heldout_kl"] = heldout_kl(src, payload["rows"], data["shakespeare"])

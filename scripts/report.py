@@ -11,6 +11,7 @@ Only what a script measured goes into a table; an experiment without results say
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -463,6 +464,7 @@ CALIBRATION_TEXTS = {"shakespeare": "Shakespeare", "news": "English news", "samp
                      "wiki": "Wikipedia"}  # real_model.TEXTS in words
 GENERAL_CALIBRATIONS = ("news", "samples", "mix", "wiki")  # the issue's general case: calibrated on text that
 # is general English (or a broad mix), never the novel evaluated on
+GENERAL_AIMS = {432: 0.10, 288: 0.25}  # the issue's general-case aims on the novel, by tied width (−25%, −50%)
 
 
 def real_model_label(row: dict) -> str:
@@ -1027,7 +1029,10 @@ def real_model_tied(r: dict) -> str:
                                      what="its norm gains, the rates decayed along a half cosine",
                                      against="constant rates")
                + heldout_reading(r.get("heldout_kl"), bv) + general_bound_reading(r, bv, bg)
-               + mix_draws_reading(r.get("mix_draws"), r.get("gains_draws"), bv, bg) + wiki_reading(r, bg)
+               + mix_draws_reading(r.get("mix_draws"), r.get("gains_draws"), bv, bg)
+               + mix_draws_reading(r.get("half_mix_draws"), r.get("half_gains_draws"), bv, bg, 0.25)
+               + wiki_reading(r, bg)
+               + distance_reading(r, bv, bg)
                + gains_draws_reading(r.get("label_draws"), r.get("gains_draws"), bv, bg,
                                      what="its norm gains on ½·KL + ½·the text's next tokens "
                                           "(`--learn_label_weight=0.5`)",
@@ -1456,6 +1461,14 @@ def mix_draws_reading(mix: dict | None, shakespeare: dict | None, bv: float, bg:
     return [line + "."]
 
 
+MIX_DRAWS = ("mix_draws", "half_mix_draws")  # the mix's calibration draws at −25% and −50%
+
+
+def mix_draws_of(r: dict, row: dict) -> dict | None:
+    """The mix's calibration draws (seeds 0, 1, 2) of ``row``'s width and options, where they were built."""
+    return next((r[k] for k in MIX_DRAWS if k in r and r[k]["m"] == row["m"] and r[k]["of"] == row["options"]), None)
+
+
 def wiki_reading(r: dict, bg: float) -> list[str]:
     """Wikipedia (SliceGPT's default calibration domain) against the mix, one factor (the text), at each m where
     both ran the same options: on the novel, the mix's calibration draws as the yardstick where they exist."""
@@ -1465,12 +1478,12 @@ def wiki_reading(r: dict, bg: float) -> list[str]:
 
     out = []
     for wiki in (x for x in r["rows"] if x["calibration"] == "wiki"):
-        mix, news, drawn = same_recipe("mix", wiki), same_recipe("news", wiki), r.get("mix_draws")
+        mix, news = same_recipe("mix", wiki), same_recipe("news", wiki)
         if not mix:
             continue
-        mean = mix["losses"]["general"]
+        mean, drawn = mix["losses"]["general"], mix_draws_of(r, mix)
         yardstick, words = f"{mean:.4f} (n = 1)", "n = 1 each, not tested"
-        if drawn and drawn["m"] == wiki["m"] and drawn["of"] == wiki["options"]:
+        if drawn:
             general = [x["general"] for x in drawn["learned"]]
             mean, std = statistics.fmean(general), statistics.stdev(general)
             yardstick = f"{mean:.4f} ± {std:.4f} (n = {len(general)} calibration draws)"
@@ -1487,6 +1500,88 @@ def wiki_reading(r: dict, bg: float) -> list[str]:
                    f"{yardstick} ({gap_words(mean, bg)}): {words}; val {wiki['losses']['val']:.4f} against "
                    f"{mix['losses']['val']:.4f}{beside}.")
     return out
+
+
+def spearman_exact(x: list[float], y: list[float]) -> tuple[float, float]:
+    """Spearman's ρ between x and y (distinct values) and its exact one-sided p: the share of the n! orderings of
+    y's ranks whose ρ with x's is at least as high (n ≤ 8)."""
+    def ranks(v: list[float]) -> list[int]:
+        order = sorted(range(len(v)), key=v.__getitem__)
+        return [order.index(i) for i in range(len(v))]
+
+    n, rx, ry = len(x), ranks(x), ranks(y)
+    def rho(r: tuple[int, ...] | list[int]) -> float:
+        return 1 - 6 * sum((a - b) ** 2 for a, b in zip(rx, r)) / (n * (n * n - 1))
+
+    observed = rho(ry)
+    orders = list(itertools.permutations(range(n)))
+    return observed, sum(rho(o) >= observed - 1e-12 for o in orders) / len(orders)
+
+
+def distance_sets(r: dict, loss: str) -> list[dict]:
+    """For each width m: the seed-0 rows with the one set of options that the most calibration texts were learned
+    with (at least 4), each text's ``loss`` beside its calibration tokens' JS divergence to the text ``loss`` is
+    measured on (``text_distance``), nearest first."""
+    distance = r.get("text_distance", {}).get("losses", {}).get(loss)
+    if not distance:
+        return []
+    out = []
+    for m in sorted({x["m"] for x in r["rows"]}, reverse=True):
+        groups: dict[tuple, dict] = {}
+        for x in r["rows"]:
+            if x["m"] == m and x["calibration"] in distance["texts"]:
+                groups.setdefault(tuple(x["options"]), {}).setdefault(x["calibration"], x)
+        rows = max(groups.values(), key=len, default={})
+        if len(rows) >= 4:
+            points = sorted(((distance["texts"][t]["js_bits"], x["losses"][loss], t) for t, x in rows.items()))
+            out.append({"m": m, "of": next(iter(rows.values())), "points": points, "to": distance["text"]})
+    return out
+
+
+def distance_fit(points: list[tuple[float, float, str]]) -> tuple[float, float]:
+    """The least-squares line loss = a + b·JS through ``points`` (JS, loss, text): (a, b)."""
+    js, loss = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(js), statistics.fmean(loss)
+    b = sum((u - mx) * (v - my) for u, v in zip(js, loss)) / sum((u - mx) ** 2 for u in js)
+    return my - b * mx, b
+
+
+def distance_words(s: dict, reference: float, aim: float | None = None) -> str:
+    """One width's distance set in words: its Spearman ρ and p, and — with an aim — the JS at which the fitted line
+    reaches it, beside the distance of the evaluated text's own train split and of the nearest general text."""
+    rho, p = spearman_exact([x[0] for x in s["points"]], [x[1] for x in s["points"]])
+    words = f"ρ = {rho:.2f} over {len(s['points'])} texts (exact one-sided p = {p:.2g})"
+    if aim is not None:
+        a, b = distance_fit(s["points"])
+        own = next((x[0] for x in s["points"] if x[2] == s["to"]), None)
+        general = [x for x in s["points"] if x[2] in GENERAL_CALIBRATIONS]
+        target = reference * (1 + aim)
+        words += f"; the fitted line reaches the aim ({target:.4f}) at JS {(target - a) / b:.2f} bits"
+        if own is not None:
+            words += (f", where the {s['to']}'s own train split lies {own:.2f} bits from its val split (the measure's "
+                      "floor: two samples of one text)")
+        if general:
+            near = min(general)
+            words += f", the nearest general text ({CALIBRATION_TEXTS[near[2]]}) {near[0]:.2f}"
+    return words
+
+
+def distance_reading(r: dict, bv: float, bg: float) -> list[str]:
+    """Does a calibration text's distance to the evaluated text (the unigram JS of its calibration tokens) order the
+    zero-shot losses on it, on both texts and at each width with enough calibration texts?"""
+    parts = []
+    for loss, base, name in (("general", bg, "the novel"), ("val", bv, "Shakespeare's val")):
+        for s in distance_sets(r, loss):
+            listed = ", ".join(f"{CALIBRATION_TEXTS[t]} {js:.2f} bits → {v:.4f}" for js, v, t in s["points"])
+            parts.append(f"on {name} at m = {s['m']} ({tied_extra(s['of'])}): {listed}; "
+                         + distance_words(s, base, GENERAL_AIMS.get(s["m"]) if loss == "general" else None))
+    if not parts:
+        return []
+    d = r["text_distance"]
+    return [f"- **The calibration text's distance to the evaluated one** (`--part=distance`: the unigram "
+            f"Jensen–Shannon divergence, in bits, between the {d['calibration_tokens']:,} tokens a map calibrates "
+            f"on, seed {d['seed']}'s, and the evaluated text's whole val split; Spearman's ρ between it and the "
+            f"seed-{d['seed']} rows' losses, one set of options per width): " + "; ".join(parts) + "."]
 
 
 def heldout_reading(held: dict | None, bv: float) -> list[str]:
@@ -3003,15 +3098,18 @@ def goals_general(tied: dict, distill: dict) -> list[tuple[str, ...]]:
         if not general:
             continue
         best = min(general, key=lambda x: x["losses"]["general"])
-        drawn = tied.get("mix_draws")
-        same = drawn and best["calibration"] == "mix" and drawn["m"] == best["m"] and drawn["of"] == best["options"]
-        gaps = draws_gaps(drawn, "general", bg) if same else [best["losses"]["general"] / bg - 1]
+        drawn = mix_draws_of(tied, best) if best["calibration"] == "mix" else None
+        gaps = draws_gaps(drawn, "general", bg) if drawn else [best["losses"]["general"] / bg - 1]
         words = aim_words(gaps, aim)
         bound = tied.get("novel_bound_draws")
         if bound and bound["m"] == best["m"]:  # what calibrating on the very text evaluated reaches
             within = draws_gaps(bound, "general", bg)
             words += (f"; calibrated on the novel's own train split instead (its in-domain bound, not the general "
                       f"case): {spread_words(within)}, {aim_words(within, aim)}")
+        distance = next((d for d in distance_sets(tied, "general") if d["m"] == best["m"]), None)
+        if distance:  # the diagnosis: how near the novel a calibration text would have to be
+            words += ("; the loss follows the calibration text's distance to the novel: "
+                      + distance_words(distance, bg, aim))
         rows.append((f"the general case, {share}, zero-shot (calibrated on a general text, evaluated on the novel)",
                      f"novel ≤ +{aim:.0%}", f"{spread_words(gaps)}: calibrated on "
                      f"{CALIBRATION_TEXTS[best['calibration']]}, {tied_extra(best)}", str(len(gaps)), words))

@@ -776,7 +776,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         drawn = [real_tied_head.RECIPE, real_tied_head.HALF_RECIPE, real_tied_head.GAINS_RECIPE,
                  real_tied_head.HALF_GAINS_RECIPE, real_tied_head.WRITERS_RECIPE, real_tied_head.NOVEL_BOUND,
                  real_tied_head.COSINE_RECIPE, real_tied_head.MIX_RECIPE, real_tied_head.LABEL_RECIPE,
-                 real_tied_head.LABEL_CONTROL]
+                 real_tied_head.LABEL_CONTROL, real_tied_head.HALF_MIX_RECIPE]
         assert real_tied_head.LEARN_LONGER in drawn[1][2] and drawn[1][0] == 288
         assert drawn[2] == cells[22] and real_tied_head.GAINS in drawn[2][2] and drawn[2][0] == real_tied_head.M
         assert drawn[3] == cells[25] and drawn[3][2] == (real_tied_head.LEARN_LONGER, real_tied_head.GAINS)
@@ -787,6 +787,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         assert drawn[7] == (real_tied_head.M, 32, drawn[2][2], "mix")  # the gains recipe on the mix: its draws
         assert drawn[8] == cells[37] and drawn[8][2] == drawn[2][2] + (real_tied_head.LABELS,)  # one factor more
         assert drawn[9] == cells[41] == (576, *drawn[8][1:])  # the labels' same-width control: the width, its seeds
+        assert drawn[10] == cells[40] == (*drawn[3][:3], "mix")  # the −50% gains recipe on the mix: its draws
         assert built == (cells[-2:][::-1] + [(spec, seed) for spec in drawn for seed in (2, 1)] if reverse
                          else cells[-2:] + [(spec, seed) for spec in drawn for seed in (1, 2)])
         # the forward run ports every saved learned m = M row with the head untied first, then saves each built row
@@ -798,9 +799,64 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
         assert len(learned) == 19 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
-        # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 10 draws
-        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 13)
+        # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 11 draws
+        assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 14)
         assert ("self_samples" in last) != reverse and last.get("self_samples", {}).get("seconds") in (None, 514.0)
+
+
+def test_unigram_js_is_scipys_jensen_shannon_in_bits_and_reads_zero_and_one_at_its_ends():
+    import numpy as np
+    import real_tied_head
+    import torch
+    from scipy.spatial.distance import jensenshannon
+
+    a = torch.tensor([0, 0, 1, 2, 2, 2, 7])
+    b = torch.tensor([1, 1, 2, 3, 3, 9])
+    p, q = (np.bincount(x.numpy(), minlength=10) / len(x) for x in (a, b))
+    assert real_tied_head.unigram_js_bits(a, b) == pytest.approx(jensenshannon(p, q, base=2) ** 2, abs=1e-12)
+    assert real_tied_head.unigram_js_bits(a, b) == pytest.approx(real_tied_head.unigram_js_bits(b, a), abs=1e-15)
+    assert real_tied_head.unigram_js_bits(a, a[torch.randperm(len(a))]) == pytest.approx(0.0, abs=1e-15)
+    assert real_tied_head.unigram_js_bits(torch.tensor([0, 1]), torch.tensor([2, 3, 3])) == pytest.approx(1.0)
+
+
+def test_the_tied_heads_distance_part_reads_each_calibration_text_against_each_evaluated_one(tmp_path, monkeypatch):
+    """--part=distance: every calibration text's seed-0 calibration tokens against the whole val split of each text
+    a loss is measured on; a text read against itself is nearer than one with other tokens; the rows are kept."""
+    import json
+
+    import numpy as np
+    import real_tied_head
+
+    import real_quantization
+    from dataset import write_split
+
+    rng = np.random.default_rng(0)
+    data = {}
+    for name, low, high in (("novel", 0, 40), ("shakespeare", 30, 70), ("far", 60, 100)):
+        data[name] = str(tmp_path / name)
+        os.makedirs(data[name])
+        for split in ("train", "val"):
+            write_split(rng.integers(low, high, 4000).astype(np.uint16), os.path.join(data[name], f"{split}.bin"))
+    monkeypatch.setattr(real_tied_head, "TEXTS", {k: "" for k in data})
+    monkeypatch.setattr(real_quantization, "RESULTS", str(tmp_path))
+    (tmp_path / "real_model_tied").mkdir()
+    (tmp_path / "real_model_tied" / "results.json").write_text(json.dumps({"rows": [{"m": 1}]}))
+    args = type("A", (), {"part": "distance", "reverse": False})()
+    monkeypatch.setattr(real_tied_head, "start", lambda *a: (args, 0.0, "src", data))
+    saved = []
+    monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(payload))
+    real_tied_head.main()
+    payload, = saved
+    assert payload["rows"] == [{"m": 1}]
+    d = payload["text_distance"]
+    assert d["calibration_tokens"] == 8 * 16 * real_tied_head.BLOCK and d["seed"] == 0
+    general, val = d["losses"]["general"], d["losses"]["val"]
+    assert general["text"] == "novel" and val["text"] == "shakespeare" and general["evaluated_tokens"] == 4000
+    js = {loss: {t: x["js_bits"] for t, x in d["losses"][loss]["texts"].items()} for loss in ("general", "val")}
+    assert js["general"]["novel"] < js["general"]["shakespeare"] < js["general"]["far"] == pytest.approx(1.0)
+    assert js["val"]["shakespeare"] < min(js["val"]["novel"], js["val"]["far"])
+    assert d["losses"]["general"]["texts"]["far"]["covered"] == 0.0
+    assert d["losses"]["general"]["texts"]["novel"]["covered"] == 1.0
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):

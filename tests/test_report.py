@@ -1379,6 +1379,78 @@ def test_the_general_case_reads_against_its_in_domain_bound():
     assert report.general_bound_reading({"rows": []}, 3.7584, 3.7886) == []
 
 
+def test_spearman_exact_is_scipys_rho_with_the_exact_permutation_p():
+    from scipy import stats
+
+    x, y = [0.21, 0.37, 0.38, 0.44, 0.45, 0.48], [4.18, 4.48, 4.54, 4.72, 4.64, 4.75]
+    rho, p = report.spearman_exact(x, y)
+    assert rho == pytest.approx(stats.spearmanr(x, y)[0])
+    exact = stats.permutation_test((y,), lambda v: stats.spearmanr(x, v)[0], permutation_type="pairings",
+                                   alternative="greater", n_resamples=10_000)
+    assert p == pytest.approx(exact.pvalue) and p == pytest.approx(6 / 720)  # the order and the 5 adjacent swaps
+    assert report.spearman_exact([1.0, 2.0, 3.0, 4.0, 5.0], [9.0, 8.0, 7.0, 6.0, 5.0]) == (-1.0, 1.0)
+
+
+def test_the_distance_reading_ranks_each_widths_texts_and_finds_where_the_line_meets_the_aim():
+    """distance_sets: per width, the one options set the most calibration texts were learned with (≥ 4); the
+    reading: each text's JS and loss, ρ, and on the novel the JS at which the fitted line reaches the aim."""
+    of = ["--tie_head=True", "--learn_steps=16"]
+    js = {"novel": 0.2, "mix": 0.35, "shakespeare": 0.4, "news": 0.45, "wiki": 0.5}
+
+    def row(text: str, m: int = 432, options: list | None = None) -> dict:
+        return {"calibration": text, "m": m, "options": options or of,
+                "losses": {"general": 4.0 + 2 * js[text], "val": 5.0 - js[text]}}
+
+    r = {"rows": [row(t) for t in js] + [row("news", options=["--tie_head=True"])]
+         + [row(t, 288) for t in ("novel", "mix", "wiki")],
+         "text_distance": {"calibration_tokens": 32768, "seed": 0, "losses": {
+             "general": {"text": "novel", "texts": {t: {"js_bits": v} for t, v in js.items()}},
+             "val": {"text": "shakespeare", "texts": {t: {"js_bits": v} for t, v in js.items()}}}}}
+    s, = report.distance_sets(r, "general")  # m = 288 has 3 texts only
+    assert s["m"] == 432 and [p[2] for p in s["points"]] == list(js) and s["to"] == "novel"
+    assert report.distance_fit(s["points"]) == (pytest.approx(4.0), pytest.approx(2.0))
+    words = report.distance_words(s, 4.0, 0.10)  # the aim 4.4 = 4 + 2·0.2
+    assert words.startswith("ρ = 1.00 over 5 texts (exact one-sided p = 0.0083); the fitted line reaches the aim "
+                            "(4.4000) at JS 0.20 bits, where the novel's own train split lies 0.20 bits from its val "
+                            "split")
+    assert words.endswith("the nearest general text (a mix of Shakespeare, news and the own samples) 0.35")
+    line, = report.distance_reading(r, 5.0, 4.0)
+    assert "on the novel at m = 432 (learn_steps=16): the novel's train split 0.20 bits → 4.4000, a mix" in line
+    # val falls as JS rises here: ρ = -1, and no aim is read on val
+    assert line.endswith("; on Shakespeare's val at m = 432 (learn_steps=16): the novel's train split 0.20 bits → "
+                         "4.8000, a mix of Shakespeare, news and the own samples 0.35 bits → 4.6500, Shakespeare 0.40 "
+                         "bits → 4.6000, English news 0.45 bits → 4.5500, Wikipedia 0.50 bits → 4.5000; ρ = -1.00 "
+                         "over 5 texts (exact one-sided p = 1).")
+    assert report.distance_reading({"rows": r["rows"]}, 5.0, 4.0) == []
+
+
+def test_the_general_goals_read_the_mix_draws_at_either_width_and_the_distance_beside():
+    """goals_general: the mix's best row takes its own width's draws (mix_draws or half_mix_draws), and the
+    calibration text's distance words where results hold them."""
+    of16 = ["--tie_head=True", "--learn_steps=16"]
+    of32 = ["--tie_head=True", "--learn_steps=32"]
+
+    def drawn(m: int, of: list, general: tuple) -> dict:
+        return {"seeds": [0, 1, 2], "m": m, "of": of, "learned": [{"val": 4.0, "general": g} for g in general]}
+
+    rows = [{"calibration": t, "m": m, "options": of, "losses": {"val": 4.0, "general": g}}
+            for t, m, of, g in (("mix", 432, of16, 4.48), ("news", 432, of16, 4.72), ("wiki", 432, of16, 4.75),
+                                ("novel", 432, of16, 4.18), ("mix", 288, of32, 5.24), ("wiki", 288, of32, 5.60))]
+    tied = {"base": {"losses": {"general": 4.0}}, "rows": rows,
+            "gains_draws": drawn(432, of16, (4.5, 4.5, 4.5)), "half_gains_draws": drawn(288, of32, (5.3, 5.3, 5.3)),
+            "mix_draws": drawn(432, of16, (4.48, 4.47, 4.49)), "half_mix_draws": drawn(288, of32, (5.24, 5.26, 5.22))}
+    texts = {r["calibration"]: {"js_bits": j} for r, j in zip(rows[:4], (0.37, 0.44, 0.48, 0.21))}
+    tied["text_distance"] = {"calibration_tokens": 32768, "seed": 0,
+                             "losses": {"general": {"text": "novel", "texts": texts}}}
+    quarter, half = report.goals_general(tied, {})
+    assert quarter[2].startswith("+12.0% ± 0.3: calibrated on a mix") and quarter[3] == "3"
+    assert half[2].startswith("+31.0% ± 0.5: calibrated on a mix") and half[3] == "3"
+    assert "; the loss follows the calibration text's distance to the novel: ρ = 1.00 over 4 texts" in quarter[4]
+    assert "distance" not in half[4]  # m = 288 has 2 texts: no ranking
+    assert report.mix_draws_of(tied, rows[4]) is tied["half_mix_draws"]
+    assert report.mix_draws_of(tied, dict(rows[4], options=of16)) is None
+
+
 def test_aim_words_reads_a_goal_by_its_mean_and_calls_a_mean_within_twice_the_spread_unclear():
     assert report.aim_words([0.05], 0.07) == "met"
     assert report.aim_words([0.10], 0.07) == "missed by 3.0 points"
