@@ -1546,17 +1546,27 @@ def distance_fit(points: list[tuple[float, float, str]]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def rank_words(s: dict) -> str:
+    """A distance set's Spearman ρ between the texts' JS and their losses, with its exact p, in words."""
+    rho, p = spearman_exact([x[0] for x in s["points"]], [x[1] for x in s["points"]])
+    return f"ρ = {rho:.2f} over {len(s['points'])} texts (exact one-sided p = {p:.2g})"
+
+
+def aim_distance(s: dict, target: float) -> float:
+    """The JS at which a distance set's fitted line reaches the loss ``target``."""
+    a, b = distance_fit(s["points"])
+    return (target - a) / b
+
+
 def distance_words(s: dict, reference: float, aim: float | None = None) -> str:
     """One width's distance set in words: its Spearman ρ and p, and — with an aim — the JS at which the fitted line
     reaches it, beside the distance of the evaluated text's own train split and of the nearest general text."""
-    rho, p = spearman_exact([x[0] for x in s["points"]], [x[1] for x in s["points"]])
-    words = f"ρ = {rho:.2f} over {len(s['points'])} texts (exact one-sided p = {p:.2g})"
+    words = rank_words(s)
     if aim is not None:
-        a, b = distance_fit(s["points"])
         own = next((x[0] for x in s["points"] if x[2] == s["to"]), None)
         general = [x for x in s["points"] if x[2] in GENERAL_CALIBRATIONS]
         target = reference * (1 + aim)
-        words += f"; the fitted line reaches the aim ({target:.4f}) at JS {(target - a) / b:.2f} bits"
+        words += f"; the fitted line reaches the aim ({target:.4f}) at JS {aim_distance(s, target):.2f} bits"
         if own is not None:
             words += (f", where the {s['to']}'s own train split lies {own:.2f} bits from its val split (the measure's "
                       "floor: two samples of one text)")
@@ -2552,6 +2562,17 @@ def draws_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
         return "not measured"
     v = verdict([x[text] for x in drawn["learned"]], [x[text] for x in own["learned"]], paired=True)
     return f"{v['words']} ({_p(v)})"
+
+
+def distance_quote(r: dict, what: str, loss: str, m: int) -> str:
+    """The README's quotes of the distance sets (``tied.distance.rank.<loss>@m``: ρ and p; ``tied.distance.aim@m``:
+    the JS in bits at which the novel's fitted line reaches the general aim at width m)."""
+    s = next((d for d in distance_sets(r, loss) if d["m"] == m), None)
+    if not s:
+        return "not measured"
+    if what == "rank":
+        return rank_words(s)
+    return f"{aim_distance(s, r['base']['losses'][loss] * (1 + GENERAL_AIMS[m])):.2f}"
 
 
 def rate_in_batch_reading(b: dict, own: dict, setting: str) -> list[str]:
@@ -3878,6 +3899,10 @@ QUOTES = {
     "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
     "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),
     "tied.labels_vs_kl.general": lambda: draws_verdict(load("real_model_tied") or {}, "general", "label_draws"),
+    **{f"tied.distance.rank.{loss}@{m}": (lambda loss=loss, m=m: distance_quote(
+        load("real_model_tied") or {}, "rank", loss, m)) for loss in ("general", "val") for m in GENERAL_AIMS},
+    **{f"tied.distance.aim@{m}": (lambda m=m: distance_quote(load("real_model_tied") or {}, "aim", "general", m))
+       for m in GENERAL_AIMS},
     "tied.labels_over_control.val": lambda: label_control_cost(load("real_model_tied") or {}, "val"),
     "tied.labels_over_control.general": lambda: label_control_cost(load("real_model_tied") or {}, "general"),
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),

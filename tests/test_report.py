@@ -1422,6 +1422,10 @@ def test_the_distance_reading_ranks_each_widths_texts_and_finds_where_the_line_m
                          "bits → 4.6000, English news 0.45 bits → 4.5500, Wikipedia 0.50 bits → 4.5000; ρ = -1.00 "
                          "over 5 texts (exact one-sided p = 1).")
     assert report.distance_reading({"rows": r["rows"]}, 5.0, 4.0) == []
+    r["base"] = {"losses": {"general": 4.0, "val": 5.0}}  # the README's quotes
+    assert report.distance_quote(r, "aim", "general", 432) == "0.20"
+    assert report.distance_quote(r, "rank", "val", 432).startswith("ρ = -1.00 over 5 texts")
+    assert report.distance_quote(r, "rank", "general", 288) == "not measured"
 
 
 def test_the_general_goals_read_the_mix_draws_at_either_width_and_the_distance_beside():
