@@ -2,8 +2,8 @@
 Keeping a tied head tied through a shrink (issue #40): a PCA map that keeps the final norm's outlying-gain
 coordinates as rows of their own (``transform.py --tie_head=True --tie_keep=K``), on SmolLM2-135M.
 
-    python scripts/real_tied_head.py [--part=missing|timing|all] [--reverse]    (scripts/real_tied_head.sh;
-                                                                                 reuses real_model.sh's cache)
+    python scripts/real_tied_head.py [--part=missing|timing|heldout|distance|all] [--reverse]
+    (scripts/real_tied_head.sh; reuses real_model.sh's cache; --part=all, the default, builds everything below)
 
 A tied model of width m has 233,472·m parameters (the embedding once, 30 blocks, no shortcut matrix): m = 432 is
 the original's −25% (100.9 M) and m = 288 its −50% (67.2 M), in the form every exporter knows (Hugging Face,
@@ -66,6 +66,9 @@ tinyshakespeare train tokens, the same data order; its control is quoted from th
 Held-out KL (``--part=heldout``, from the saved models): the PCA map and the maps learned 16 and 32 steps, alone and
 with their norm gains (and 32 steps on twice the calibration tokens), measured by KL(original ‖ shrunk) on 16,384
 of the calibration tokens and on as many val tokens, beside their val losses.
+Text distance (``--part=distance``, token counts only, seconds): each calibration text's unigram Jensen–Shannon
+divergence to each evaluated text (its whole val split), from the 32,768 tokens a map calibrates on (seed 0): does
+the distance order the zero-shot losses?
 Timing (``--part=timing``, alone on the machine): the best −25% row (the learned map) built again on both cores
 (``--threads=2``), the whole CLI run timed, with the seconds per phase its record gives; then the recipe the GUIDE
 gives (the map learned with its norm gains) the same way (``gains_recipe_timing``); each only where the results
@@ -450,8 +453,12 @@ def main() -> None:
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
     payload["recovery"] = recovered(src, data)
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
-    payload["recipe_timing"] = recipe_timing(src, data)  # last: both cores (a --reverse process has finished by now)
+    payload["heldout_kl"] = heldout_kl(src, payload["rows"], data["shakespeare"])
+    payload["text_distance"] = text_distance(data)
     save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
+    for key, spec in TIMED:  # last: both cores (a --reverse process has finished by now)
+        payload[key] = recipe_timing(src, data, spec)
+        save(payload, started, "real_model_tied", "scripts/real_tied_head.sh")
 
 
 if __name__ == "__main__":

@@ -859,6 +859,36 @@ def test_the_tied_heads_distance_part_reads_each_calibration_text_against_each_e
     assert d["losses"]["general"]["texts"]["novel"]["covered"] == 1.0
 
 
+def test_the_tied_heads_whole_run_writes_every_part_the_report_reads(monkeypatch):
+    """--part=all (scripts/real_tied_head.sh with no arguments) builds every cell and draw and ends with the held-out
+    KL, the text distance and both timings, so that a clean reproduction holds every key the report quotes."""
+    import real_tied_head
+
+    args = type("A", (), {"part": "all", "reverse": False})()
+    monkeypatch.setattr(real_tied_head, "start", lambda *a: (args, 0.0, "src", {"shakespeare": "dir"}))
+    monkeypatch.setattr(real_tied_head, "real_model_results", lambda: {"base": {"losses": {}, "parameters": 1}})
+    monkeypatch.setattr(real_tied_head, "final_gain", lambda src: {})
+    monkeypatch.setattr(real_tied_head, "build", lambda src, data, spec, seed=0: {
+        "losses": {"val": 4.0, "general": 5.0}, "m": spec[0], "options": list(real_tied_head.options(*spec[1:3])),
+        "calibration": spec[3]})
+    monkeypatch.setattr(real_tied_head, "self_samples_record", lambda src: {})
+    monkeypatch.setattr(real_tied_head, "untied_ports", lambda *a: None)
+    monkeypatch.setattr(real_tied_head, "draws", lambda *a: {})
+    monkeypatch.setattr(real_tied_head, "recovered", lambda *a: {})
+    monkeypatch.setattr(real_tied_head, "heldout_kl", lambda src, rows, text: {"rows": len(rows), "text": text})
+    monkeypatch.setattr(real_tied_head, "text_distance", lambda data: {"losses": {}})
+    monkeypatch.setattr(real_tied_head, "recipe_timing", lambda src, data, spec=None: {"spec": spec})
+    saved = []
+    monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(dict(payload)))
+    real_tied_head.main()
+    last = saved[-1]
+    assert len(last["rows"]) == len(real_tied_head.CELLS)
+    assert {key for key, _ in real_tied_head.DRAWN} <= set(last)
+    assert last["heldout_kl"] == {"rows": len(real_tied_head.CELLS), "text": "dir"} and "text_distance" in last
+    assert [last[key]["spec"] for key, _ in real_tied_head.TIMED] == [spec for _, spec in real_tied_head.TIMED]
+    assert "gains_recipe_timing" not in saved[-2]  # the timings last, each saved as it ends
+
+
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):
     """--part=timing builds the best −25% row and the GUIDE's recipe again with --threads=2 and saves each beside the
     rows, which it keeps; what is saved is not built again."""
