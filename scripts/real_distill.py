@@ -37,7 +37,8 @@ itself with the lowest β's loss; and, if that β ends below the KL alone, two m
 factor against τ = 1, the same way: data order 0, its control, two more data orders where it ends lower.
 ``--part=mix`` runs the general case again from its best zero-shot start: the tied map learned with its norm gains on
 the calibration mix (real_model.MIX: Shakespeare, the news and the model's own samples), distilled on the mix with
-the best recipe, against the original distilled from itself on the mix, evaluated on the novel (which neither reads).
+the best recipe, against the original distilled from itself on the mix, evaluated on the novel (which neither reads);
+``--part=mix_draws`` adds two more data orders to it (n = 3: the general case's distilled row, read on the novel).
 ``--part=learned`` distils the tied maps learned on the calibration KL (results/real_model_tied's ``--learn_steps``
 rows, m = 432 and m = 288, m = 432 learned with its norm gains, ``--learn_gain_lr``, and with the calibration text's
 next tokens in its objective too, ``--learn_label_weight=0.5``) with the best recipe: another start, the same recipe
@@ -77,6 +78,7 @@ HIDDEN = (0.1, 1.0)  # β of the hidden-state term tried (--part=features); its 
 TEMPERATURES = (2.0,)  # τ tried against the recipe's 1 (--part=temperature)
 FLOOR = 0.0  # the rate's end in --part=to_zero, against the recipe's tenth of the rate
 ALPHA = 0.5  # the KL's weight in --part=labels: ½·KL + ½·CE of the text's next token, against the recipe's KL alone
+MIX_NAME = "-learned-gains-mix"  # the general case from the mix: its runs' label mark (--part=mix, --part=mix_draws)
 
 
 def recipe(lr: float, data_seed: int = 0, batch: int = BATCH, floor: float | None = None) -> list[str]:
@@ -291,7 +293,26 @@ def mix_case(src: str, data: dict[str, str], payload: dict, started: float, reve
     if reverse:
         control(src, data, payload["chosen_lr"], payload["batches"]["chosen"], MIX_RECIPE[3])
         return
-    general_case(src, data, payload, started, "mix_case", MIX_RECIPE, "-learned-gains-mix")
+    general_case(src, data, payload, started, "mix_case", MIX_RECIPE, MIX_NAME)
+
+
+def mix_draws(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool = False) -> None:
+    """Two more data orders (``DATA_SEEDS``: n = 3) of the general case's best start distilled ("mix_case": the map
+    learned with its norm gains on the mix, distilled on the mix), the same recipe and control, read on the novel.
+    Saved as "mix_draws" (``reverse``: build the last data order only, saving nothing)."""
+    case = payload.get("mix_case", {})
+    if "control" not in case:
+        sys.exit("results/real_model_distill/results.json has no general case from the mix with its control: run "
+                 "--part=mix first")
+    chosen, text = case["arm"]["lr"], MIX_RECIPE[3]
+    start = build(src, data, MIX_RECIPE)
+    if reverse:
+        arm(data, start, chosen, DATA_SEEDS[-1], name=MIX_NAME, batch=case["batch"], text=text)
+        return
+    runs = [case["arm"]] + [arm(data, start, chosen, seed, name=MIX_NAME, batch=case["batch"], text=text)
+                            for seed in DATA_SEEDS]
+    payload["mix_draws"] = dict(draws(runs, case["control"], chosen), start="mix_case")
+    save_part(payload, started)
 
 
 def features(src: str, data: dict[str, str], payload: dict, started: float, reverse: bool) -> None:
@@ -501,7 +522,8 @@ def with_labels(src: str, data: dict[str, str], payload: dict, started: float, r
 
 
 ADDED = {"features": features, "temperature": temperatures, "learned": learned, "mix": mix_case,
-         "learned_draws": learned_draws, "learned_rates": learned_rates, "to_zero": to_zero, "labels": with_labels}
+         "learned_draws": learned_draws, "learned_rates": learned_rates, "to_zero": to_zero, "labels": with_labels,
+         "mix_draws": mix_draws}
 # the parts that add to results/real_model_distill/results.json once it holds the rates and batches: --part → function
 
 

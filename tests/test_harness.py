@@ -561,6 +561,37 @@ def test_the_learned_draws_part_adds_two_data_orders_to_the_lowest_learned_432_s
         real_distill.learned_draws("src", {}, {"chosen_lr": 1e-4, "batches": {"chosen": 1}}, 0.0)
 
 
+def test_the_mix_draws_part_adds_two_data_orders_to_the_general_case_from_the_mix(monkeypatch):
+    """real_distill --part=mix_draws: the mix's start (MIX_RECIPE) distilled on the mix at data orders 1 and 2 with
+    the mix case's own rate and batch; the three gaps go to the mix case's control; --reverse builds only the last
+    order and saves nothing; without the mix case's control it stops with one line."""
+    import real_distill
+
+    for reverse in (False, True):
+        built, arms, saves = [], [], []
+        monkeypatch.setattr(real_distill, "build", lambda src, data, spec, built=built: built.append(spec) or {
+            "out_dir": spec[3]})
+        monkeypatch.setattr(real_distill, "arm", lambda data, start, lr, seed=0, name="", batch=8, text="", arms=arms: (
+            arms.append((start["out_dir"], lr, seed, name, batch, text)) or {"losses": {"val": 4.0,
+                                                                                         "general": 4.4 + seed / 100}}))
+        monkeypatch.setattr(real_distill, "save", lambda payload, *a, saves=saves: saves.append(sorted(payload)))
+        case = {"batch": 1, "arm": {"lr": 1e-4, "losses": {"val": 4.03, "general": 4.37}},
+                "control": {"losses": {"val": 3.76, "general": 3.79}}}
+        payload = {"chosen_lr": 3e-4, "mix_case": case}
+        real_distill.mix_draws("src", {}, payload, 0.0, reverse)
+        assert built == [real_distill.MIX_RECIPE] and real_distill.MIX_RECIPE[3] == "mix"
+        seeds = real_distill.DATA_SEEDS[-1:] if reverse else real_distill.DATA_SEEDS
+        assert arms == [("mix", 1e-4, s, real_distill.MIX_NAME, 1, "mix") for s in seeds]  # the case's rate, batch
+        if reverse:
+            assert saves == [] and "mix_draws" not in payload
+            continue
+        draws = payload["mix_draws"]
+        assert len(saves) == 1 and draws["start"] == "mix_case" and draws["seeds"] == [0, 1, 2]
+        assert draws["gap"]["general"]["each"] == pytest.approx([4.37 / 3.79 - 1, 4.41 / 3.79 - 1, 4.42 / 3.79 - 1])
+    with pytest.raises(SystemExit, match="no general case from the mix with its control: run --part=mix first"):
+        real_distill.mix_draws("src", {}, {"chosen_lr": 1e-4, "mix_case": {"arm": {}}}, 0.0)
+
+
 def test_a_part_that_adds_to_saved_results_keeps_what_a_part_beside_it_saved_meanwhile(tmp_path, monkeypatch):
     """Two parts start from the same results.json; each saves its own key. With merge (real_distill.save_part) the
     second save keeps the first's key (without it, the key is lost: the race seen when --part=learned_rates and

@@ -1453,6 +1453,18 @@ def test_the_general_goals_read_the_mix_draws_at_either_width_and_the_distance_b
     assert "distance" not in half[4]  # m = 288 has 2 texts: no ranking
     assert report.mix_draws_of(tied, rows[4]) is tied["half_mix_draws"]
     assert report.mix_draws_of(tied, dict(rows[4], options=of16)) is None
+    # distilled: the mix case's data orders where they ran (n = 3), its one order where not
+    case = {"text": "mix", "arm": {"losses": {"general": 4.6}}, "control": {"losses": {"general": 4.0}}}
+    orders = {"seeds": [0, 1, 2], "gap": {"general": {"each": [0.15, 0.16, 0.14]}, "val": {"each": [0.07, 0.07, 0.08]}}}
+    *_, distilled = report.goals_general(tied, {"mix_case": case})
+    assert distilled[2:4] == ("+15.0%: calibrated and distilled on a mix of Shakespeare, news and the own samples", "1")
+    *_, distilled = report.goals_general(tied, {"mix_case": case, "mix_draws": orders})
+    assert distilled[2].endswith("own samples; data orders") and distilled[2].startswith("+15.0% ± 1.0")
+    assert distilled[3:] == ("3", "missed by 5.0 points (0 of 3 within)")
+    assert report.general_orders_reading(orders) == (
+        "- **Its data orders** (seeds 0, 1, 2, n = 3; the same start, recipe and control): the novel +15.0% ± 1.0 "
+        "above the control (+15.0%, +16.0%, +14.0%), missed by 5.0 points (0 of 3 within) against the issue's 10%; "
+        "val +7.3% ± 0.6.")
 
 
 def test_aim_words_reads_a_goal_by_its_mean_and_calls_a_mean_within_twice_the_spread_unclear():
