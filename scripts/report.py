@@ -1519,19 +1519,18 @@ def spearman_exact(x: list[float], y: list[float]) -> tuple[float, float]:
 
 
 def distance_sets(r: dict, loss: str) -> list[dict]:
-    """For each width m: the seed-0 rows with the one set of options that the most calibration texts were learned
-    with (at least 4), each text's ``loss`` beside its calibration tokens' JS divergence to the text ``loss`` is
-    measured on (``text_distance``), nearest first."""
+    """For each width m (widest first) and each set of options that at least 4 calibration texts were built with
+    (the most texts first): the seed-0 rows' ``loss`` beside their calibration tokens' JS divergence to the text
+    ``loss`` is measured on (``text_distance``), nearest first."""
     distance = r.get("text_distance", {}).get("losses", {}).get(loss)
     if not distance:
         return []
+    groups: dict[tuple, dict] = {}
+    for x in r["rows"]:
+        if x["calibration"] in distance["texts"]:
+            groups.setdefault((x["m"], tuple(x["options"])), {}).setdefault(x["calibration"], x)
     out = []
-    for m in sorted({x["m"] for x in r["rows"]}, reverse=True):
-        groups: dict[tuple, dict] = {}
-        for x in r["rows"]:
-            if x["m"] == m and x["calibration"] in distance["texts"]:
-                groups.setdefault(tuple(x["options"]), {}).setdefault(x["calibration"], x)
-        rows = max(groups.values(), key=len, default={})
+    for (m, _), rows in sorted(groups.items(), key=lambda g: (-g[0][0], -len(g[1]))):
         if len(rows) >= 4:
             points = sorted(((distance["texts"][t]["js_bits"], x["losses"][loss], t) for t, x in rows.items()))
             out.append({"m": m, "of": next(iter(rows.values())), "points": points, "to": distance["text"]})
@@ -1583,7 +1582,8 @@ def distance_reading(r: dict, bv: float, bg: float) -> list[str]:
     for loss, base, name in (("general", bg, "the novel"), ("val", bv, "Shakespeare's val")):
         for s in distance_sets(r, loss):
             listed = ", ".join(f"{CALIBRATION_TEXTS[t]} {js:.2f} bits → {v:.4f}" for js, v, t in s["points"])
-            parts.append(f"on {name} at m = {s['m']} ({tied_extra(s['of'])}): {listed}; "
+            recipe = tied_extra(s["of"]).replace("—", "the PCA map, nothing learned")
+            parts.append(f"on {name} at m = {s['m']} ({recipe}): {listed}; "
                          + distance_words(s, base, GENERAL_AIMS.get(s["m"]) if loss == "general" else None))
     if not parts:
         return []
@@ -1591,7 +1591,8 @@ def distance_reading(r: dict, bv: float, bg: float) -> list[str]:
     return [f"- **The calibration text's distance to the evaluated one** (`--part=distance`: the unigram "
             f"Jensen–Shannon divergence, in bits, between the {d['calibration_tokens']:,} tokens a map calibrates "
             f"on, seed {d['seed']}'s, and the evaluated text's whole val split; Spearman's ρ between it and the "
-            f"seed-{d['seed']} rows' losses, one set of options per width): " + "; ".join(parts) + "."]
+            f"seed-{d['seed']} rows' losses, for each width and set of options built on at least 4 texts): "
+            + "; ".join(parts) + "."]
 
 
 def heldout_reading(held: dict | None, bv: float) -> list[str]:
@@ -3140,7 +3141,8 @@ def goals_general(tied: dict, distill: dict) -> list[tuple[str, ...]]:
             within = draws_gaps(bound, "general", bg)
             words += (f"; calibrated on the novel's own train split instead (its in-domain bound, not the general "
                       f"case): {spread_words(within)}, {aim_words(within, aim)}")
-        distance = next((d for d in distance_sets(tied, "general") if d["m"] == best["m"]), None)
+        distance = next((d for d in distance_sets(tied, "general") if d["m"] == best["m"]
+                         and d["of"]["options"] == best["options"]), None)
         if distance:  # the diagnosis: how near the novel a calibration text would have to be
             words += ("; the loss follows the calibration text's distance to the novel: "
                       + distance_words(distance, bg, aim))

@@ -1402,18 +1402,23 @@ def test_the_distance_reading_ranks_each_widths_texts_and_finds_where_the_line_m
                 "losses": {"general": 4.0 + 2 * js[text], "val": 5.0 - js[text]}}
 
     r = {"rows": [row(t) for t in js] + [row("news", options=["--tie_head=True"])]
+         + [row(t, options=["--tie_head=True", "--tie_keep=32"]) for t in ("novel", "mix", "shakespeare", "wiki")]
          + [row(t, 288) for t in ("novel", "mix", "wiki")],
          "text_distance": {"calibration_tokens": 32768, "seed": 0, "losses": {
              "general": {"text": "novel", "texts": {t: {"js_bits": v} for t, v in js.items()}},
              "val": {"text": "shakespeare", "texts": {t: {"js_bits": v} for t, v in js.items()}}}}}
-    s, = report.distance_sets(r, "general")  # m = 288 has 3 texts only
+    s, plain = report.distance_sets(r, "general")  # m = 288 has 3 texts, the one news row's options 1: not read
     assert s["m"] == 432 and [p[2] for p in s["points"]] == list(js) and s["to"] == "novel"
+    assert plain["m"] == 432 and [p[2] for p in plain["points"]] == ["novel", "mix", "shakespeare", "wiki"]
     assert report.distance_fit(s["points"]) == (pytest.approx(4.0), pytest.approx(2.0))
     words = report.distance_words(s, 4.0, 0.10)  # the aim 4.4 = 4 + 2·0.2
     assert words.startswith("ρ = 1.00 over 5 texts (exact one-sided p = 0.0083); the fitted line reaches the aim "
                             "(4.4000) at JS 0.20 bits, where the novel's own train split lies 0.20 bits from its val "
                             "split")
     assert words.endswith("the nearest general text (a mix of Shakespeare, news and the own samples) 0.35")
+    line, = report.distance_reading(r, 5.0, 4.0)
+    assert "; on the novel at m = 432 (the PCA map, nothing learned): the novel's train split 0.20 bits" in line
+    r["rows"] = r["rows"][:6] + r["rows"][10:]  # the reading below: the learned options' rows alone
     line, = report.distance_reading(r, 5.0, 4.0)
     assert "on the novel at m = 432 (learn_steps=16): the novel's train split 0.20 bits → 4.4000, a mix" in line
     # val falls as JS rises here: ρ = -1, and no aim is read on val
