@@ -12,7 +12,8 @@ val split in 256-token windows:
 - ``general``: Botchan's val split (an English novel, fetch.py --what=english), which no calibration reads.
 PCA is calibrated either on tinyshakespeare's train split or on general English (news: the Lee corpus; Wikipedia
 prose; the model's own samples; a mix), so that the general-text gap of a Shakespeare-calibrated map can be told
-from that of a general one. One factor at a time: the paper's rules (sandwich, paper_code) need square attention
+from that of a general one (and, to test what decides it, on the pieces of those texts chosen nearest a few pages of
+the novel: ``nearest``). One factor at a time: the paper's rules (sandwich, paper_code) need square attention
 blocks, so they run on the same model with its 3 key-value heads regrouped into 9 (an exact step at m = d), with the
 same T (kind, seed) as residual porting there.
 Random maps use seed 0 only (n = 1): the table says so.
@@ -22,9 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -49,7 +53,7 @@ SLICEGPT_HALF_PARAMETERS_M = 158  # SliceGPT's parameters fit 59·m² + 232,512�
 SLICEGPT_CHOICES = ("--sequential_calibration=True", "--calib_weighting=raw", "--calib_vocabulary=False")
 THREADS = int(os.environ.get("REAL_MODEL_THREADS", "1"))  # one per step: the other core stays free (README)
 TEXTS = {"shakespeare": "", "news": "english/lee_news.txt", "novel": "english/botchan.txt", "samples": "self",
-         "mix": "mix", "wiki": "english/wiki.txt"}
+         "mix": "mix", "wiki": "english/wiki.txt", "nearest": "nearest"}
 # samples: the model's own text (sample.py at temperature 1, all tokens: its own distribution), for data-free
 # calibration — 256 samples of 256 tokens, so the train split (90%) holds more than the 32,768 calibration tokens
 SELF_SAMPLES = ["--num_samples=256", "--batch_size=64", "--max_new_tokens=256", "--temperature=1", "--top_k=None",
@@ -58,6 +62,15 @@ SELF_SAMPLES = ["--num_samples=256", "--batch_size=64", "--max_new_tokens=256", 
 # each: tinyshakespeare's val split is its end), interleaved in MIX_CHUNK-character pieces so that the train split
 # holds 90% of each
 MIX, MIX_CHARS, MIX_CHUNK = ("shakespeare", "news", "samples"), 250_000, 5_000
+# nearest: not the general case but a test of its diagnosis, and a recipe for one who has a few pages of the text to
+# be read — a calibration text moved toward it without it: the pieces of a pool of every other text (the first
+# NEAREST_POOL_CHARS of each: tinyshakespeare's val split is its end) chosen greedily so that their words come nearest
+# those of the novel's first NEAREST_TARGET_CHARS characters (a few pages, inside its train split, never its val),
+# NEAREST_CHARS in all, in MIX_CHUNK-character pieces
+NEAREST_POOL, NEAREST_POOL_CHARS = ("shakespeare", "news", "samples", "wiki"), 900_000
+NEAREST_TARGET, NEAREST_TARGET_CHARS, NEAREST_CHARS = "novel", 20_000, 250_000
+NEAREST_SELECTION = {"pool": list(NEAREST_POOL), "pool_chars": NEAREST_POOL_CHARS, "target": NEAREST_TARGET,
+                     "target_chars": NEAREST_TARGET_CHARS, "chars": NEAREST_CHARS, "chunk": MIX_CHUNK}
 EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
 
 
@@ -110,28 +123,99 @@ def interleaved(texts: list[str], chars: int, chunk: int) -> str:
         for i, text in enumerate(texts):
             if starts[i] >= chars:
                 continue
-            end = min(starts[i] + chunk, chars)
-            cut = text.rfind("\n", starts[i] + chunk // 2, end)
-            end = cut + 1 if end < chars and cut >= 0 else end
+            end = piece_end(text, starts[i], chunk, chars)
             pieces.append(text[starts[i]:end])
             starts[i] = end
     return "".join(pieces)
 
 
+def piece_end(text: str, start: int, chunk: int, limit: int) -> int:
+    """Where a piece of ``text`` from ``start`` ends: ``chunk`` characters on, at the last line break in the piece's
+    second half where there is one (so no line is cut), and never past ``limit``."""
+    end = min(start + chunk, limit)
+    cut = text.rfind("\n", start + chunk // 2, end)
+    return cut + 1 if end < limit and cut >= 0 else end
+
+
+def line_pieces(text: str, chars: int, chunk: int) -> list[str]:
+    """The first ``chars`` characters of ``text`` (all of a shorter one) in pieces of about ``chunk`` characters,
+    cut at line breaks as ``interleaved`` cuts them."""
+    limit, start, out = min(chars, len(text)), 0, []
+    while start < limit:
+        end = piece_end(text, start, chunk, limit)
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+WORD = re.compile(r"[a-z']+")  # a word of the selection's unigram counts (lower-cased)
+
+
+def js_rows(candidates: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The Jensen–Shannon divergence in bits between each row of ``candidates`` (counts) and ``target`` (counts),
+    each normalized to frequencies: ½·KL(p ‖ μ) + ½·KL(q ‖ μ), μ = ½·(p + q)."""
+    p = candidates / candidates.sum(1, keepdims=True)
+    q = np.broadcast_to(target / target.sum(), p.shape)
+    mean = (p + q) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log2(p / mean), 0.0) + np.where(q > 0, q * np.log2(q / mean), 0.0)
+    return terms.sum(1) / 2
+
+
+def nearest_pieces(texts: dict[str, str], target: str, chars: int, chunk: int) -> tuple[str, dict]:
+    """The pieces of ``texts`` (``line_pieces`` of each whole text) chosen greedily, one at a time, as the piece
+    whose addition brings the chosen pieces' word frequencies nearest ``target``'s (the least Jensen–Shannon
+    divergence), until ``chars`` characters: (the text, in the order chosen; the characters taken from each source
+    and the word JS of the choice to the target)."""
+    pieces = [(name, piece) for name, text in texts.items() for piece in line_pieces(text, len(text), chunk)]
+    words = [WORD.findall(piece.lower()) for _, piece in pieces]
+    aim = WORD.findall(target.lower())
+    index = {w: i for i, w in enumerate(sorted({w for ws in words for w in ws} | set(aim)))}
+    counts = np.zeros((len(pieces), len(index)), dtype=np.float64)
+    for row, ws in enumerate(words):
+        np.add.at(counts[row], [index[w] for w in ws], 1.0)
+    goal = np.bincount([index[w] for w in aim], minlength=len(index)).astype(np.float64)
+    chosen, left, total, size = [], np.ones(len(pieces), dtype=bool), np.zeros(len(index)), 0
+    left &= counts.sum(1) > 0  # a piece without words moves nothing
+    while size < chars and left.any():
+        candidates = np.flatnonzero(left)
+        best = candidates[np.argmin(js_rows(total + counts[candidates], goal))]
+        chosen.append(best)
+        left[best], total, size = False, total + counts[best], size + len(pieces[best][1])
+    shares = dict.fromkeys(texts, 0)
+    for k in chosen:
+        shares[pieces[k][0]] += len(pieces[k][1])
+    return "".join(pieces[k][1] for k in chosen), {"shares": shares, "word_js": float(js_rows(total[None], goal)[0])}
+
+
+def read_text(model_dir: str, name: str) -> str:
+    """The whole of text ``name``: tinyshakespeare, a fetched English text, the own samples or a built text."""
+    if not TEXTS[name]:
+        return read_shakespeare()
+    with open(source_file(model_dir, name), encoding="utf-8") as f:
+        return f.read()
+
+
 def source_file(model_dir: str, text: str) -> str:
     """The text file that ``text`` (not the corpus: prepare.py reads that itself) names: a fetched English text,
-    the model's own samples, or the mix (built once, in the cache)."""
+    the model's own samples, or the mix or the nearest pieces (each built once, in the cache)."""
     if text == "samples":
         return self_samples(model_dir)[0]
+    if text == "nearest":
+        def select(out: str) -> dict:
+            pool = {name: read_text(model_dir, name)[:NEAREST_POOL_CHARS] for name in NEAREST_POOL}
+            target = read_text(model_dir, NEAREST_TARGET)[:NEAREST_TARGET_CHARS]
+            chosen, record = nearest_pieces(pool, target, NEAREST_CHARS, MIX_CHUNK)
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "nearest.txt"), "w", encoding="utf-8") as f:
+                f.write(chosen)
+            return dict(record, chars=len(chosen))
+
+        spec = {**NEAREST_SELECTION, "sampled": SELF_SAMPLES, "model": harness.relative(model_dir)}
+        return os.path.join(cached("nearest", "smollm2", spec, select)[0], "nearest.txt")
     if text == "mix":
         def build(out: str) -> dict:
-            parts = []
-            for name in MIX:
-                if TEXTS[name]:
-                    with open(source_file(model_dir, name), encoding="utf-8") as f:
-                        parts.append(f.read())
-                else:
-                    parts.append(read_shakespeare())
+            parts = [read_text(model_dir, name) for name in MIX]
             os.makedirs(out, exist_ok=True)
             with open(os.path.join(out, "mix.txt"), "w", encoding="utf-8") as f:
                 f.write(interleaved(parts, MIX_CHARS, MIX_CHUNK))
@@ -154,10 +238,12 @@ def prepared(model_dir: str, text: str) -> str:
         return {"prepare": step}
 
     spec = {"text": text, "file": TEXTS[text], "model": harness.relative(model_dir)}
-    if text in ("samples", "mix"):
+    if text in ("samples", "mix", "nearest"):
         spec["sampled"] = SELF_SAMPLES
     if text == "mix":
         spec["mixed"] = {"texts": list(MIX), "chars": MIX_CHARS, "chunk": MIX_CHUNK}
+    if text == "nearest":
+        spec["selected"] = NEAREST_SELECTION
     return cached("data", f"smollm2-{text}", spec, build)[0]
 
 

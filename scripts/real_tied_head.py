@@ -147,7 +147,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
          (M, 32, (LEARN, GAINS, LABELS_LIGHT), "shakespeare"), (M, 32, (LEARN, GAINS, LABELS), "mix"),
          (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "mix"), (D, 32, (LEARN, GAINS, LABELS), "shakespeare"),
          (D, 32, (), "shakespeare"), (M, 32, (LEARN, GAINS, WRITERS, LEARN_FASTER), "shakespeare"),
-         (M, 32, (LEARN, GAINS), "wiki"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "wiki")]
+         (M, 32, (LEARN, GAINS), "wiki"), (RATIOS[0.5], 32, (LEARN_LONGER, GAINS), "wiki"),
+         (M, 32, (LEARN, GAINS), "nearest")]
 # CELLS[29:35]: the general case's in-domain bound (calibrated on the novel's own train split, evaluated on its val
 # split: what calibration on the very text evaluated reaches; at m = 288 too) and data-free calibration (the model's
 # own samples; at m = 288 too). CELLS[39]: the mix's own labels (does a broad text's next token help the novel?);
@@ -156,6 +157,8 @@ CELLS = [(M, 32, (), "shakespeare"), (M, 2, (), "shakespeare"), (M, 8, (), "shak
 # not width recovered); CELLS[42]: the PCA rotation at m = D with the tie (what the tie costs with nothing shrunk).
 # CELLS[43]: WRITERS_RECIPE with T at three times the rate (one factor: is the −25% map short of steps?).
 # CELLS[44:46]: the gains recipes calibrated on Wikipedia (SliceGPT's default calibration domain) instead of the mix
+# CELLS[46]: the −25% gains recipe calibrated on the pool's pieces chosen nearest a few pages of the novel
+# (real_model.NEAREST_SELECTION): does a text moved toward the novel, without it, read it as its distance predicts?
 SEEDS = (1, 2)  # calibration draws beside seed 0 (the table's rows; per-block's is results/real_model's)
 RECOVER = CELLS[0]  # the tied −25% model without a refit: the recipe's zero-shot start, then the control's recipe
 RECIPE = CELLS[10]  # the best −25% shrink (the map learned, the kept rows held): timed on both cores too

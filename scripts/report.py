@@ -461,7 +461,8 @@ def loss_cells(losses: dict, control: dict) -> str:
 CALIBRATION_TEXTS = {"shakespeare": "Shakespeare", "news": "English news", "samples": "the model's own samples",
                      "novel": "the novel's train split",
                      "mix": "a mix of Shakespeare, news and the own samples",
-                     "wiki": "Wikipedia"}  # real_model.TEXTS in words
+                     "wiki": "Wikipedia",
+                     "nearest": "the pool's pieces nearest a few pages of the novel"}  # real_model.TEXTS in words
 GENERAL_CALIBRATIONS = ("news", "samples", "mix", "wiki")  # the general case: calibrated on text that
 # is general English (or a broad mix), never the novel evaluated on
 GENERAL_AIMS = {432: 0.10, 288: 0.25}  # the general-case aims on the novel, by tied width (−25%, −50%)

@@ -829,7 +829,7 @@ def test_the_tied_heads_missing_part_builds_only_the_cells_its_results_lack(tmp_
         # refit, once
         recipe = list(real_tied_head.options(*real_tied_head.RECIPE[1:3]))
         assert ported == ([] if reverse else [(recipe, (real_tied_head.READERS,))] + [(o, ()) for o in learned[:2]])
-        assert len(learned) == 19 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
+        assert len(learned) == 20 and learned[0] == recipe  # (the 32-step rows learn with LEARN_LONGER)
         # 3 ports, 2 cells, the own samples' cost (a row calibrated on them is saved), 11 draws
         assert saves == ([] if reverse else [None, None, None] + [cells[-1][1]] * 14)
         assert ("self_samples" in last) != reverse and last.get("self_samples", {}).get("seconds") in (None, 514.0)
@@ -1050,6 +1050,68 @@ def test_the_calibration_mix_is_built_once_from_its_texts(runs, trained_dir, mon
     data = real_model.prepared(trained_dir, "mix")
     ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "val")]
     assert sum(len(x) for x in ids) == len(text) == 2000
+
+
+def test_js_rows_is_scipys_jensen_shannon_in_bits_per_row():
+    import numpy as np
+    from scipy.spatial.distance import jensenshannon
+
+    import real_model
+    rows = np.array([[3.0, 0.0, 1.0, 0.0], [0.0, 2.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    target = np.array([1.0, 1.0, 0.0, 2.0])
+    want = [jensenshannon(r / r.sum(), target / target.sum(), base=2) ** 2 for r in rows]
+    assert real_model.js_rows(rows, target) == pytest.approx(want, abs=1e-12)
+    assert real_model.js_rows(target[None], target) == pytest.approx([0.0], abs=1e-15)
+    assert real_model.js_rows(np.array([[1.0, 0.0, 0.0, 0.0]]), np.array([0.0, 1.0, 0.0, 0.0])) == pytest.approx([1.0])
+
+
+def test_line_pieces_cut_a_texts_start_at_line_breaks():
+    import real_model
+    text = "".join(f"{'x' * (3 + k % 7)}\n" for k in range(300))
+    pieces = real_model.line_pieces(text, 1000, 60)
+    assert "".join(pieces) == text[:1000] and all(p.endswith("\n") for p in pieces[:-1])
+    assert max(map(len, pieces)) <= 60 and min(map(len, pieces[:-1])) >= 30
+    assert "".join(real_model.line_pieces(text, 10 ** 6, 60)) == text  # a shorter text: all of it
+
+
+def test_nearest_pieces_choose_the_pool_greedily_toward_the_targets_words():
+    """real_model.nearest_pieces: each step adds the piece that brings the chosen words nearest the target's, so the
+    pieces like the target come first, the unlike ones only when the like ones run out; the record says how much
+    each source gave and the choice's word JS."""
+    import real_model
+    like = "".join(f"the cat sat on the mat {k}\n" for k in range(60))
+    mixed = "".join(f"the dog ran {k}\nbonds yields markets rallied\n" for k in range(60))
+    unlike = "".join(f"bonds yields markets rallied {k}\n" for k in range(60))
+    target = "the cat sat on the mat\n" * 20 + "the dog ran\n" * 5
+    text, record = real_model.nearest_pieces({"unlike": unlike, "like": like, "mixed": mixed}, target, 800, 100)
+    assert len(text) >= 800 and record["shares"]["unlike"] == 0 and record["shares"]["like"] > 0
+    first = real_model.line_pieces(like, len(like), 100)[0]
+    assert text.startswith(first)  # the nearest piece alone comes first
+    assert sum(record["shares"].values()) == len(text)
+    whole, everything = real_model.nearest_pieces({"unlike": unlike, "like": like}, target, 10 ** 6, 100)
+    assert everything["shares"] == {"unlike": len(unlike), "like": len(like)} and len(whole) == len(unlike + like)
+    assert 0 < record["word_js"] < everything["word_js"]
+
+
+def test_the_nearest_calibration_text_is_selected_once_from_its_pool(runs, trained_dir, monkeypatch):
+    """real_model's 'nearest' text: the pool's first NEAREST_POOL_CHARS of each text chosen toward the target's
+    first NEAREST_TARGET_CHARS (never past them), cached once."""
+    import real_model
+    sources = {"shakespeare": "".join(f"to be or not {k}\n" for k in range(400)),
+               "news": "".join(f"markets rallied today {k}\n" for k in range(400)),
+               "novel": "to be a cat\n" * 50 + "markets rallied\n" * 1000}
+    monkeypatch.setattr(real_model, "NEAREST_POOL", ("shakespeare", "news"))
+    monkeypatch.setattr(real_model, "NEAREST_POOL_CHARS", 3000)
+    monkeypatch.setattr(real_model, "NEAREST_TARGET_CHARS", 600)  # the novel's start only: its markets never read
+    monkeypatch.setattr(real_model, "NEAREST_CHARS", 1000)
+    monkeypatch.setattr(real_model, "MIX_CHUNK", 200)
+    monkeypatch.setattr(real_model, "read_text", lambda model_dir, name: sources[name])
+    path = real_model.source_file(trained_dir, "nearest")
+    pool = {k: sources[k][:3000] for k in ("shakespeare", "news")}
+    assert open(path).read() == real_model.nearest_pieces(pool, sources["novel"][:600], 1000, 200)[0]
+    assert open(path).read().startswith("to be or not 0\n")
+    assert real_model.source_file(trained_dir, "nearest") == path  # cached: one directory
+    assert len([d for d in os.listdir(runs) if d.startswith("nearest-") and not d.endswith(".lock")]) == 1
 
 
 def test_the_mix_part_distils_the_mix_calibrated_map_on_the_mix_against_its_own_control(monkeypatch):
