@@ -1576,6 +1576,25 @@ def distance_words(s: dict, reference: float, aim: float | None = None) -> str:
     return words
 
 
+HELD_OUT_TEXT = "nearest"  # the text chosen toward the novel: predicted from the line through the other texts
+
+
+def prediction_words(s: dict, held: str = HELD_OUT_TEXT) -> str:
+    """Where a distance set holds ``held``: the loss the line fitted through the other texts predicts at its JS,
+    against the measured one (an out-of-sample test of the distance's reading; "" without it or with < 3 others)."""
+    point = next((x for x in s["points"] if x[2] == held), None)
+    others = [x for x in s["points"] if x[2] != held]
+    if point is None or len(others) < 3:
+        return ""
+    a, b = distance_fit(others)
+    predicted = a + b * point[0]
+    residuals = [x[1] - (a + b * x[0]) for x in others]
+    spread = math.sqrt(sum(e * e for e in residuals) / (len(others) - 2))
+    return (f"; the line through the other {len(others)} texts predicts {predicted:.4f} for "
+            f"{CALIBRATION_TEXTS[held]} at its {point[0]:.2f} bits, measured {point[1]:.4f} "
+            f"({point[1] - predicted:+.4f} nats; the line's residual spread {spread:.4f})")
+
+
 def distance_reading(r: dict, bv: float, bg: float) -> list[str]:
     """Does a calibration text's distance to the evaluated text (the unigram JS of its calibration tokens) order the
     zero-shot losses on it, on both texts and at each width with enough calibration texts?"""
@@ -1585,7 +1604,8 @@ def distance_reading(r: dict, bv: float, bg: float) -> list[str]:
             listed = ", ".join(f"{CALIBRATION_TEXTS[t]} {js:.2f} bits → {v:.4f}" for js, v, t in s["points"])
             recipe = tied_extra(s["of"]).replace("—", "the PCA map, nothing learned")
             parts.append(f"on {name} at m = {s['m']} ({recipe}): {listed}; "
-                         + distance_words(s, base, GENERAL_AIMS.get(s["m"]) if loss == "general" else None))
+                         + distance_words(s, base, GENERAL_AIMS.get(s["m"]) if loss == "general" else None)
+                         + prediction_words(s))
     if not parts:
         return []
     d = r["text_distance"]

@@ -1427,6 +1427,11 @@ def test_the_distance_reading_ranks_each_widths_texts_and_finds_where_the_line_m
                          "bits → 4.6000, English news 0.45 bits → 4.5500, Wikipedia 0.50 bits → 4.5000; ρ = -1.00 "
                          "over 5 texts (exact one-sided p = 1).")
     assert report.distance_reading({"rows": r["rows"]}, 5.0, 4.0) == []
+    assert report.prediction_words(s) == ""  # no text chosen toward the novel in the set
+    held = dict(s, points=s["points"] + [(0.3, 4.7, "nearest")])  # the line predicts 4.6 at 0.3 bits
+    assert report.prediction_words(held) == (
+        "; the line through the other 5 texts predicts 4.6000 for the pool's pieces nearest a few pages of the novel "
+        "at its 0.30 bits, measured 4.7000 (+0.1000 nats; the line's residual spread 0.0000)")
     r["base"] = {"losses": {"general": 4.0, "val": 5.0}}  # the README's quotes
     assert report.distance_quote(r, "aim", "general", 432) == "0.20"
     assert report.distance_quote(r, "rank", "val", 432).startswith("ρ = -1.00 over 5 texts")
