@@ -2588,11 +2588,12 @@ def batch_verdict(r: dict) -> str:
     return f"{v['words']} ({_p(v)})"
 
 
-def draws_verdict(r: dict, text: str, key: str = "mix_draws") -> str:
-    """``key``'s calibration draws (by default the mix's) against the norm gains' on Shakespeare (``gains_draws``) on
-    ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the README quotes it
-    (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.labels_vs_kl.val`` / ``.general``)."""
-    drawn, own = r.get(key), r.get("gains_draws")
+def draws_verdict(r: dict, text: str, key: str = "mix_draws", against: str = "gains_draws") -> str:
+    """``key``'s calibration draws (by default the mix's) against ``against``'s (by default the norm gains' on
+    Shakespeare) on ``text`` ('general': the novel; 'val'), paired by seed, in the verdict's words with its p; the
+    README quotes it (``tied.mix_vs_shakespeare.general`` / ``.val``, ``tied.half_mix_vs_shakespeare.general``,
+    ``tied.labels_vs_kl.val`` / ``.general``)."""
+    drawn, own = r.get(key), r.get(against)
     if not (drawn and own and drawn["seeds"] == own["seeds"]):
         return "not measured"
     v = verdict([x[text] for x in drawn["learned"]], [x[text] for x in own["learned"]], paired=True)
@@ -3936,6 +3937,8 @@ QUOTES = {
     "distill.to_zero_vs_tenth": lambda: to_zero_verdict(load("real_model_distill") or {}),
     "tied.mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general"),
     "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
+    "tied.half_mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general",
+                                                                  "half_mix_draws", "half_gains_draws"),
     "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),
     "tied.labels_vs_kl.general": lambda: draws_verdict(load("real_model_tied") or {}, "general", "label_draws"),
     **{f"tied.distance.rank.{loss}@{m}": (lambda loss=loss, m=m: distance_quote(
