@@ -1343,6 +1343,9 @@ def test_the_mix_draws_read_against_the_aim_and_the_shakespeare_draws_paired_by_
     assert report.draws_verdict(r, "general").startswith("lower (paired t, p = 0.0")
     assert report.draws_verdict(r, "val").startswith("higher (paired t, p = 0.0")
     assert report.draws_verdict({"mix_draws": mix}, "val") == "not measured"
+    half = {"half_mix_draws": mix, "half_gains_draws": shakespeare, "gains_draws": None}  # −50%: its own pair
+    assert report.draws_verdict(half, "general", "half_mix_draws", "half_gains_draws").startswith("lower (paired t")
+    assert report.draws_verdict(half, "general", "half_mix_draws") == "not measured"
     shifted = [{"val": x["val"] - 0.13 + 0.01 * (k % 2), "general": x["general"] + 0.03 * k}
                for k, x in enumerate(shakespeare["learned"])]  # val lower on every draw, general not by the test
     labels = {"label_draws": dict(mix, learned=shifted), "gains_draws": shakespeare}
