@@ -2602,12 +2602,15 @@ def draws_verdict(r: dict, text: str, key: str = "mix_draws", against: str = "ga
 
 def distance_quote(r: dict, what: str, loss: str, m: int) -> str:
     """The README's quotes of the distance sets (``tied.distance.rank.<loss>@m``: ρ and p; ``tied.distance.aim@m``:
-    the JS in bits at which the novel's fitted line reaches the general aim at width m)."""
+    the JS in bits at which the novel's fitted line reaches the general aim at width m;
+    ``tied.distance.prediction@m``: the held-out text's loss predicted and measured, on the novel)."""
     s = next((d for d in distance_sets(r, loss) if d["m"] == m), None)
     if not s:
         return "not measured"
     if what == "rank":
         return rank_words(s)
+    if what == "prediction":
+        return prediction_words(s).removeprefix("; ") or "not measured"
     return f"{aim_distance(s, r['base']['losses'][loss] * (1 + GENERAL_AIMS[m])):.2f}"
 
 
@@ -3945,6 +3948,8 @@ QUOTES = {
         load("real_model_tied") or {}, "rank", loss, m)) for loss in ("general", "val") for m in GENERAL_AIMS},
     **{f"tied.distance.aim@{m}": (lambda m=m: distance_quote(load("real_model_tied") or {}, "aim", "general", m))
        for m in GENERAL_AIMS},
+    "tied.distance.prediction@432": lambda: distance_quote(load("real_model_tied") or {}, "prediction", "general",
+                                                           432),
     "tied.labels_over_control.val": lambda: label_control_cost(load("real_model_tied") or {}, "val"),
     "tied.labels_over_control.general": lambda: label_control_cost(load("real_model_tied") or {}, "general"),
     "rules.residual_vs_sandwich": lambda: _rule_verdict("residual", "sandwich"),

@@ -1439,6 +1439,7 @@ def test_the_distance_reading_ranks_each_widths_texts_and_finds_where_the_line_m
     assert report.distance_quote(r, "aim", "general", 432) == "0.20"
     assert report.distance_quote(r, "rank", "val", 432).startswith("ρ = -1.00 over 5 texts")
     assert report.distance_quote(r, "rank", "general", 288) == "not measured"
+    assert report.distance_quote(r, "prediction", "general", 432) == "not measured"  # no text chosen toward it
 
 
 def test_the_general_goals_read_the_mix_draws_at_either_width_and_the_distance_beside():
