@@ -1032,7 +1032,7 @@ def real_model_tied(r: dict) -> str:
                + heldout_reading(r.get("heldout_kl"), bv) + general_bound_reading(r, bv, bg)
                + mix_draws_reading(r.get("mix_draws"), r.get("gains_draws"), bv, bg)
                + mix_draws_reading(r.get("half_mix_draws"), r.get("half_gains_draws"), bv, bg, 0.25)
-               + wiki_reading(r, bg)
+               + against_mix_reading(r, bg) + against_mix_reading(r, bg, "nearest")
                + distance_reading(r, bv, bg)
                + gains_draws_reading(r.get("label_draws"), r.get("gains_draws"), bv, bg,
                                      what="its norm gains on ½·KL + ½·the text's next tokens "
@@ -1470,37 +1470,62 @@ def mix_draws_of(r: dict, row: dict) -> dict | None:
     return next((r[k] for k in MIX_DRAWS if k in r and r[k]["m"] == row["m"] and r[k]["of"] == row["options"]), None)
 
 
-def wiki_reading(r: dict, bg: float) -> list[str]:
-    """Wikipedia (SliceGPT's default calibration domain) against the mix, one factor (the text), at each m where
-    both ran the same options: on the novel, the mix's calibration draws as the yardstick where they exist."""
-    def same_recipe(text: str, like: dict) -> dict | None:  # the row calibrated on ``text`` with like's m, options
-        return next((x for x in r["rows"] if x["calibration"] == text and x["m"] == like["m"]
-                     and x["options"] == like["options"]), None)
+AGAINST_MIX = {"wiki": ("Wikipedia", "Wikipedia is SliceGPT's default calibration domain"),
+               "nearest": ("the pieces nearest the novel", "chosen from the pool of every other text toward a few "
+                           "pages of the novel: a test of the distance's reading, not the general case")}
+# the calibration texts read against the mix, one factor: (their name, what they are)
 
+
+def same_recipe(r: dict, text: str, like: dict) -> dict | None:
+    """The row of ``r`` calibrated on ``text`` with ``like``'s width and options."""
+    return next((x for x in r["rows"] if x["calibration"] == text and x["m"] == like["m"]
+                 and x["options"] == like["options"]), None)
+
+
+def against_mix(r: dict, row: dict) -> tuple[float, str, str] | None:
+    """``row``'s loss on the novel against the mix's with its width and options, the mix's calibration draws as the
+    yardstick where they exist: (the mix's mean, the yardstick in words, the verdict in words); None without it."""
+    mix = same_recipe(r, "mix", row)
+    if not mix:
+        return None
+    mean, drawn, own = mix["losses"]["general"], mix_draws_of(r, mix), row["losses"]["general"]
+    if not drawn:
+        return mean, f"{mean:.4f} (n = 1)", "n = 1 each, not tested"
+    general = [x["general"] for x in drawn["learned"]]
+    mean, std = statistics.fmean(general), statistics.stdev(general)
+    words = ("no difference" if abs(own - mean) <= 2 * std else
+             f"{'higher' if own > mean else 'lower'} by {abs(own - mean):.4f} nats, beyond twice the draws' spread")
+    return mean, f"{mean:.4f} ± {std:.4f} (n = {len(general)} calibration draws)", words
+
+
+def against_mix_reading(r: dict, bg: float, text: str = "wiki") -> list[str]:
+    """``text`` (AGAINST_MIX) against the mix, one factor (the calibration text), at each m where both ran the same
+    options: on the novel, the mix's calibration draws as the yardstick where they exist; the news beside."""
+    name, note = AGAINST_MIX[text]
     out = []
-    for wiki in (x for x in r["rows"] if x["calibration"] == "wiki"):
-        mix, news = same_recipe("mix", wiki), same_recipe("news", wiki)
-        if not mix:
+    for row in (x for x in r["rows"] if x["calibration"] == text):
+        read, news = against_mix(r, row), same_recipe(r, "news", row)
+        if not read:
             continue
-        mean, drawn = mix["losses"]["general"], mix_draws_of(r, mix)
-        yardstick, words = f"{mean:.4f} (n = 1)", "n = 1 each, not tested"
-        if drawn:
-            general = [x["general"] for x in drawn["learned"]]
-            mean, std = statistics.fmean(general), statistics.stdev(general)
-            yardstick = f"{mean:.4f} ± {std:.4f} (n = {len(general)} calibration draws)"
-            words = ("no difference" if abs(wiki["losses"]["general"] - mean) <= 2 * std else
-                     f"{'higher' if wiki['losses']['general'] > mean else 'lower'} by "
-                     f"{abs(wiki['losses']['general'] - mean):.4f} nats, beyond twice the draws' spread")
+        mean, yardstick, words = read
+        mix = same_recipe(r, "mix", row)
+        own = row["losses"]["general"]
         beside = ("" if not news else f"; English news with the same options (n = 1): the novel "
                   f"{news['losses']['general']:.4f} ({gap_words(news['losses']['general'], bg)}), "
-                  + ("lower than Wikipedia's" if news["losses"]["general"] < wiki["losses"]["general"]
-                     else "not lower than Wikipedia's"))
-        out.append(f"- **Wikipedia or the mix, m = {wiki['m']}** ({tied_extra(wiki)}; one factor, the calibration "
-                   f"text; Wikipedia is SliceGPT's default calibration domain): the novel "
-                   f"{wiki['losses']['general']:.4f} ({gap_words(wiki['losses']['general'], bg)}) against the mix's "
-                   f"{yardstick} ({gap_words(mean, bg)}): {words}; val {wiki['losses']['val']:.4f} against "
+                  + ("lower than " if news["losses"]["general"] < own else "not lower than ") + f"{name}'s")
+        out.append(f"- **{name[0].upper() + name[1:]} or the mix, m = {row['m']}** ({tied_extra(row)}; one factor, "
+                   f"the calibration text; "
+                   f"{note}): the novel {own:.4f} ({gap_words(own, bg)}) against the mix's {yardstick} "
+                   f"({gap_words(mean, bg)}): {words}; val {row['losses']['val']:.4f} against "
                    f"{mix['losses']['val']:.4f}{beside}.")
     return out
+
+
+def against_mix_quote(r: dict, text: str, m: int) -> str:
+    """The README's quote ``tied.<text>_vs_mix``: ``text``'s row at width m against the mix, in words."""
+    row = next((x for x in r.get("rows", []) if x["calibration"] == text and x["m"] == m), None)
+    read = against_mix(r, row) if row else None
+    return read[2] if read else "not measured"
 
 
 def spearman_exact(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -1590,9 +1615,10 @@ def prediction_words(s: dict, held: str = HELD_OUT_TEXT) -> str:
     predicted = a + b * point[0]
     residuals = [x[1] - (a + b * x[0]) for x in others]
     spread = math.sqrt(sum(e * e for e in residuals) / (len(others) - 2))
+    miss = point[1] - predicted
     return (f"; the line through the other {len(others)} texts predicts {predicted:.4f} for "
-            f"{CALIBRATION_TEXTS[held]} at its {point[0]:.2f} bits, measured {point[1]:.4f} "
-            f"({point[1] - predicted:+.4f} nats; the line's residual spread {spread:.4f})")
+            f"{CALIBRATION_TEXTS[held]} at its {point[0]:.2f} bits, measured {point[1]:.4f} ({miss:+.4f} nats, "
+            f"{'inside' if abs(miss) <= spread else 'outside'} the line's residual spread of {spread:.4f})")
 
 
 def distance_reading(r: dict, bv: float, bg: float) -> list[str]:
@@ -3940,6 +3966,7 @@ QUOTES = {
     "distill.to_zero_vs_tenth": lambda: to_zero_verdict(load("real_model_distill") or {}),
     "tied.mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general"),
     "tied.mix_vs_shakespeare.val": lambda: draws_verdict(load("real_model_tied") or {}, "val"),
+    "tied.nearest_vs_mix": lambda: against_mix_quote(load("real_model_tied") or {}, "nearest", 432),
     "tied.half_mix_vs_shakespeare.general": lambda: draws_verdict(load("real_model_tied") or {}, "general",
                                                                   "half_mix_draws", "half_gains_draws"),
     "tied.labels_vs_kl.val": lambda: draws_verdict(load("real_model_tied") or {}, "val", "label_draws"),

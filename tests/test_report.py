@@ -1297,7 +1297,7 @@ def test_the_heldout_kl_reads_what_learning_fits_and_what_carries():
 
 
 def test_wikipedia_reads_against_the_mix_with_its_draws_as_the_yardstick_and_the_news_beside():
-    """wiki_reading: at each m where the mix ran the same options, the novel against the mix's calibration draws
+    """against_mix_reading: at each m where the mix ran the same options, the novel against the mix's calibration draws
     (beyond twice their spread or not), or against its one row (not tested); the news beside where it ran them."""
     def row(text: str, m: int, general: float, val: float = 4.5) -> dict:
         return {"calibration": text, "m": m, "options": ["--tie_head=True", "--learn_steps=16"],
@@ -1307,7 +1307,7 @@ def test_wikipedia_reads_against_the_mix_with_its_draws_as_the_yardstick_and_the
                   row("wiki", 288, 5.5960), row("mix", 288, 5.2406), row("wiki", 357, 5.0)],
          "mix_draws": {"m": 432, "of": ["--tie_head=True", "--learn_steps=16"],
                        "learned": [{"general": g, "val": 4.15} for g in (4.4833, 4.4755, 4.4855)]}}
-    lines = report.wiki_reading(r, 3.7886)
+    lines = report.against_mix_reading(r, 3.7886)
     assert len(lines) == 2  # m = 357 has no mix row: nothing to read it against
     assert lines[0].startswith("- **Wikipedia or the mix, m = 432** (learn_steps=16; one factor, the calibration text")
     assert ("the novel 4.7525 (+25.4%) against the mix's 4.4814 ± 0.0053 (n = 3 calibration draws) (+18.3%): higher "
@@ -1317,7 +1317,7 @@ def test_wikipedia_reads_against_the_mix_with_its_draws_as_the_yardstick_and_the
     assert "against the mix's 5.2406 (n = 1) (+38.3%): n = 1 each, not tested" in lines[1]
     assert lines[1].endswith("against 4.5000.")
     r["rows"][0]["losses"]["general"] = 4.4850  # inside twice the draws' spread
-    assert "(+18.3%): no difference;" in report.wiki_reading(r, 3.7886)[0]
+    assert "(+18.3%): no difference;" in report.against_mix_reading(r, 3.7886)[0]
 
 
 def test_the_mix_draws_read_against_the_aim_and_the_shakespeare_draws_paired_by_seed():
@@ -1434,7 +1434,7 @@ def test_the_distance_reading_ranks_each_widths_texts_and_finds_where_the_line_m
     held = dict(s, points=s["points"] + [(0.3, 4.7, "nearest")])  # the line predicts 4.6 at 0.3 bits
     assert report.prediction_words(held) == (
         "; the line through the other 5 texts predicts 4.6000 for the pool's pieces nearest a few pages of the novel "
-        "at its 0.30 bits, measured 4.7000 (+0.1000 nats; the line's residual spread 0.0000)")
+        "at its 0.30 bits, measured 4.7000 (+0.1000 nats, outside the line's residual spread of 0.0000)")
     r["base"] = {"losses": {"general": 4.0, "val": 5.0}}  # the README's quotes
     assert report.distance_quote(r, "aim", "general", 432) == "0.20"
     assert report.distance_quote(r, "rank", "val", 432).startswith("ρ = -1.00 over 5 texts")
