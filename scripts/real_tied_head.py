@@ -102,6 +102,7 @@ from real_model import (  # noqa: E402
     THREADS,
     cell,
     finetuned,
+    js_rows,
     self_samples,
 )
 from real_quantization import save, saved, start  # noqa: E402
@@ -238,15 +239,8 @@ def unigram_js_bits(a: torch.Tensor, b: torch.Tensor) -> float:
     """Jensen–Shannon divergence in bits between the token frequencies p of ``a`` and q of ``b`` (token ids):
     JS = ½·KL(p ‖ μ) + ½·KL(q ‖ μ), μ = ½·(p + q); 0 for the same frequencies, 1 for disjoint vocabularies."""
     size = int(max(a.max(), b.max())) + 1
-    p, q = (torch.bincount(x.reshape(-1).long(), minlength=size).double() for x in (a, b))
-    p, q = p / p.sum(), q / q.sum()
-    mean = (p + q) / 2
-
-    def kl(x: torch.Tensor) -> float:  # KL(x ‖ mean) in bits, over x's support (mean > 0 there)
-        seen = x > 0
-        return (x[seen] * (x[seen] / mean[seen]).log2()).sum().item()
-
-    return (kl(p) + kl(q)) / 2
+    p, q = (torch.bincount(x.reshape(-1).long().cpu(), minlength=size).double().numpy() for x in (a, b))
+    return float(js_rows(p[None], q)[0])
 
 
 def text_distance(data: dict[str, str], batches: int = 8, seed: int = 0) -> dict:

@@ -1482,20 +1482,21 @@ def same_recipe(r: dict, text: str, like: dict) -> dict | None:
                  and x["options"] == like["options"]), None)
 
 
-def against_mix(r: dict, row: dict) -> tuple[float, str, str] | None:
+def against_mix(r: dict, row: dict) -> tuple[dict, float, str, str] | None:
     """``row``'s loss on the novel against the mix's with its width and options, the mix's calibration draws as the
-    yardstick where they exist: (the mix's mean, the yardstick in words, the verdict in words); None without it."""
+    yardstick where they exist: (the mix's row, its mean, the yardstick in words, the verdict in words); None
+    without it."""
     mix = same_recipe(r, "mix", row)
     if not mix:
         return None
     mean, drawn, own = mix["losses"]["general"], mix_draws_of(r, mix), row["losses"]["general"]
     if not drawn:
-        return mean, f"{mean:.4f} (n = 1)", "n = 1 each, not tested"
+        return mix, mean, f"{mean:.4f} (n = 1)", "n = 1 each, not tested"
     general = [x["general"] for x in drawn["learned"]]
     mean, std = statistics.fmean(general), statistics.stdev(general)
     words = ("no difference" if abs(own - mean) <= 2 * std else
              f"{'higher' if own > mean else 'lower'} by {abs(own - mean):.4f} nats, beyond twice the draws' spread")
-    return mean, f"{mean:.4f} ± {std:.4f} (n = {len(general)} calibration draws)", words
+    return mix, mean, f"{mean:.4f} ± {std:.4f} (n = {len(general)} calibration draws)", words
 
 
 def against_mix_reading(r: dict, bg: float, text: str = "wiki") -> list[str]:
@@ -1507,8 +1508,7 @@ def against_mix_reading(r: dict, bg: float, text: str = "wiki") -> list[str]:
         read, news = against_mix(r, row), same_recipe(r, "news", row)
         if not read:
             continue
-        mean, yardstick, words = read
-        mix = same_recipe(r, "mix", row)
+        mix, mean, yardstick, words = read
         own = row["losses"]["general"]
         beside = ("" if not news else f"; English news with the same options (n = 1): the novel "
                   f"{news['losses']['general']:.4f} ({gap_words(news['losses']['general'], bg)}), "
@@ -1525,7 +1525,7 @@ def against_mix_quote(r: dict, text: str, m: int) -> str:
     """The README's quote ``tied.<text>_vs_mix``: ``text``'s row at width m against the mix, in words."""
     row = next((x for x in r.get("rows", []) if x["calibration"] == text and x["m"] == m), None)
     read = against_mix(r, row) if row else None
-    return read[2] if read else "not measured"
+    return read[3] if read else "not measured"
 
 
 def spearman_exact(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -1565,10 +1565,8 @@ def distance_sets(r: dict, loss: str) -> list[dict]:
 
 def distance_fit(points: list[tuple[float, float, str]]) -> tuple[float, float]:
     """The least-squares line loss = a + b·JS through ``points`` (JS, loss, text): (a, b)."""
-    js, loss = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(js), statistics.fmean(loss)
-    b = sum((u - mx) * (v - my) for u, v in zip(js, loss)) / sum((u - mx) ** 2 for u in js)
-    return my - b * mx, b
+    slope, intercept = statistics.linear_regression([p[0] for p in points], [p[1] for p in points])
+    return intercept, slope
 
 
 def rank_words(s: dict) -> str:
