@@ -25,7 +25,36 @@ from dataclasses import dataclass
 
 import torch
 
-from checkpoint import (
+from lgpt.formats.gemma3 import (
+    GEMMA3,
+    export_gemma3,
+    gemma3_config_from_hf,
+    gemma3_export_problems,
+    gemma3_hf_config,
+    gemma3_state_from_hf,
+    gemma3_state_to_hf,
+)
+from lgpt.formats.gpt2 import (
+    GPT2,
+    IGNORED_HF_KEYS,
+    export_gpt2,
+    gpt2_config_from_hf,
+    gpt2_export_problems,
+    gpt2_state_from_hf,
+    import_nanogpt,
+    nanogpt_meta,
+)
+from lgpt.formats.llama import (
+    LLAMA,
+    QWEN2,
+    export_llama,
+    llama_config_from_hf,
+    llama_export_problems,
+    llama_hf_config,
+    llama_state_from_hf,
+    llama_state_to_hf,
+)
+from lgpt.plumbing.checkpoint import (
     check_finite,
     check_output_dir,
     check_writable_dir,
@@ -36,38 +65,9 @@ from checkpoint import (
     save_checkpoint,
     staged_dir,
 )
-from cli import run_cli
-from configurator import load_config
-from convert_gemma3 import (
-    GEMMA3,
-    export_gemma3,
-    gemma3_config_from_hf,
-    gemma3_export_problems,
-    gemma3_hf_config,
-    gemma3_state_from_hf,
-    gemma3_state_to_hf,
-)
-from convert_gpt2 import (
-    GPT2,
-    IGNORED_HF_KEYS,
-    export_gpt2,
-    gpt2_config_from_hf,
-    gpt2_export_problems,
-    gpt2_state_from_hf,
-    import_nanogpt,
-    nanogpt_meta,
-)
-from convert_llama import (
-    LLAMA,
-    QWEN2,
-    export_llama,
-    llama_config_from_hf,
-    llama_export_problems,
-    llama_hf_config,
-    llama_state_from_hf,
-    llama_state_to_hf,
-)
-from dataset import (
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import (
     GPT2_META,
     HF_TOKENIZER_FILES,
     data_dir_for_checkpoint,
@@ -75,7 +75,7 @@ from dataset import (
     hf_tokenizer_meta,
     read_tokenizer_files,
 )
-from errors import ConfigError, ConversionError
+from lgpt.plumbing.errors import ConfigError, ConversionError
 from model import GPT, GPTConfig
 
 
@@ -248,7 +248,7 @@ def hf_tokenizer_meta_for(name_or_dir: str, model: GPT) -> dict:
 def gguf_pretrained(path: str) -> tuple[GPT, str, dict]:
     """(our GPT, its Hugging Face architecture, its tokenizer description) from a Llama / Qwen2 / Gemma 3 GGUF file:
     the tensors dequantized to float32 by our reader, the tokenizer the file describes (transformers builds it)."""
-    from gguf_format import gguf_pretokenizer, gguf_tokenizer_files, read_gguf
+    from lgpt.formats.gguf_file import gguf_pretokenizer, gguf_tokenizer_files, read_gguf
     _transformers()
     held = read_gguf(path)
     config = config_from_hf(held.hf_config, held.arch)
@@ -309,7 +309,7 @@ def tokenizer_files(meta: dict | None) -> dict[str, str]:
 def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") -> str:
     """Write ``model`` (Llama-, Qwen2- or Gemma 3-shaped: what export_target maps to them) and its tokenizer as one GGUF
     file, atomically: a temporary sibling renamed into place, removed on any failure. Returns the class name."""
-    from gguf_format import write_gguf
+    from lgpt.formats.gguf_file import write_gguf
     transformers = _transformers()
     arch = export_target(model.config)
     if arch not in (LLAMA, QWEN2, GEMMA3):
@@ -453,7 +453,7 @@ def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str, final_dir: str =
     nanolgpt_val``. Returns the task directory."""
     import json
 
-    from dataset import BatchLoader, Tokenizer
+    from lgpt.plumbing.dataset import BatchLoader, Tokenizer
     tokens = BatchLoader(data_dir, 1, 1).tokens("val")
     text = Tokenizer(ckpt["meta"]).decode(tokens.tolist())
     task_dir = os.path.join(out_dir, "lm_eval")

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import geometry as geo
-from checkpoint import check_transform_source, check_writable_dir, hold_run_dir, load_model, staged_dir
-from cli import run_cli
-from configurator import load_config
-from dataset import (
+from lgpt.method import geometry as geo
+from lgpt.plumbing.checkpoint import check_transform_source, check_writable_dir, hold_run_dir, load_model, staged_dir
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import (
     LOGITS_BUDGET,
     BatchLoader,
     Tokenizer,
@@ -41,9 +41,9 @@ from dataset import (
     tokenizer_fingerprint,
     window_size,
 )
-from devices import announce_threads, check_memory, resolve_device
-from errors import CheckpointError, ConfigError
-from logger import MetricsLogger
+from lgpt.plumbing.devices import announce_threads, check_memory, resolve_device
+from lgpt.plumbing.errors import CheckpointError, ConfigError
+from lgpt.plumbing.logger import MetricsLogger
 from model import GPT, embedding_norm_stats
 
 SIMILARITIES = ("neg_euclidean", "inv_euclidean", "cosine", "dot")
@@ -377,8 +377,8 @@ def reader_alignment(ref: GPT, new: GPT, record: dict) -> float:
     """``geometry.reader_alignment`` over every reader of the residual stream whose rows the port kept (all of
     them under residual porting; the MLP and head under sandwich), against the canonical reference's readers
     (gains folded in as the transform did; the raw reference for paper_code, which folds nothing)."""
-    from porting import canonical_model
-    from roles import residual_roles
+    from lgpt.method.porting import canonical_model
+    from lgpt.method.roles import residual_roles
     base = ref if record["norms"] == "kept" else canonical_model(ref, record["norms"])[0]
     ref_sd, new_sd = base.state_dict(), new.state_dict()
     pairs = [(ref_sd.get(f"{r}.weight"), new_sd.get(f"{r}.weight")) for r in residual_roles(base.config).readers]
@@ -415,7 +415,7 @@ def circuit_report(ref: GPT, new: GPT, record: dict, out_dir: str | None, k: int
     """Which heads' QK and OV circuits survive the transform: per head, the spectrum distance and the overlap of
     decoded top tokens between the canonical reference and the transformed model (heads kept: residual porting);
     a heatmap of the token overlap in out_dir (None: no figure). Exact ports score distance 0 and overlap 1."""
-    from porting import canonical_model
+    from lgpt.method.porting import canonical_model
     if (new.config.n_head, new.config.head_dim) != (ref.config.n_head, ref.config.head_dim):
         return {"skipped": "the port re-split the heads (sandwich, paper_code): no head-to-head correspondence"}
     base = ref if record["norms"] == "kept" else canonical_model(ref, record["norms"])[0]

@@ -32,9 +32,9 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
-from cli import run_cli
-from configurator import load_config
-from errors import ConfigError, DataError
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.errors import ConfigError, DataError
 
 
 @dataclass(frozen=True)
@@ -221,12 +221,12 @@ class FetchConfig:
 
 def fetch(cfg: FetchConfig) -> list[str]:
     if cfg.out_dir:  # refused before the download, not after it
-        from checkpoint import check_output_dir
+        from lgpt.plumbing.checkpoint import check_output_dir
         check_output_dir(cfg.out_dir, "", cfg.overwrite)
     paths = [fetch_source(source) for source in SOURCES[cfg.what]]
     if cfg.out_dir:
-        from checkpoint import hold_run_dir
         from convert import ConvertConfig, convert
+        from lgpt.plumbing.checkpoint import hold_run_dir
         with hold_run_dir(cfg.out_dir, "fetch.py"):
             convert(ConvertConfig(from_gguf=paths[0], out_dir=cfg.out_dir, overwrite=cfg.overwrite))
         print(f"wrote {cfg.out_dir} (our checkpoint of {os.path.basename(paths[0])})")

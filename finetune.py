@@ -28,7 +28,9 @@ from typing import ClassVar
 
 import torch
 
-from checkpoint import (
+from lgpt.method.distill import distillation_loss
+from lgpt.method.geometry import energy_outside_range
+from lgpt.plumbing.checkpoint import (
     check_output_dir,
     check_transform_source,
     hold_run_dir,
@@ -37,9 +39,9 @@ from checkpoint import (
     load_model,
     model_from_checkpoint,
 )
-from cli import run_cli
-from configurator import load_config
-from dataset import (
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import (
     GPT2_META,
     check_tokenizer,
     data_dir_for_checkpoint,
@@ -47,9 +49,7 @@ from dataset import (
     evaluate_loss,
     tokenizer_fingerprint,
 )
-from distill import distillation_loss
-from errors import ConfigError
-from geometry import energy_outside_range
+from lgpt.plumbing.errors import ConfigError
 from train import Run, TrainConfig, train
 
 

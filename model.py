@@ -711,3 +711,100 @@ class GPT(nn.Module):
             context = torch.cat((context, token), dim=1)[:, -self.config.block_size:]
             feed = token
             yield token
+
+
+# --- MSG growth masks (the model computes through them while a grown model's new parts open; grow.py makes them) ---
+
+def null_projector(T: torch.Tensor) -> torch.Tensor:
+    T = T.detach().double().cpu()
+    return torch.eye(T.shape[0], dtype=torch.float64) - T @ T.T
+
+
+@dataclass
+class GrowthRamp:
+    """MSG's masks over the new parts of a grown model (Masked Structural Growth, Yao et al., ICLR 2024): the model
+    computes with W_eff = A_c·W·B_c, A_c = T·Tᵀ + c·(I − T·Tᵀ) on the residual side (a writer's rows, an embedding's
+    columns) and B_c = diag(1 for the old units, c for the new ones) on a writer's columns, while training updates
+    the raw W. The mask level c opens linearly from 0 to 1 over ``iters`` optimizer steps: at c = 0 the new parts
+    add nothing (the function is the small model's, whatever their values), so they can start at the scratch
+    initialisation's scale; their gradient is the masked one (×c), as in MSG. (A new unit's weight on a new
+    direction is masked twice: c².)"""
+    null: torch.Tensor  # I − T·Tᵀ (m×m): the new residual directions
+    tensors: list[tuple[str, str, int | None]]  # (parameter, 'rows' | 'columns', first new unit column or None)
+    iters: int  # steps over which the masks open
+    done: int = 0  # steps taken
+
+    @property
+    def level(self) -> float:
+        return min(1.0, self.done / self.iters)
+
+    def record(self) -> dict:
+        return {"null": self.null.float().cpu(), "tensors": [list(t) for t in self.tensors], "iters": self.iters,
+                "done": self.done}
+
+    @classmethod
+    def from_record(cls, record: dict) -> GrowthRamp:
+        return cls(record["null"].double(), [tuple(t) for t in record["tensors"]], int(record["iters"]),
+                   int(record["done"]))
+
+
+class _Mask(torch.nn.Module):
+    """The parametrization W → A_c·W·B_c of one tensor (``side``: 'rows' for writers and their biases, 'columns'
+    for embeddings; ``first_new``: a writer's first new unit column). The level c is a buffer, updated in place, so
+    a compiled model is not recompiled at every step of the ramp."""
+
+    def __init__(self, ramp: GrowthRamp, side: str, first_new: int | None, like: torch.Tensor):
+        super().__init__()
+        self.ramp, self.side = ramp, side
+        self.register_buffer("null", ramp.null.to(like.device, like.dtype), persistent=False)
+        self.register_buffer("level", torch.tensor(ramp.level, device=like.device, dtype=like.dtype),
+                             persistent=False)
+        new = None if first_new is None else (torch.arange(like.shape[1], device=like.device) >= first_new).to(like)
+        self.register_buffer("new", new, persistent=False)
+
+    def forward(self, W: torch.Tensor) -> torch.Tensor:
+        W = W - (1 - self.level) * (self.null @ W if self.side == "rows" else W @ self.null)
+        return W if self.new is None else W * (1 - self.new * (1 - self.level))
+
+
+def attach_ramp(model: torch.nn.Module, ramp: GrowthRamp) -> None:
+    """Put the masks on ``model`` (torch parametrizations: the Parameter objects, and so an optimizer holding them,
+    stay the same; ``detach_ramp`` removes them)."""
+    from torch.nn.utils import parametrize
+    for name, side, first in ramp.tensors:
+        module_name, _, tensor = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        parametrize.register_parametrization(module, tensor, _Mask(ramp, side, first, getattr(module, tensor)))
+
+
+def detach_ramp(model: torch.nn.Module) -> None:
+    """Remove the masks, keeping what they compute (at c = 1: the raw weights themselves)."""
+    from torch.nn.utils import parametrize
+    for module in model.modules():
+        if parametrize.is_parametrized(module):
+            for tensor in list(module.parametrizations):
+                parametrize.remove_parametrizations(module, tensor, leave_parametrized=True)
+
+
+def ramp_of(model: torch.nn.Module) -> GrowthRamp | None:
+    """The growth masks on ``model``, or None."""
+    return next((m.ramp for m in model.modules() if isinstance(m, _Mask)), None)
+
+
+def advance_ramp(model: torch.nn.Module) -> None:
+    """One optimizer step of the ramp: the masks open by 1/iters; at c = 1 they are removed."""
+    ramp = ramp_of(model)
+    if ramp is None:
+        return
+    ramp.done += 1
+    for mask in model.modules():
+        if isinstance(mask, _Mask):
+            mask.level.fill_(ramp.level)
+    if ramp.level >= 1:
+        detach_ramp(model)
+
+
+def raw_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` under its plain names (a masked tensor saved as its raw weights, which a checkpoint's
+    ``growth_ramp`` record masks again on load)."""
+    return {plain_name(k): v for k, v in model.state_dict().items()}

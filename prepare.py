@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from checkpoint import hold_run_dir, load_checkpoint
-from cli import run_cli
-from configurator import load_config
-from dataset import prepare_text, read_shakespeare, read_text_file
-from errors import ConfigError, DataError
+from lgpt.plumbing.checkpoint import hold_run_dir, load_checkpoint
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import prepare_text, read_shakespeare, read_text_file
+from lgpt.plumbing.errors import ConfigError, DataError
 
 
 @dataclass
@@ -51,7 +51,7 @@ def tokenizer_meta(source: str) -> dict:
             raise DataError(f"the checkpoint '{source}' records no tokenizer (meta); prepare with --tokenizer=...")
         return meta
     from convert import hf_tokenizer_files
-    from dataset import hf_tokenizer_meta
+    from lgpt.plumbing.dataset import hf_tokenizer_meta
     return hf_tokenizer_meta(hf_tokenizer_files(source))
 
 
@@ -60,7 +60,7 @@ def read_text(path: str) -> str:
 
 
 def prepare(cfg: PrepareConfig) -> dict:
-    from checkpoint import check_writable_dir
+    from lgpt.plumbing.checkpoint import check_writable_dir
     check_writable_dir(cfg.out_dir)  # a dangling link, a file, an unwritable parent: before the tokenizing
     if not cfg.overwrite and os.path.exists(os.path.join(cfg.out_dir, "train.bin")):
         raise ConfigError(f"'{cfg.out_dir}' already holds a dataset (train.bin); pass --overwrite=True to replace it "

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from checkpoint import load_checkpoint, model_from_checkpoint
-from cli import run_cli
-from configurator import load_config
-from dataset import (
+from lgpt.plumbing.checkpoint import load_checkpoint, model_from_checkpoint
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import (
     GPT2_META,
     Tokenizer,
     atomic_write,
@@ -49,9 +49,9 @@ from dataset import (
     write_meta,
     write_split,
 )
-from devices import announce_threads, resolve_device
-from errors import ConfigError, DataError
-from logger import progress
+from lgpt.plumbing.devices import announce_threads, resolve_device
+from lgpt.plumbing.errors import ConfigError, DataError
+from lgpt.plumbing.logger import progress
 from model import GPT
 
 AUTOCAST = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype: autocast's type

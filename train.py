@@ -21,7 +21,7 @@ import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from checkpoint import (
+from lgpt.plumbing.checkpoint import (
     check_output_dir,
     hold_run_dir,
     load_checkpoint,
@@ -30,9 +30,9 @@ from checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from cli import Interrupted, run_cli, signal_handlers
-from configurator import load_config
-from dataset import (
+from lgpt.plumbing.cli import Interrupted, run_cli, signal_handlers
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import (
     GPT2_META,
     BatchLoader,
     batch_seed,
@@ -43,11 +43,10 @@ from dataset import (
     load_meta,
     loss_basis,
 )
-from devices import announce_threads, peak_flops, resolve_device
-from errors import ConfigError, TrainingDiverged
-from grow import advance_ramp, ramp_of, raw_state_dict
-from logger import MetricsLogger, drop_rows_after
-from model import GPT, GPTConfig
+from lgpt.plumbing.devices import announce_threads, peak_flops, resolve_device
+from lgpt.plumbing.errors import ConfigError, TrainingDiverged
+from lgpt.plumbing.logger import MetricsLogger, drop_rows_after
+from model import GPT, GPTConfig, advance_ramp, ramp_of, raw_state_dict
 
 # model fields a run may set on a model that comes from a checkpoint: the rest is the checkpoint's architecture
 CHECKPOINT_OVERRIDABLE = ("dropout", "norm_reg", "block_size")
@@ -415,7 +414,7 @@ def continue_state(cfg: TrainConfig, ckpt: dict | None, model: GPT, optimizer: t
     if carried is not None:
         if cfg.optimizer != "adamw":
             raise ConfigError("the checkpoint carries AdamW moments: use --optimizer=adamw with --init_state")
-        from carry import load_moments
+        from lgpt.method.carry import load_moments
         load_moments(optimizer, model, carried)
     if master:
         print(f"continuing at iter {state.iter_num} with "

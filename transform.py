@@ -30,25 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from checkpoint import (
-    check_output_dir,
-    hold_run_dir,
-    is_interrupted,
-    load_checkpoint,
-    model_from_checkpoint,
-    save_checkpoint,
-    weights_fingerprint,
-)
-from cli import run_cli
-from configurator import load_config
-from dataset import BatchLoader, check_tokenizer, data_dir_for_checkpoint, evaluate_loss, loss_basis, window_size
-from devices import announce_threads, resolve_device
-from errors import ConfigError, TransformError
-from grow import (
+from lgpt.method.grow import (
     DEPTH_MODES,
     GROW_MODES,
-    GrowthRamp,
-    attach_ramp,
     check_depth,
     check_growth,
     fresh_null_readers,
@@ -57,10 +41,9 @@ from grow import (
     grow_mlp,
     grown_kv_heads,
     masked_growth,
-    raw_state_dict,
     weight_growth,
 )
-from maps import (
+from lgpt.method.maps import (
     CALIB_WEIGHTINGS,
     JL_KINDS,
     KINDS,
@@ -75,16 +58,15 @@ from maps import (
     starting_map,
     symmetry_breaking_pinv,
 )
-from model import GPT, GPTConfig
-from paper_rules import (
+from lgpt.method.paper_rules import (
     PAPER_CODE_KINDS,
     check_porting,
     paper_code_projection,
     paper_code_weights,
     restore_attention_scale,
 )
-from per_block import collect_site_calibration, port_per_block, sequential_site_maps, site_maps, site_norms
-from porting import (
+from lgpt.method.per_block import collect_site_calibration, port_per_block, sequential_site_maps, site_maps, site_norms
+from lgpt.method.porting import (
     NORM_MODES,
     PORTING_ALIASES,
     PORTINGS,
@@ -94,7 +76,7 @@ from porting import (
     resolve_porting,
     restore_layernorm,
 )
-from refit import (
+from lgpt.method.refit import (
     LEARN_DECAYS,
     REFIT_MODES,
     RETIE_TARGETS,
@@ -109,7 +91,29 @@ from refit import (
     refit_layers,
     retie_head,
 )
-from roles import residual_roles
+from lgpt.method.roles import residual_roles
+from lgpt.plumbing.checkpoint import (
+    check_output_dir,
+    hold_run_dir,
+    is_interrupted,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
+    weights_fingerprint,
+)
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import (
+    BatchLoader,
+    check_tokenizer,
+    data_dir_for_checkpoint,
+    evaluate_loss,
+    loss_basis,
+    window_size,
+)
+from lgpt.plumbing.devices import announce_threads, resolve_device
+from lgpt.plumbing.errors import ConfigError, TransformError
+from model import GPT, GPTConfig, GrowthRamp, attach_ramp, raw_state_dict
 
 
 @dataclass
@@ -790,7 +794,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
                     cfg.restore_attn_scale, cfg.refit, cfg.learn_steps, cfg.n_head, cfg.mlp_hidden, cfg.grow_mode,
                     cfg.n_kv_head, cfg.n_layer, cfg.depth_mode, cfg.learn_label_weight)
     if cfg.carry_optimizer:
-        from carry import check_carry
+        from lgpt.method.carry import check_carry
         check_carry(ckpt, cfg.porting, cfg.norms, cfg.kind, model.config.n_embd, cfg.width, cfg.keep_layernorm,
                     cfg.refit, cfg.learn_steps, regroups=regroups_heads(model.config, cfg.n_head, cfg.n_kv_head))
     given_map = read_map_file(cfg.map_file, cfg.width, model.config.n_embd) if cfg.map_file else None
@@ -823,7 +827,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
                                "marked incomplete): the transformed model is marked incomplete too")
     carried = None
     if cfg.carry_optimizer:
-        from carry import carry_moments
+        from lgpt.method.carry import carry_moments
         carried = carry_moments(model, ckpt["optimizer"], record["T"], new_model, cfg.n_head, cfg.mlp_hidden,
                                 cfg.grow_mode, cfg.n_kv_head, cfg.n_layer, cfg.depth_mode,
                                 stream_scale=math.sqrt(cfg.width / model.config.n_embd) if cfg.rms_preserve else 1.0)

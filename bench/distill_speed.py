@@ -20,8 +20,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from configurator import load_config  # noqa: E402
 from finetune import FinetuneConfig, finetune  # noqa: E402
+from lgpt.plumbing.configurator import load_config  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import spread, threads_note  # noqa: E402

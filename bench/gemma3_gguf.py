@@ -29,9 +29,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from common import write_result  # noqa: E402
 
-from checkpoint import load_model  # noqa: E402
 from convert import ConvertConfig, convert  # noqa: E402
 from hf_models import gemma3, hf_logprobs, save, train_gemma_tokenizer  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 
 TEXT = "ROMEO: But, soft! what light through yonder window breaks?  Two  spaces — and é."
 

@@ -17,7 +17,7 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-import geometry as geo  # noqa: E402
+from lgpt.method import geometry as geo  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import spread, threads_note  # noqa: E402

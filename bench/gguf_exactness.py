@@ -25,10 +25,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from common import write_result  # noqa: E402
 
-from checkpoint import load_model  # noqa: E402
 from convert import ConvertConfig, convert  # noqa: E402
-from dataset import Tokenizer  # noqa: E402
 from fetch import SMOLLM2_GGUF, cache_path  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import Tokenizer  # noqa: E402
 
 TEXT = ("ROMEO: But, soft! what light through yonder window breaks? It is the east, and Juliet is the sun. Arise, "
         "fair sun, and kill the envious moon, who is already sick and pale with grief.")

@@ -21,7 +21,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -28,8 +28,8 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from configurator import load_config  # noqa: E402
-from dataset import BatchLoader, batch_seed  # noqa: E402
+from lgpt.plumbing.configurator import load_config  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, batch_seed  # noqa: E402
 from train import TrainConfig, train  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -178,7 +178,7 @@ def main() -> None:
                         help="what to measure (comma-separated); parts not measured keep the record's last values")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "train_throughput.json"))
     args = parser.parse_args()
-    from dataset import ensure_prepared
+    from lgpt.plumbing.dataset import ensure_prepared
     ensure_prepared(args.data_dir, "shakespeare_char")
     parts = set(args.parts.split(","))
     results = json.load(open(args.out)) if os.path.exists(args.out) and parts != set(PARTS) else {}

@@ -52,7 +52,7 @@ def one_case(kind: str, width: int, porting: str, options: str = "") -> dict:
     t0 = time.perf_counter()
     extra = {k: (v if k == "refit" else int(v)) for k, v in (o.split("=") for o in options.split(",") if o)}
     if kind == "pca" or extra:
-        from dataset import BatchLoader
+        from lgpt.plumbing.dataset import BatchLoader
         loader = BatchLoader(random_token_data(50257), 1024, CALIBRATION["batch_size"])
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         t0 = time.perf_counter()

@@ -8,7 +8,6 @@ import statistics
 import time
 
 from base_models import VARIANTS, finetune_recipe, model, shape
-from checkpoint import load_model
 from figures import plt, savefig
 from harness import (
     Setting,
@@ -20,6 +19,7 @@ from harness import (
     transformed,
     width,
 )
+from lgpt.plumbing.checkpoint import load_model
 
 ABLATION_MAP = ("gaussian", 0.75)  # the paper's JL map, inside its domain (m < d); map seed 0 for every arm
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 
-from checkpoint import load_model
 from harness import (
     ROOT,
     Setting,
     trained,
     width,
 )
+from lgpt.plumbing.checkpoint import load_model
 
 RATIOS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 RANDOM_KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal")

@@ -33,8 +33,6 @@ import torch  # noqa: E402
 import harness  # noqa: E402
 from arch_ablation import arch_ablation, plot_arch_ablation  # noqa: E402
 from base_models import model, model_list, scratch_model  # noqa: E402
-from cli import run_cli  # noqa: E402
-from errors import ConfigError  # noqa: E402
 from geometry_vs_width import geometry_vs_width, plot_geometry_vs_width  # noqa: E402
 from grow_depth import grow_depth  # noqa: E402
 from grow_recipes import grow_recipes, plot_grow_recipes  # noqa: E402
@@ -42,6 +40,8 @@ from grow_staging import grow_runs, grow_staging, plot_grow_staging  # noqa: E40
 from harness import Setting, each  # noqa: E402
 from heads import heads  # noqa: E402
 from heatmaps import heatmaps  # noqa: E402
+from lgpt.plumbing.cli import run_cli  # noqa: E402
+from lgpt.plumbing.errors import ConfigError  # noqa: E402
 from ppl_vs_width import plot_ppl_vs_width, ppl_vs_width  # noqa: E402
 from quantization import quantization  # noqa: E402
 from recovery import plot_recovery, recovery_curves  # noqa: E402

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 
-from checkpoint import load_model
-from configurator import load_config
 from growth import continued, grow_settings, staged_arms, staged_baselines, with_iters
 from harness import (
     Setting,
@@ -14,6 +12,8 @@ from harness import (
     trained,
     transformed,
 )
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.configurator import load_config
 from train import TrainConfig
 
 DEPTH_ARMS = [{"depth_mode": "interleave", "carry_optimizer": True}, {"depth_mode": "stack", "carry_optimizer": True},

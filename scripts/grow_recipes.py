@@ -8,10 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 
-import geometry as geo
 import harness
-from checkpoint import load_model
-from configurator import load_config
 from figures import plt, savefig
 from growth import GROW_NOISE, continued, grow_settings, residual_rows, staged_arms, staged_baselines
 from harness import (
@@ -21,6 +18,9 @@ from harness import (
     trained,
     transformed,
 )
+from lgpt.method import geometry as geo
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.configurator import load_config
 from train import TrainConfig
 
 RECIPES = {  # label: transform settings (+ the continuation's LR re-warm); each changes one factor from the row above

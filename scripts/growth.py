@@ -10,10 +10,6 @@ from typing import NamedTuple
 
 import torch
 
-import geometry as geo
-from checkpoint import load_checkpoint, load_model
-from configurator import load_config
-from dataset import BatchLoader, data_dir_for_checkpoint
 from finetune import FinetuneConfig, finetune
 from harness import (
     Setting,
@@ -24,7 +20,11 @@ from harness import (
     trained,
     transformed,
 )
-from logger import read_metrics
+from lgpt.method import geometry as geo
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import BatchLoader, data_dir_for_checkpoint
+from lgpt.plumbing.logger import read_metrics
 from train import TrainConfig
 
 GROW_NOISE, CLONE_NOISE = 0.1, 0.02  # residual symmetry breaking (both modes); cancelling noise of the clones

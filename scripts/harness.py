@@ -27,11 +27,11 @@ from contextlib import contextmanager
 
 import torch
 
-from checkpoint import load_model
-from configurator import load_config
-from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
 from eval_geometry import GeometryConfig, evaluate_geometry
 from finetune import FinetuneConfig, finetune
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
 from train import TrainConfig, train
 from transform import TransformConfig, transform_checkpoint
 

@@ -27,9 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader, Tokenizer  # noqa: E402
 from harness import RESULTS, hardware  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, Tokenizer  # noqa: E402
 from real_model import imported, prepared  # noqa: E402  (cached: found, not rebuilt)
 
 WINDOWS, BLOCK = 4, 256

@@ -8,10 +8,7 @@ import time
 
 import torch
 
-import geometry as geo
 from base_models import RANDOM_KINDS, model, shape
-from checkpoint import load_model
-from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
 from harness import (
     Setting,
     full_val_loss,
@@ -19,6 +16,9 @@ from harness import (
     save,
     transformed,
 )
+from lgpt.method import geometry as geo
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
 
 ROTATIONS = {"no rotation (fold only, T = I)": "truncate", "orthogonal rotation": "orthogonal",
              "SRHT rotation": "srht"}

@@ -60,8 +60,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from real_tied_head import GAINS, LABELS, LEARN, MIX_RECIPE, RECOVER, build  # noqa: E402
 
-from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader  # noqa: E402
 from real_model import BLOCK, FINETUNE, FT_ITERS, RATIOS, finetuned, losses, parameters  # noqa: E402
 from real_quantization import save, saved  # noqa: E402
 from real_quantization import start as begin  # noqa: E402

@@ -51,15 +51,15 @@ import torch  # noqa: E402
 from real_distill import unchanged  # noqa: E402
 from real_tied_head import GAINS_RECIPE, HALF_GAINS_RECIPE  # noqa: E402
 
-from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
-from dataset import (  # noqa: E402
+from harness import ROOT  # noqa: E402
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
+from lgpt.plumbing.dataset import (  # noqa: E402
     HF_TOKENIZER_FILE,
     BatchLoader,
     evaluate_loss,
     load_meta,
     tokenizer_fingerprint,
 )
-from harness import ROOT  # noqa: E402
 from real_model import BLOCK, CALIB, EVALS, RATIOS  # noqa: E402
 
 M = RATIOS[0.5]  # 288: the −50% width (--width: the default)

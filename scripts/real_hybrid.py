@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from real_tied_head import real_model_results  # noqa: E402
 
-from checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from real_model import RATIOS, SLICEGPT_CHOICES, cell  # noqa: E402
 from real_quantization import save, saved, start  # noqa: E402
 

@@ -36,10 +36,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
 import harness  # noqa: E402
-from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader, evaluate_loss, read_shakespeare  # noqa: E402
 from fetch import SMOLLM2_GGUF, SOURCES, cache_path  # noqa: E402
 from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, evaluate_loss, read_shakespeare  # noqa: E402
 
 BLOCK = 256  # tokens per calibration and evaluation window (the and SliceGPT comparison's setting)
 CALIB_BATCHES_N, CALIB_BATCH = 8, 16  # 128 × 256 calibration tokens (SliceGPT's reference run uses the same)

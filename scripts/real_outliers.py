@@ -32,11 +32,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-import geometry as geo  # noqa: E402
-from checkpoint import load_checkpoint, load_model  # noqa: E402
-from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS  # noqa: E402
-from quantize import Quantization, activation_outliers, block_linears  # noqa: E402
+from lgpt.method import geometry as geo  # noqa: E402
+from lgpt.method.quantize import Quantization, activation_outliers, block_linears  # noqa: E402
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader  # noqa: E402
 from real_model import BLOCK, RATIOS, losses, transformed  # noqa: E402
 from real_quantization import INT8, quantized_losses, start  # noqa: E402
 from real_quantization import save as write  # noqa: E402

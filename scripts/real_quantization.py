@@ -38,12 +38,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-import geometry as geo  # noqa: E402
 import harness  # noqa: E402
-from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS, cached, hardware  # noqa: E402
-from quantize import Quantization, activation_outliers, block_linears, fake_quantized  # noqa: E402
+from lgpt.method import geometry as geo  # noqa: E402
+from lgpt.method.quantize import Quantization, activation_outliers, block_linears, fake_quantized  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader  # noqa: E402
 from real_model import (  # noqa: E402
     BLOCK,
     EVAL_VERSION,

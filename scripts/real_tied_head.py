@@ -87,10 +87,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from checkpoint import load_model  # noqa: E402
-from dataset import BatchLoader  # noqa: E402
 from harness import RESULTS  # noqa: E402
-from logger import progress  # noqa: E402
+from lgpt.method.refit import calibration_batches, gain_outliers  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader  # noqa: E402
+from lgpt.plumbing.logger import progress  # noqa: E402
 from real_model import (  # noqa: E402
     BLOCK,
     FINETUNE,
@@ -106,7 +107,6 @@ from real_model import (  # noqa: E402
     self_samples,
 )
 from real_quantization import save, saved, start  # noqa: E402
-from refit import calibration_batches, gain_outliers  # noqa: E402
 from transform import calibration_kl  # noqa: E402
 
 TIE = "--tie_head=True"

@@ -8,7 +8,6 @@ import statistics
 import time
 
 from base_models import finetune_recipe, model, shape
-from checkpoint import load_checkpoint
 from figures import plt, savefig
 from harness import (
     Setting,
@@ -20,6 +19,7 @@ from harness import (
     transformed,
     width,
 )
+from lgpt.plumbing.checkpoint import load_checkpoint
 from shrink_quality import CALIBRATION, CORRECTIONS
 
 RECOVERY_TRANSFORMS = {  # the best shrink of shrink_quality (its cached transforms), and the paper's setting

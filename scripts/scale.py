@@ -7,8 +7,6 @@ import os
 import time
 
 from base_models import RANDOM_KINDS, finetune_recipe, model
-from checkpoint import load_model
-from configurator import load_config
 from figures import plt, savefig
 from geometry_vs_width import GEOMETRY_PROBES, geometry_row
 from harness import (
@@ -25,6 +23,8 @@ from harness import (
     transformed,
     width,
 )
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.configurator import load_config
 from recovery import RECOVERY_LOSSES
 from shrink_quality import CALIBRATION, CORRECTIONS
 from train import TrainConfig

@@ -16,9 +16,9 @@ import copy
 import time
 
 from base_models import model, shape
-from checkpoint import load_model
-from configurator import load_config
 from harness import Setting, each, full_val_loss, mean_spread, save, trained, transformed, width
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.configurator import load_config
 from model import GPT
 from shrink_quality import CALIBRATION, CORRECTIONS
 from train import TrainConfig

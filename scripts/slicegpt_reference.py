@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from dataset import BatchLoader  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader  # noqa: E402
 
 BLOCK, CALIB_BATCHES, CALIB_BATCH_SIZE = 256, 8, 16  # as scripts/real_model.py's transforms
 

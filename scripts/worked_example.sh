@@ -12,7 +12,7 @@ runs=runs/worked_example
 out=results/worked_example
 mkdir -p "$runs" "$out"
 # a base run that was interrupted (Ctrl-C: exit 130, checkpoint marked incomplete) is trained again, not reused
-python checkpoint.py "$runs/base" || python train.py configs/shakespeare_char.py --out_dir="$runs/base" \
+python -m lgpt.plumbing.checkpoint "$runs/base" || python train.py configs/shakespeare_char.py --out_dir="$runs/base" \
   --progress_bar=False --overwrite=True
 python transform.py --in_dir="$runs/base" --out_dir="$runs/m64" --width=64 --kind=pca --porting=residual --norms=fold \
   --overwrite=True

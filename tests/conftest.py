@@ -37,7 +37,7 @@ def synthetic_text(n_chars: int = 40_000, seed: int = 0) -> str:
 
 @pytest.fixture(scope="session")
 def char_data_dir(tmp_path_factory):
-    from dataset import prepare_text
+    from lgpt.plumbing.dataset import prepare_text
     out = tmp_path_factory.mktemp("char_data")
     prepare_text(synthetic_text(), str(out), "char")
     return str(out)
@@ -46,7 +46,7 @@ def char_data_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_dir(tmp_path_factory, char_data_dir):
     """A tiny char model trained for 60 iterations (shared by sample/transform/eval tests)."""
-    from configurator import load_config
+    from lgpt.plumbing.configurator import load_config
     from train import TrainConfig, train
     out = tmp_path_factory.mktemp("trained")
     cfg = load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}", f"--out_dir={out}",

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from cli import run_cli
 from conftest import ROOT, TINY_MODEL, synthetic_text
-from dataset import PREPARING_MARKER, load_meta, write_meta
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.dataset import PREPARING_MARKER, load_meta, write_meta
 
 
 @dataclass
@@ -63,7 +63,7 @@ def _variant(src: str, dst: str, **changes) -> str:
 
 @pytest.fixture(scope="module")
 def ctx(trained_dir, char_data_dir, tmp_path_factory):
-    from dataset import prepare_text
+    from lgpt.plumbing.dataset import prepare_text
     from transform import TransformConfig, transform_checkpoint
     base = tmp_path_factory.mktemp("bad_inputs")
     other = str(base / "other_data")
@@ -411,7 +411,7 @@ def test_data_preparation_errors(tmp_path, args, words):
 
 
 def test_overwrite_replaces_a_run_and_starts_its_metrics_afresh(ctx, tmp_path):
-    from configurator import load_config
+    from lgpt.plumbing.configurator import load_config
     from train import TrainConfig, train
     out = tmp_path / "run"
     train(load_config(TrainConfig, _train(ctx, f"--out_dir={out}", "--eval_interval=2")))
@@ -421,7 +421,7 @@ def test_overwrite_replaces_a_run_and_starts_its_metrics_afresh(ctx, tmp_path):
 
 
 def test_stale_temp_files_of_killed_writers_are_removed(tmp_path):
-    from checkpoint import save_checkpoint
+    from lgpt.plumbing.checkpoint import save_checkpoint
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"ckpt.pt.tmp{dead.pid}"
@@ -433,7 +433,7 @@ def test_stale_temp_files_of_killed_writers_are_removed(tmp_path):
 
 
 def test_resume_from_a_transform_output_starts_a_fresh_optimizer(ctx, tmp_path, capsys):
-    from configurator import load_config
+    from lgpt.plumbing.configurator import load_config
     from train import TrainConfig, train
     out = tmp_path / "resumed"
     shutil.copytree(ctx.transformed, out)
@@ -448,7 +448,7 @@ def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import harness
     import train as train_module
-    from cli import Interrupted
+    from lgpt.plumbing.cli import Interrupted
     monkeypatch.setattr(harness, "RUNS", str(tmp_path))
     setting = harness.Setting(quick=True)
     args = [*TINY_MODEL, f"--data_dir={ctx.data}", "--max_iters=6", "--eval_interval=3"]
@@ -463,7 +463,8 @@ def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_
     with pytest.raises(Interrupted):
         harness.trained(setting, "partial", args=args)
     (out,) = [p for p in tmp_path.iterdir() if p.name.startswith("train-partial") and p.is_dir()]
-    assert not (out / "done.json").exists() and not importlib.import_module("checkpoint").is_complete(str(out))
+    is_complete = importlib.import_module("lgpt.plumbing.checkpoint").is_complete
+    assert not (out / "done.json").exists() and not is_complete(str(out))
     monkeypatch.setattr(train_module, "optimisation_step", real_step)
     assert harness.trained(setting, "partial", args=args) == str(out)
     assert (out / "done.json").exists() and torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] == 6
@@ -502,7 +503,7 @@ def test_generation_never_samples_ids_past_the_tokenizer():
 
 @pytest.mark.parametrize("script", ["train", "finetune", "transform", "eval_geometry", "convert", "prepare"])
 def test_a_second_writer_of_a_run_directory_is_refused_while_the_first_holds_it(ctx, script, tmp_path, capsys):
-    from checkpoint import LOCK_NAME, hold_run_dir
+    from lgpt.plumbing.checkpoint import LOCK_NAME, hold_run_dir
     out = str(tmp_path / "run")
     text = tmp_path / "input.txt"
     text.write_text(synthetic_text(3000))
@@ -522,7 +523,7 @@ def test_a_second_writer_of_a_run_directory_is_refused_while_the_first_holds_it(
 
 
 def test_a_lock_left_by_a_killed_writer_is_taken_over_with_a_note(ctx, tmp_path, capsys):
-    from checkpoint import LOCK_NAME
+    from lgpt.plumbing.checkpoint import LOCK_NAME
     out = tmp_path / "run"
     out.mkdir()
     (out / LOCK_NAME).write_text("pid 999999: train.py")  # its holder died (kill -9) without removing it
@@ -575,7 +576,7 @@ def test_a_source_changed_since_its_transform_is_refused_as_the_reference(ctx, t
 
 
 def test_an_interrupted_source_gives_a_transform_marked_incomplete_with_a_note(ctx, tmp_path, capsys):
-    from checkpoint import is_complete
+    from lgpt.plumbing.checkpoint import is_complete
     interrupted = _variant(ctx.trained, str(tmp_path / "interrupted"), complete=False)
     out = str(tmp_path / "t")
     argv = [f"--in_dir={interrupted}", f"--out_dir={out}", "--width=16", "--eval_iters=0"]
@@ -585,13 +586,14 @@ def test_an_interrupted_source_gives_a_transform_marked_incomplete_with_a_note(c
 
 
 def test_checkpoint_py_on_a_cut_off_checkpoint_exits_1_without_a_traceback(ctx, tmp_path):
-    """python checkpoint.py DIR (for shell scripts) once raised the zip reader's RuntimeError on a cut-off file."""
+    """python -m lgpt.plumbing.checkpoint DIR (for shell scripts) once raised the zip reader's RuntimeError on a
+    cut-off file."""
     cut = tmp_path / "cut"
     cut.mkdir()
     data = open(os.path.join(ctx.trained, "ckpt.pt"), "rb").read()
     (cut / "ckpt.pt").write_bytes(data[: len(data) // 3])
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "checkpoint.py"), str(cut)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "lgpt.plumbing.checkpoint", str(cut)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
 
 
@@ -604,7 +606,7 @@ def test_resuming_with_the_config_file_the_run_started_with_takes_the_architectu
         ctx, tmp_path, capsys):
     """A transformed model (width 40) resumed with a config file that says another width: the checkpoint's
     architecture is used, with a note; the run's records hold what was used, not the file's values."""
-    from checkpoint import load_checkpoint
+    from lgpt.plumbing.checkpoint import load_checkpoint
     run = str(tmp_path / "run")
     shutil.copytree(ctx.transformed, run)
     config = tmp_path / "original.py"
@@ -659,8 +661,8 @@ def test_a_full_disk_in_any_other_writer_is_one_line(ctx, tmp_path):
 
 def test_a_killed_preparation_leaves_a_dataset_every_reader_refuses_until_prepared_again(ctx, tmp_path, capsys,
                                                                                         monkeypatch):
-    import dataset
     import prepare
+    from lgpt.plumbing import dataset
     data = str(tmp_path / "data")
     text = str(tmp_path / "text.txt")
     open(text, "w").write(synthetic_text(20_000))
@@ -686,7 +688,7 @@ def test_a_killed_preparation_leaves_a_dataset_every_reader_refuses_until_prepar
 
 
 def test_resume_drops_the_metrics_rows_a_run_logged_past_its_last_checkpoint(ctx, tmp_path, capsys):
-    from logger import read_metrics
+    from lgpt.plumbing.logger import read_metrics
     run = str(tmp_path / "run")
     shutil.copytree(ctx.trained, run)
     path = os.path.join(run, "metrics.jsonl")
@@ -728,7 +730,7 @@ def test_sample_streams_tokens_as_they_come_and_stops_cleanly_on_ctrl_c(ctx):
 
 
 def test_streamed_text_equals_the_whole_decode_even_across_multibyte_characters():
-    from dataset import Tokenizer
+    from lgpt.plumbing.dataset import Tokenizer
     from sample import text_pieces
     tokenizer = Tokenizer({"tokenizer": "gpt2", "vocab_size": 50257})
     text = "Ünïcödé — 漢字 and emoji 🎭🎭 in a stream"
@@ -738,11 +740,11 @@ def test_streamed_text_equals_the_whole_decode_even_across_multibyte_characters(
 
 
 def test_the_geometry_memory_estimate_covers_the_probes_it_builds(ctx):
-    from checkpoint import load_model
     from eval_geometry import GeometryConfig, collect_probes, geometry_memory
+    from lgpt.plumbing.checkpoint import load_model
     ref, _ = load_model(ctx.trained)
     new, _ = load_model(ctx.transformed)
-    from dataset import BatchLoader
+    from lgpt.plumbing.dataset import BatchLoader
     loader = BatchLoader(ctx.data, 16, 16)
     cfg = GeometryConfig(ref_dir=ctx.trained, n_probes=2048)
     probes = collect_probes(ref, new, loader, cfg.n_probes, cfg.probe_batches, cfg.seed, False)
@@ -755,7 +757,7 @@ def test_the_geometry_memory_estimate_covers_the_probes_it_builds(ctx):
 def test_a_staged_result_appears_whole_or_leaves_the_old_one_as_it_was(tmp_path, monkeypatch):
     """checkpoint.staged_dir: the files move in with the marker last; an error while writing leaves an older
     complete result untouched; an error in the middle of the move leaves no marker (reads as incomplete)."""
-    from checkpoint import staged_dir
+    from lgpt.plumbing.checkpoint import staged_dir
     target = tmp_path / "report"
     with staged_dir(str(target), "metrics.json") as staging:
         for name in ("metrics.json", "a.png", "b.png"):
@@ -785,8 +787,8 @@ def test_a_staged_result_appears_whole_or_leaves_the_old_one_as_it_was(tmp_path,
 SIGTERM_MID_WRITE = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
-from checkpoint import staged_dir
-from cli import run_cli
+from lgpt.plumbing.checkpoint import staged_dir
+from lgpt.plumbing.cli import run_cli
 
 def main(argv):
     with staged_dir(argv[0], "config.json") as staging:
@@ -813,7 +815,7 @@ def test_eval_geometry_stopped_by_sigterm_after_its_figures_leaves_no_report(ctx
 import os, signal, sys
 sys.path.insert(0, {ROOT!r})
 import eval_geometry
-from cli import run_cli
+from lgpt.plumbing.cli import run_cli
 drawn = eval_geometry.cosine_heatmaps
 def then_stop(*args, **kwargs):
     path = drawn(*args, **kwargs)

@@ -1,18 +1,19 @@
 """Carrying AdamW's state across growth (carry.py, transform.py --carry_optimizer, finetune.py --init_state):
 the first moment maps exactly as the gradient does, the second moment is exact for coordinate embeddings, the
 carried state resumes training, and the schedule continues (or re-warms) from the checkpoint's iteration."""
+import importlib
 import json
 import os
 
 import pytest
 import torch
 
-from carry import carry_moments
-from checkpoint import load_checkpoint
-from configurator import load_config
 from conftest import TINY_MODEL
-from errors import ConfigError, TransformError
 from finetune import FinetuneConfig, finetune
+from lgpt.method.carry import carry_moments
+from lgpt.plumbing.checkpoint import load_checkpoint
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.errors import ConfigError, TransformError
 from test_transform import random_model
 from train import TrainConfig, get_lr
 from transform import TransformConfig, transform_checkpoint, transform_model
@@ -147,7 +148,7 @@ def test_a_grown_checkpoint_carries_the_state_and_training_continues_the_schedul
     ckpt = load_checkpoint(src)
     assert ckpt["source_iter_num"] == source["iter_num"] == 20 and ckpt["transform"]["optimizer"]["step"] == 20
     grown_params = {n: p.shape for n, p in
-                    __import__("checkpoint").model_from_checkpoint(ckpt).named_parameters()}
+                    importlib.import_module("lgpt.plumbing.checkpoint").model_from_checkpoint(ckpt).named_parameters()}
     assert {n: v["exp_avg"].shape for n, v in ckpt["optimizer_moments"]["moments"].items()} == grown_params
     summary = continued(src, str(tmp_path / "ft"))
     assert summary["iter_num"] == 30 and [step for step, _ in summary["curve"]] == [20, 25, 30]

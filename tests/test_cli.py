@@ -10,17 +10,17 @@ import sys
 
 import pytest
 
-from cli import run_cli, split_threads
-from configurator import help_text, load_config
 from conftest import ROOT, TINY_MODEL
-from logger import read_metrics
+from lgpt.plumbing.cli import run_cli, split_threads
+from lgpt.plumbing.configurator import help_text, load_config
+from lgpt.plumbing.logger import read_metrics
 
 CONFIG_SCRIPTS = {"train": "TrainConfig", "finetune": "FinetuneConfig", "transform": "TransformConfig",
                   "eval_geometry": "GeometryConfig", "sample": "SampleConfig", "convert": "ConvertConfig",
                   "prepare": "PrepareConfig"}
 OTHER_ENTRY_POINTS = ["data/shakespeare_char/prepare.py", "data/shakespeare/prepare.py", "data/openwebtext/prepare.py",
                       "scripts/report.py", "scripts/experiments.py", "bench/train_throughput.py",
-                      "bench/transform_speed.py", "bench/geometry_speed.py", "checkpoint.py",
+                      "bench/transform_speed.py", "bench/geometry_speed.py", "-m lgpt.plumbing.checkpoint",
                       "scripts/all.sh", "scripts/worked_example.sh", "scripts/heads.sh", "scripts/shrink_quality.sh",
                       "scripts/recovery.sh", "scripts/scale.sh", "bench/distill_speed.py"]
 
@@ -77,9 +77,12 @@ def test_a_bad_key_keeps_did_you_mean_and_points_to_help(capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", OTHER_ENTRY_POINTS)
 def test_other_entry_points_answer_help(path, tmp_path):
-    runner = ["bash"] if path.endswith(".sh") else [sys.executable]
-    result = subprocess.run([*runner, os.path.join(ROOT, path), "--help"], capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if path.startswith("-m "):  # a library module with a command line of its own, run as python -m
+        command = [sys.executable, "-m", path[3:], "--help"]
+    else:
+        command = ["bash" if path.endswith(".sh") else sys.executable, os.path.join(ROOT, path), "--help"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
     assert result.returncode == 0 and result.stdout.strip() and not result.stderr.strip(), result.stderr
     assert _listing(tmp_path) == []
 
@@ -139,7 +142,7 @@ def test_readme_torchrun_command_trains_with_two_gloo_processes(char_data_dir, t
 
 
 def test_threads_option_is_parsed_once_for_every_command(monkeypatch):
-    import devices
+    from lgpt.plumbing import devices
     assert split_threads(["--a=1", "--threads=3", "b.py"]) == (3, ["--a=1", "b.py"])
     assert split_threads(["--a=1"]) == (None, ["--a=1"])
     for bad in ("0", "-1", "two", "", "1025", "100000000000000000000"):  # the last overflowed natively once
@@ -162,7 +165,7 @@ def test_threads_option_is_parsed_once_for_every_command(monkeypatch):
 
 
 def test_busy_cores_reads_the_machine():
-    import devices
+    from lgpt.plumbing import devices
     busy = devices.busy_cores(0.05)
     assert busy is None or 0.0 <= busy <= (os.cpu_count() or 1)
 

@@ -1,7 +1,7 @@
 import pytest
 
-from configurator import load_config
-from errors import ConfigError
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.errors import ConfigError
 from train import TrainConfig
 
 

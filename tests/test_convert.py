@@ -4,8 +4,8 @@ import os
 import pytest
 import torch
 
-from checkpoint import load_model, save_checkpoint
-from errors import CheckpointError, DataError
+from lgpt.plumbing.checkpoint import load_model, save_checkpoint
+from lgpt.plumbing.errors import CheckpointError, DataError
 from model import GPT, GPTConfig
 
 transformers = pytest.importorskip("transformers")
@@ -123,9 +123,9 @@ def test_init_from_gpt2_in_train_and_finetune(char_data_dir, tmp_path, tmp_path_
     """The hub is offline here: a tiny random GPT-2 with GPT-2's vocabulary stands in for 'gpt2' to test the
     wiring, on BPE-tokenized text (the tokenizer check refuses char data for a GPT-2 model)."""
     import convert
-    from configurator import load_config
-    from dataset import prepare_text
     from finetune import FinetuneConfig, finetune
+    from lgpt.plumbing.configurator import load_config
+    from lgpt.plumbing.dataset import prepare_text
     from train import TrainConfig, train
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32))
@@ -151,7 +151,7 @@ def test_init_from_gpt2_in_train_and_finetune(char_data_dir, tmp_path, tmp_path_
 def test_hf_export_with_char_tokenizer_loads_offline_and_matches(trained_dir, tmp_path):
     """`convert.py --to_hf` writes model + tokenizer: AutoModelForCausalLM and AutoTokenizer load the directory with
     no network, the tokenizer gives our ids and text back, and the logits are ours."""
-    from dataset import Tokenizer
+    from lgpt.plumbing.dataset import Tokenizer
     out = str(tmp_path / "hf")
     convert(ConvertConfig(in_dir=trained_dir, to_hf=out))
     ours, ckpt = load_model(trained_dir)
@@ -169,7 +169,7 @@ def test_gpt2_bpe_tokenizer_is_built_offline_and_equals_tiktoken(tmp_path):
     import tiktoken
 
     from convert import export_tokenizer
-    from dataset import GPT2_META
+    from lgpt.plumbing.dataset import GPT2_META
     export_tokenizer(GPT2_META, str(tmp_path))
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     enc = tiktoken.get_encoding("gpt2")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import synthetic_text
-from dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, load_meta, prepare_text
+from lgpt.plumbing.dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, load_meta, prepare_text
 
 
 def test_char_preparation_round_trips(tmp_path):
@@ -84,7 +84,7 @@ def test_openwebtext_prepare_on_local_text(tmp_path):
 def test_evaluation_builds_no_autograd_graph_and_restores_the_mode(char_data_dir):
     """evaluate_loss runs under no_grad (a graph per eval batch would cost memory and time) and puts the model back
     in the mode it found it in."""
-    from dataset import evaluate_loss, loss_basis
+    from lgpt.plumbing.dataset import evaluate_loss, loss_basis
     from model import GPT, GPTConfig
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64))
     seen = []
@@ -99,7 +99,7 @@ def test_evaluation_builds_no_autograd_graph_and_restores_the_mode(char_data_dir
 def test_evaluate_loss_is_the_mean_token_cross_entropy_of_a_naive_loop(char_data_dir):
     """Against a loop that scores each window itself: the whole val split, and fixed batches. (A progress line once
     reused the loss sum's name and started it at the batch count: a bias of +batches/tokens.)"""
-    from dataset import eval_batches, evaluate_loss
+    from lgpt.plumbing.dataset import eval_batches, evaluate_loss
     from model import GPT, GPTConfig
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64)).eval()

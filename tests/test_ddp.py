@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from checkpoint import load_checkpoint
 from conftest import ROOT, TINY_MODEL
+from lgpt.plumbing.checkpoint import load_checkpoint
 from test_train import read_until
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_a_rank_whose_loss_is_not_finite_stops_every_rank_with_one_error(char_da
         import os, sys
         sys.path.insert(0, {ROOT!r})
         import torch, train
-        from cli import run_cli
+        from lgpt.plumbing.cli import run_cli
         if os.environ["RANK"] == "1":  # this rank alone sees a non-finite loss from iteration 3 on
             forward = train.GPT.forward
             def poisoned(self, *a, **k):

@@ -11,13 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from checkpoint import load_model
-from configurator import load_config
 from conftest import ROOT, TINY_MODEL
-from distill import chunked_distillation, distillation_terms, hidden_state_loss, teacher_kl
-from errors import ConfigError
 from finetune import FinetuneConfig, finetune
-from logger import read_metrics
+from lgpt.method.distill import chunked_distillation, distillation_terms, hidden_state_loss, teacher_kl
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.errors import ConfigError
+from lgpt.plumbing.logger import read_metrics
 from transform import TransformConfig, transform_checkpoint
 
 FT = [a for a in TINY_MODEL if a.split("=")[0] in ("--batch_size", "--eval_iters", "--progress_bar", "--log_interval")]

@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from checkpoint import load_model
 from convert import ConvertConfig, convert
-from dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.dataset import BatchLoader, data_dir_for_checkpoint, evaluate_loss
 from transform import TransformConfig, transform_checkpoint
 
 

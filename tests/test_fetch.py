@@ -10,8 +10,8 @@ import zipfile
 import pytest
 
 import fetch
-from cli import run_cli
-from errors import DataError
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.errors import DataError
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 import json
 import os
 
-from checkpoint import load_checkpoint
-from configurator import load_config
 from conftest import TINY_MODEL
 from finetune import FinetuneConfig, RecoveryTracker, finetune
+from lgpt.plumbing.checkpoint import load_checkpoint
+from lgpt.plumbing.configurator import load_config
 from transform import TransformConfig, transform_checkpoint
 
 
@@ -66,8 +66,8 @@ def test_recovery_is_measured_against_a_control_with_the_identical_recipe(traine
     record holds val / control − 1 at every eval, and its steps to recover are counted against the control."""
     import pytest
 
-    from errors import ConfigError
     from finetune import against_control
+    from lgpt.plumbing.errors import ConfigError
     d = load_checkpoint(trained_dir)["model_args"]["n_embd"]
     for name, width, kind in (("canonical", d, "truncate"), ("shrunk", 24, "pca")):
         transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / name), width=width,
@@ -106,8 +106,8 @@ def test_recovery_is_measured_against_a_control_with_the_identical_recipe(traine
 
 
 def test_every_printed_loss_names_its_basis_and_the_reference_is_not_called_a_control(char_data_dir):
-    from dataset import BatchLoader, loss_basis
     from finetune import report_lines
+    from lgpt.plumbing.dataset import BatchLoader, loss_basis
     loader = BatchLoader(char_data_dir, 16, 4)
     assert loss_basis(loader, None) == "full val split"
     assert loss_basis(loader, 20, 0) == "20 fixed val batches of 4 × 16 tokens, eval seed 0"
@@ -126,9 +126,9 @@ def test_finetune_records_hold_the_architecture_that_ran(trained_dir, tmp_path):
     TrainConfig's unused defaults (12, 768, 1024)."""
     import json
 
-    from checkpoint import load_checkpoint
-    from configurator import load_config
     from finetune import FinetuneConfig, finetune
+    from lgpt.plumbing.checkpoint import load_checkpoint
+    from lgpt.plumbing.configurator import load_config
     out = tmp_path / "ft"
     finetune(load_config(FinetuneConfig, [f"--in_dir={trained_dir}", f"--out_dir={out}", "--max_iters=2",
                                           "--eval_interval=1", "--eval_iters=1", "--progress_bar=False",

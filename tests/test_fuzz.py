@@ -14,8 +14,8 @@ import signal
 import pytest
 import torch
 
-from cli import run_cli
 from conftest import TINY_MODEL
+from lgpt.plumbing.cli import run_cli
 
 TRAINED_ITERS = 60  # conftest's trained_dir
 

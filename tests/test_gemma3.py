@@ -10,8 +10,8 @@ from hf_models import VOCAB, assert_logprobs_close, gemma3, hf_logprobs, our_log
 
 transformers = pytest.importorskip("transformers")
 
-from checkpoint import load_model  # noqa: E402
 from convert import ConversionError, ConvertConfig, convert, export_hf, hf_pretrained, model_from_hf_model  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 
 IDX = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
 
@@ -108,8 +108,8 @@ def test_growth_by_zero_padding_is_exact_and_a_rotation_is_not():
 def test_the_recipes_run_on_gemma3(char_data_dir):
     """PCA shrink with the refit, per-block maps, head and MLP growth: each runs on a Gemma 3 model and keeps a
     finite model (the sandwich rules are refused: QK-norm belongs to the head size they change)."""
-    from dataset import BatchLoader
-    from errors import TransformError
+    from lgpt.plumbing.dataset import BatchLoader
+    from lgpt.plumbing.errors import TransformError
     from transform import transform_model
     ours = model_from_hf_model(gemma3(seed=5, vocab=65).eval())
     ours.config.block_size = 16
@@ -141,8 +141,8 @@ def gguf_ready_gemma3(seed: int, **kw):
 @pytest.mark.parametrize("tied", [True, False])
 def test_gemma3_gguf_is_read_by_transformers_and_by_us_as_the_same_model_and_tokenizer(tied, tmp_path):
     pytest.importorskip("gguf")
-    from dataset import Tokenizer
     from hf_models import train_gemma_tokenizer
+    from lgpt.plumbing.dataset import Tokenizer
     tokenizer = train_gemma_tokenizer()
     original = gguf_ready_gemma3(seed=4, tied=tied)
     src = save(original, tmp_path / "hf", tokenizer)
@@ -161,7 +161,7 @@ def test_gemma3_gguf_is_read_by_transformers_and_by_us_as_the_same_model_and_tok
     assert Tokenizer(ckpt["meta"]).encode(GGUF_TEXT) == ids and Tokenizer(ckpt["meta"]).decode(ids) == GGUF_TEXT
     reread = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     assert reread.encode(GGUF_TEXT, add_special_tokens=False) == ids
-    from gguf_format import _field, open_reader
+    from lgpt.formats.gguf_file import _field, open_reader
     reader = open_reader(str(path))  # llama.cpp would otherwise put a space before the text (SentencePiece's default)
     assert _field(reader, "tokenizer.ggml.model") == "llama"
     assert _field(reader, "tokenizer.ggml.add_space_prefix") is False
@@ -191,8 +191,8 @@ def test_a_gemma3_attention_scale_a_gguf_cannot_say_is_refused_before_writing(tm
     pytest.importorskip("gguf")
     import importlib
 
-    from cli import run_cli
     from hf_models import train_gemma_tokenizer
+    from lgpt.plumbing.cli import run_cli
     src = save(gemma3(vocab=640, seed=6), tmp_path / "hf", train_gemma_tokenizer())  # query_pre_attn_scalar 24
     convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
     capsys.readouterr()

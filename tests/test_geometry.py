@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-import geometry as geo
 from eval_geometry import flat_scalars
+from lgpt.method import geometry as geo
 
 
 def naive_pairs(X):
@@ -88,7 +88,7 @@ def test_jl_distortion_matches_naive_and_the_bound_inverts_the_width(data):
     T = torch.randn(4, 8, dtype=torch.float64) / 2
     eps = [abs((T @ (X[i] - X[j])).pow(2).sum() / (X[i] - X[j]).pow(2).sum() - 1).item() for i, j in naive_pairs(X)]
     assert geo.jl_distortion(X, T)["max"] == pytest.approx(max(eps), rel=1e-9)
-    from maps import jl_min_width
+    from lgpt.method.maps import jl_min_width
     e = geo.jl_epsilon_bound(1000, 800, 0.05)
     assert jl_min_width(1000, e + 1e-6, 0.05) <= 800 < jl_min_width(1000, e - 1e-3, 0.05)
     assert geo.jl_epsilon_bound(10**6, 5) is None
@@ -149,8 +149,8 @@ def test_kl_and_agreement():
 
 
 def run_eval(*args):
-    from configurator import load_config
     from eval_geometry import GeometryConfig, evaluate_geometry
+    from lgpt.plumbing.configurator import load_config
     return evaluate_geometry(load_config(GeometryConfig, ["--n_probes=600", "--eval_iters=3", "--probe_batches=2",
                                                  "--wandb_log=False", *args]))
 
@@ -246,7 +246,7 @@ def test_head_circuits_match_naive_and_are_invariant_under_an_orthogonal_port():
 
 
 def test_principal_directions_are_the_svds_right_singular_vectors():
-    import geometry as geo
+    from lgpt.method import geometry as geo
     torch.manual_seed(0)
     states = [torch.randn(3, 50, 12) * torch.linspace(3, 0.1, 12) + 0.5 for _ in range(4)]
     stacked = torch.cat([h.reshape(-1, 12) for h in states]).double()

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from checkpoint import load_model
-from cli import run_cli
-from dataset import Tokenizer
 from hf_models import assert_logprobs_close, hf_logprobs, llama, our_logprobs, save, train_tokenizer
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.dataset import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
 from convert import ConversionError, ConvertConfig, convert  # noqa: E402
-from gguf_format import interleave_rope_rows, read_gguf, uninterleave_rope_rows  # noqa: E402
+from lgpt.formats.gguf_file import interleave_rope_rows, read_gguf, uninterleave_rope_rows  # noqa: E402
 
 VARIANTS = {
     "llama_gqa": dict(n_head=8, n_kv_head=2),
@@ -64,7 +64,7 @@ def transformers_gguf(path: str):
 def test_rope_interleaving_is_llama_cpps_permutation_and_its_inverse():
     """llama.cpp's convert: reshape(n_head, 2, hd/2, …).swapaxes(1, 2); ours must equal it and invert exactly,
     and equal our own RoPE pair order (row 2i + a ← row a·hd/2 + i)."""
-    from convert_llama import permute_head_rows, rope_pair_order
+    from lgpt.formats.llama import permute_head_rows, rope_pair_order
     W = torch.randn(3 * 8, 5)
     reference = torch.from_numpy(W.numpy().reshape(3, 2, 4, 5).swapaxes(1, 2).reshape(W.shape))
     assert torch.equal(interleave_rope_rows(W, 3), reference)
@@ -120,13 +120,13 @@ def test_a_shrunk_model_exports_and_transformers_reads_its_head_size(ours, idx, 
     from transform import transform_model
     model, ckpt = load_model(ours["llama_gqa"])
     data = tmp_path / "data"
-    from dataset import BatchLoader, prepare_text
     from hf_models import shakespeare_text
+    from lgpt.plumbing.dataset import BatchLoader, prepare_text
     prepare_text(shakespeare_text()[:50_000], str(data), ckpt["meta"])
     small, _ = transform_model(model, 48, kind="pca", calibration_loader=BatchLoader(str(data), 32, 4, "cpu"),
                                calib_batches=2)
     assert small.config.head_dim * small.config.n_head != small.config.n_embd
-    from checkpoint import save_checkpoint
+    from lgpt.plumbing.checkpoint import save_checkpoint
     save_checkpoint({"model": small.state_dict(), "model_args": small.config.to_dict(), "config": {}, "iter_num": 0,
                      "best_val_loss": float("inf"), "optimizer": None, "meta": ckpt["meta"]}, str(tmp_path / "small"))
     path = str(tmp_path / "small.gguf")

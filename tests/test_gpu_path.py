@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-from configurator import load_config
 from conftest import TINY_MODEL
 from fake_cuda import DeviceMixError, fake_cuda
+from lgpt.plumbing.configurator import load_config
 
 FINETUNE = ["--batch_size=4", "--eval_iters=2", "--log_interval=1", "--warmup_iters=2", "--progress_bar=False",
             "--compile=False"]  # TINY_MODEL's run settings: the architecture comes from the checkpoint
@@ -67,7 +67,7 @@ def test_paper_code_transform_runs_on_cuda(char_data_dir, tmp_path, kind):
 
 
 def test_transform_on_cuda_gives_the_cpu_result(trained_dir, tmp_path):
-    from checkpoint import load_checkpoint
+    from lgpt.plumbing.checkpoint import load_checkpoint
     from transform import TransformConfig, transform_checkpoint
     args = ["--kind=pca", "--width=24", "--refit=all", "--learn_steps=2", "--calib_batches=2", "--eval_iters=0"]
     transform(trained_dir, tmp_path / "gpu", *args)
@@ -140,7 +140,7 @@ def test_train_and_resume_run_on_cuda(char_data_dir, tmp_path):
 
 
 def test_bfloat16_autocast_and_compile_train_on_the_cpu(char_data_dir, tmp_path):
-    from checkpoint import load_checkpoint
+    from lgpt.plumbing.checkpoint import load_checkpoint
     from train import TrainConfig, setup_runtime, train
     args = TINY_MODEL + [f"--data_dir={char_data_dir}", "--max_iters=3", "--eval_interval=3", "--device=cpu"]
     cfg = load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'bf16'}", "--dtype=bfloat16"])
@@ -173,8 +173,8 @@ def test_the_fifth_architecture_in_one_process_is_still_compiled(char_data_dir, 
 
 def test_streamed_logits_give_the_unstreamed_numbers(trained_dir, tmp_path):
     import eval_geometry as eg
-    from checkpoint import load_model
-    from dataset import BatchLoader, data_dir_for_checkpoint, eval_batches, evaluate_loss
+    from lgpt.plumbing.checkpoint import load_model
+    from lgpt.plumbing.dataset import BatchLoader, data_dir_for_checkpoint, eval_batches, evaluate_loss
     model, ckpt = load_model(trained_dir)
     loader = BatchLoader(data_dir_for_checkpoint(ckpt), model.config.block_size, 4)
     x, _ = loader.get_batch("val", seed=3)
@@ -186,7 +186,7 @@ def test_streamed_logits_give_the_unstreamed_numbers(trained_dir, tmp_path):
     batches = list(eval_batches(loader, "val", 3, 0))
     torch.testing.assert_close(torch.tensor(list(eg.kl_and_agreement(model, model, batches, budget=small).values())),
                                torch.tensor([0.0, 1.0]), atol=1e-6, rtol=0)
-    import dataset
+    from lgpt.plumbing import dataset
     reference = evaluate_loss(model, loader, "val", 3)
     original = dataset.LOGITS_BUDGET
     try:
@@ -197,7 +197,7 @@ def test_streamed_logits_give_the_unstreamed_numbers(trained_dir, tmp_path):
 
 
 def test_peak_flops_come_from_the_device_table(monkeypatch):
-    from devices import peak_flops
+    from lgpt.plumbing.devices import peak_flops
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
     assert peak_flops("cuda", torch.bfloat16) == 989e12 and peak_flops("cuda", torch.float32) == 494.5e12
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 PCIe")
@@ -210,8 +210,8 @@ def test_peak_flops_come_from_the_device_table(monkeypatch):
 
 
 def test_a_cuda_index_beyond_the_machine_is_one_clear_error(monkeypatch):
-    from devices import resolve_device
-    from errors import ConfigError
+    from lgpt.plumbing.devices import resolve_device
+    from lgpt.plumbing.errors import ConfigError
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert resolve_device("cuda:0") == "cuda:0" and resolve_device("auto") == "cuda"
@@ -241,7 +241,7 @@ def test_an_explicit_compile_on_the_cpu_says_it_does_not_apply(char_data_dir, tm
 @pytest.mark.parametrize("target", ["head", "original"])
 def test_a_tied_head_is_tied_back_on_cuda(char_data_dir, target):
     """--tie_head with --tie_keep, a refit and each --retie_target, on a tied model that lives on the GPU."""
-    from dataset import BatchLoader
+    from lgpt.plumbing.dataset import BatchLoader
     from test_transform import random_model
     from transform import transform_model
     model = random_model(5, head="tied", norm_type="rmsnorm", vocab_size=65, block_size=16, n_embd=24, n_head=4)

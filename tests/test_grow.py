@@ -3,7 +3,7 @@ the grown model has exactly the architecture of a from-scratch model of the targ
 import pytest
 import torch
 
-from errors import ConfigError, TransformError
+from lgpt.plumbing.errors import ConfigError, TransformError
 from model import GPT, GPTConfig
 from test_transform import outputs, random_model
 from transform import TransformConfig, transform_model
@@ -74,7 +74,7 @@ def test_bad_growth_requests_fail_with_one_clear_error():
 
 
 def test_depth_plans_put_the_copies_where_they_say():
-    from grow import depth_plan
+    from lgpt.method.grow import depth_plan
     assert depth_plan(2, 4, "interleave") == [(0, False), (0, True), (1, False), (1, True)]
     assert depth_plan(3, 5, "interleave") == [(0, False), (1, False), (1, True), (2, False), (2, True)]
     assert depth_plan(2, 5, "stack") == [(0, False), (1, False), (0, True), (1, True), (0, True)]
@@ -121,7 +121,7 @@ def test_new_blocks_learn_from_the_first_step():
 def test_carried_moments_follow_the_old_blocks_and_new_blocks_start_without_history():
     from test_carry import adam_state_from, gradients
 
-    from carry import carry_moments
+    from lgpt.method.carry import carry_moments
     model = random_model(3, norm_type="rmsnorm", norm_gain="scalar")
     idx = torch.randint(0, 11, (3, 8))
     state = adam_state_from(model, gradients(model, idx))

@@ -8,13 +8,13 @@ import pytest
 import torch
 from test_carry import adam_state_from, gradients
 
-from carry import carry_moments
-from checkpoint import load_checkpoint, load_model, model_from_checkpoint
-from configurator import load_config
 from conftest import TINY_MODEL
-from errors import TransformError
 from finetune import FinetuneConfig, finetune
-from grow import advance_ramp, ramp_of, raw_state_dict
+from lgpt.method.carry import carry_moments
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model, model_from_checkpoint
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.errors import TransformError
+from model import advance_ramp, ramp_of, raw_state_dict
 from test_transform import random_model
 from transform import TransformConfig, transform_checkpoint, transform_model
 
@@ -172,7 +172,7 @@ def test_training_opens_the_masks_saves_them_mid_ramp_and_resumes_exactly(stage1
 
 
 def test_the_energy_outside_range_is_the_naive_projection_residual():
-    from geometry import energy_outside_range
+    from lgpt.method.geometry import energy_outside_range
     torch.manual_seed(0)
     T = torch.linalg.qr(torch.randn(12, 5, dtype=torch.float64))[0]
     H = torch.randn(40, 12, dtype=torch.float64)
@@ -182,7 +182,7 @@ def test_the_energy_outside_range_is_the_naive_projection_residual():
 
 
 def test_the_energy_outside_the_best_subspace_is_what_pca_leaves():
-    from geometry import energy_outside_range, energy_outside_top
+    from lgpt.method.geometry import energy_outside_range, energy_outside_top
     torch.manual_seed(1)
     H = torch.randn(200, 3, dtype=torch.float64) @ torch.randn(3, 8, dtype=torch.float64)
     H += 0.1 * torch.randn(200, 8, dtype=torch.float64)
@@ -222,7 +222,7 @@ def test_records_that_steer_training_are_checked_before_use(case, stage1, tmp_pa
     crashed natively, a NaN ramp wrote NaN weights. Now each is one line naming the field, nothing written."""
     import importlib
 
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     src = str(tmp_path / "grown")
     transform_checkpoint(TransformConfig(in_dir=stage1, out_dir=src, width=64, kind="orthogonal", n_head=4,
                                          mlp_hidden=256, carry_optimizer=True, eval_iters=0, grow_mask_iters=8,

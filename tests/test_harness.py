@@ -54,8 +54,8 @@ def test_a_cut_off_marker_is_built_again_with_a_note(runs, capsys):
 def test_wandb_that_cannot_start_is_one_config_error(tmp_path, monkeypatch):
     import wandb
 
-    from errors import ConfigError
-    from logger import MetricsLogger
+    from lgpt.plumbing.errors import ConfigError
+    from lgpt.plumbing.logger import MetricsLogger
 
     def refuse(**_):
         raise RuntimeError("api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
@@ -859,7 +859,7 @@ def test_the_tied_heads_distance_part_reads_each_calibration_text_against_each_e
     import real_tied_head
 
     import real_quantization
-    from dataset import write_split
+    from lgpt.plumbing.dataset import write_split
 
     rng = np.random.default_rng(0)
     data = {}
@@ -996,7 +996,7 @@ def test_data_free_calibration_text_is_the_models_own_samples_prepared(runs, tra
     import numpy as np
 
     import real_model
-    from dataset import load_meta
+    from lgpt.plumbing.dataset import load_meta
     monkeypatch.setattr(real_model, "SELF_SAMPLES", ["--num_samples=12", "--batch_size=8", "--max_new_tokens=100",
                                                      "--temperature=1", "--top_k=None", "--device=cpu"])
     data = real_model.prepared(trained_dir, "samples")

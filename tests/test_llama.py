@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from checkpoint import load_model
 from hf_models import (
     VOCAB,
     assert_logprobs_close,
@@ -22,6 +21,7 @@ from hf_models import (
     save,
     train_tokenizer,
 )
+from lgpt.plumbing.checkpoint import load_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -74,7 +74,7 @@ def test_import_and_export_match_transformers(name, idx, tmp_path):
 
 
 def test_rope_pair_order_is_a_bijection_that_keeps_scores():
-    from convert_llama import permute_head_rows, rope_pair_order
+    from lgpt.formats.llama import permute_head_rows, rope_pair_order
     order = rope_pair_order(8)
     assert sorted(order.tolist()) == list(range(8)) and order.tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
     W = torch.randn(16, 5)
@@ -82,7 +82,7 @@ def test_rope_pair_order_is_a_bijection_that_keeps_scores():
 
 
 def test_convert_cli_keeps_the_tokenizer_and_exports_it_back(tokenizer, idx, tmp_path):
-    from dataset import Tokenizer
+    from lgpt.plumbing.dataset import Tokenizer
     src = save(llama(qwen2=True), tmp_path / "hf", tokenizer)
     convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
     model, ckpt = load_model(str(tmp_path / "ours"))
@@ -196,8 +196,8 @@ def test_residual_porting_of_a_gqa_model_is_exact_at_m_ge_d(imported, which, kin
 
 @pytest.mark.parametrize("refit", ["gains", "readers", "all"])
 def test_refit_and_learned_map_run_on_gqa(imported, refit, idx, tmp_path):
-    from dataset import BatchLoader, prepare_text
     from hf_models import shakespeare_text
+    from lgpt.plumbing.dataset import BatchLoader, prepare_text
     from transform import transform_model
     model = imported["qwen2"]
     data = tmp_path / "data"
@@ -226,7 +226,7 @@ def test_head_growth_of_gqa_keeps_the_function(imported, grow_mode, n_head, n_kv
 
 
 def test_gqa_bad_requests_name_the_reason(imported):
-    from errors import TransformError
+    from lgpt.plumbing.errors import TransformError
     from transform import transform_model
     model = imported["qwen2"]
     with pytest.raises(TransformError, match="porting='sandwich' maps Q, K and V as square"):
@@ -243,7 +243,7 @@ def test_gqa_bad_requests_name_the_reason(imported):
 
 def test_gqa_circuits_pair_each_query_head_with_its_key_value_head(imported):
     """eval_geometry's per-head circuits on a GQA model equal a naive MHA expansion's (K, V repeated per group)."""
-    import geometry
+    from lgpt.method import geometry
     from model import GPT, GPTConfig
     model = imported["qwen2"]
     cfg = model.config
@@ -274,8 +274,8 @@ def test_gqa_circuits_pair_each_query_head_with_its_key_value_head(imported):
 @pytest.fixture(scope="module")
 def pipeline(tokenizer, tmp_path_factory):
     """import → prepare tinyshakespeare with the model's tokenizer → PCA shrink → distillation finetune → export."""
-    from configurator import load_config
     from finetune import FinetuneConfig, finetune
+    from lgpt.plumbing.configurator import load_config
     from prepare import PrepareConfig, prepare
     from transform import TransformConfig, transform_checkpoint
     root = tmp_path_factory.mktemp("llama_pipeline")
@@ -295,8 +295,8 @@ def pipeline(tokenizer, tmp_path_factory):
 
 
 def test_every_script_runs_on_an_imported_llama_with_its_own_tokenizer(pipeline, tokenizer):
-    from dataset import load_meta
     from eval_geometry import GeometryConfig, evaluate_geometry
+    from lgpt.plumbing.dataset import load_meta
     from sample import SampleConfig, sample
     root = pipeline
     _, ckpt = load_model(str(root / "ours"))
@@ -317,15 +317,15 @@ def test_every_script_runs_on_an_imported_llama_with_its_own_tokenizer(pipeline,
 
 
 def test_the_model_tokenizer_is_refused_with_other_data(pipeline, char_data_dir, tmp_path):
-    from dataset import check_tokenizer
-    from errors import DataError
+    from lgpt.plumbing.dataset import check_tokenizer
+    from lgpt.plumbing.errors import DataError
     _, ckpt = load_model(str(pipeline / "ours"))
     with pytest.raises(DataError, match=r"Hugging Face tokenizer, \d+ symbols .* differs from the data's"):
         check_tokenizer(ckpt, char_data_dir)
 
 
 def test_prepare_refuses_to_overwrite_and_checks_its_input(pipeline, tmp_path):
-    from errors import ConfigError, DataError
+    from lgpt.plumbing.errors import ConfigError, DataError
     from prepare import PrepareConfig, prepare
     with pytest.raises(ConfigError, match="already holds a dataset"):
         prepare(PrepareConfig(tokenizer_from=str(pipeline / "ours"), out_dir=str(pipeline / "data")))
@@ -337,13 +337,13 @@ def test_prepare_refuses_to_overwrite_and_checks_its_input(pipeline, tmp_path):
 
 def test_large_vocabularies_are_stored_as_uint32(tmp_path):
     """Llama 3 / Qwen2 ids exceed uint16: the dataset records uint32 and the loader reads it back."""
-    from dataset import BatchLoader, load_meta, prepare_text
     from hf_models import shakespeare_text
+    from lgpt.plumbing.dataset import BatchLoader, load_meta, prepare_text
     tok = train_tokenizer(vocab_size=300)
     big = tok.backend_tokenizer
     big.add_tokens([f"<extra_{i}>" for i in range(70_000)])  # ids up to ~70,300
     files = {"tokenizer.json": big.to_str()}
-    from dataset import hf_tokenizer_meta
+    from lgpt.plumbing.dataset import hf_tokenizer_meta
     text = shakespeare_text()[:5000] + " <extra_69999> " * 50
     meta = prepare_text(text, str(tmp_path), hf_tokenizer_meta(files))
     assert meta["dtype"] == "uint32" and load_meta(str(tmp_path))["vocab_size"] > 2**16
@@ -387,7 +387,7 @@ def test_lm_eval_on_an_exported_llama_agrees_with_our_loss(pipeline):
     metrics = results["results"]["nanolgpt_val"]
     bits_per_byte = next(v for k, v in metrics.items() if k.startswith("bits_per_byte") and "stderr" not in k)
     text = json.loads(open(os.path.join(hf_dir, "lm_eval", "val.jsonl")).readline())["text"]
-    from dataset import Tokenizer
+    from lgpt.plumbing.dataset import Tokenizer
     tokens = np.array(Tokenizer(ckpt["meta"]).encode(text))
     nll_per_token = rolling_loss(ours, tokens, prefix=bos)
     ours_bits_per_byte = nll_per_token * len(tokens) / len(text.encode()) / math.log(2)
@@ -413,9 +413,9 @@ def test_convert_cli_refuses_another_architecture_with_one_line(tmp_path):
 
 
 def test_carry_refuses_a_regrouping_and_follows_a_kept_ratio(tmp_path, char_data_dir):
-    from configurator import load_config
     from conftest import ROOT, TINY_MODEL
-    from errors import TransformError
+    from lgpt.plumbing.configurator import load_config
+    from lgpt.plumbing.errors import TransformError
     from train import TrainConfig, train
     from transform import TransformConfig, transform_checkpoint
     tiny = [a for a in TINY_MODEL if not a.startswith("--n_head")]
@@ -490,7 +490,7 @@ DAMAGED_HF = {  # what is wrong with the directory: (how to make it, words the o
 def test_damaged_hugging_face_directories_are_one_line_and_write_nothing(case, tokenizer, tmp_path, capsys):
     import importlib
 
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     src = save(llama(n_head=4, n_kv_head=2), tmp_path / "hf", tokenizer)
     make, words = DAMAGED_HF[case]
     make(src)
@@ -508,7 +508,7 @@ def test_an_export_is_staged_and_an_interrupted_run_exports_only_when_asked(toke
     import importlib
 
     import convert as convert_module
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     src = save(llama(n_head=4, n_kv_head=2), tmp_path / "hf", tokenizer)
     convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
 
@@ -540,7 +540,7 @@ def test_an_export_is_staged_and_an_interrupted_run_exports_only_when_asked(toke
 def test_a_dangling_symlink_as_out_dir_is_refused_before_any_work(script, trained_dir, tmp_path, capsys):
     import importlib
 
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "nowhere" / "deeper")
     argv = {"transform": [f"--in_dir={trained_dir}", f"--out_dir={link}", "--width=40", "--eval_iters=0"],
@@ -578,7 +578,7 @@ def test_every_config_key_mutated_gives_a_clear_line_or_the_model_transformers_l
     'error:' line and writes nothing — never a traceback."""
     import importlib
 
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     src = save(llama(n_head=4, n_kv_head=2), tmp_path / "hf", tokenizer)
     with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
@@ -612,7 +612,7 @@ def test_every_config_key_mutated_gives_a_clear_line_or_the_model_transformers_l
 def test_a_shrink_that_keeps_the_head_tied_exports_as_a_tied_llama(char_data_dir, idx, tmp_path):
     """--tie_head with --tie_keep shrinks a tied Llama (one outlying final gain, as SmolLM2's) to a model that
     transformers loads as a tied LlamaForCausalLM of the new width, with the same log-probs."""
-    from dataset import BatchLoader
+    from lgpt.plumbing.dataset import BatchLoader
     from transform import transform_model
     hf = llama(n_head=4, n_kv_head=2, tied=True)
     with torch.no_grad():

@@ -14,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from checkpoint import load_checkpoint, model_from_checkpoint
-from dataset import BatchLoader, evaluate_loss
+from lgpt.plumbing.checkpoint import load_checkpoint, model_from_checkpoint
+from lgpt.plumbing.dataset import BatchLoader, evaluate_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "paper_jl")
@@ -69,8 +69,8 @@ D = 64  # ≠ vocab_size (32), block_size (16) and mlp_hidden: the script maps e
 @pytest.fixture(scope="module")
 def trained(char_data_dir, tmp_path_factory):
     """A small trained char model of width D = 64 (2 layers, 2 heads, learned positions, LayerNorm, biases)."""
-    from configurator import load_config
     from conftest import TINY_MODEL
+    from lgpt.plumbing.configurator import load_config
     from train import TrainConfig, train
     out = str(tmp_path_factory.mktemp("paper_trained"))
     train(load_config(TrainConfig, TINY_MODEL + [f"--n_embd={D}", f"--data_dir={char_data_dir}", f"--out_dir={out}",
@@ -88,7 +88,7 @@ def paper_source(trained, tmp_path_factory):
 
 @pytest.mark.parametrize("jl_type", JL_TYPES)
 def test_paper_code_porting_equals_the_published_script(jl_type, trained, paper_source, char_data_dir, tmp_path):
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     from transform import main as transform_main
     m = 48  # shrinking, the paper's domain
     proj = str(tmp_path / "T.pt")
@@ -119,14 +119,14 @@ def test_our_orthogonal_paper_code_map_is_the_scripts_qr_map_scaling(trained, pa
     run_published_script(paper_source, str(paper), 24, "qr", 3, str(tmp_path / "T.pt"))
     T = torch.load(tmp_path / "T.pt").double()
     assert torch.allclose(T @ T.T, torch.eye(24, dtype=torch.float64) / 24, atol=1e-6)
-    from maps import make_projection
-    from paper_rules import paper_code_projection
+    from lgpt.method.maps import make_projection
+    from lgpt.method.paper_rules import paper_code_projection
     ours = paper_code_projection("orthogonal", make_projection("orthogonal", D, 24, seed=3)[0])
     assert torch.allclose(ours @ ours.T, torch.eye(24, dtype=torch.float64) / 24, atol=1e-9)
 
 
 def test_a_bad_map_file_is_one_line(trained, tmp_path, capsys):
-    from cli import run_cli
+    from lgpt.plumbing.cli import run_cli
     from transform import main as transform_main
     wrong = tmp_path / "wrong.pt"
     torch.save(torch.randn(8, D), wrong)

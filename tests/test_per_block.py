@@ -4,11 +4,8 @@ refuses."""
 import pytest
 import torch
 
-from dataset import BatchLoader
-from errors import ConfigError, TransformError
-from maps import Calibration, PortMaps, make_projection, unit_second_moment
-from model import GPT, GPTConfig
-from per_block import (
+from lgpt.method.maps import Calibration, PortMaps, make_projection, unit_second_moment
+from lgpt.method.per_block import (
     collect_site_calibration,
     port_shortcut,
     sequential_site_maps,
@@ -16,7 +13,10 @@ from per_block import (
     site_maps,
     site_norms,
 )
-from porting import canonicalize, model_from_state
+from lgpt.method.porting import canonicalize, model_from_state
+from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.errors import ConfigError, TransformError
+from model import GPT, GPTConfig
 from test_transform import outputs, random_model
 from transform import TransformConfig, transform_model
 

@@ -3,9 +3,9 @@ Hadamard rotation helps a state with one massive coordinate."""
 import pytest
 import torch
 
-from errors import ConfigError
-from maps import make_projection
-from quantize import Quantization, activation_outliers, block_linears, fake_quantized, rtn_rows, rtn_weight
+from lgpt.method.maps import make_projection
+from lgpt.method.quantize import Quantization, activation_outliers, block_linears, fake_quantized, rtn_rows, rtn_weight
+from lgpt.plumbing.errors import ConfigError
 from test_transform import outputs, random_model
 
 

@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import real_distill_gpu as gpu  # noqa: E402
 
-from checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
-from dataset import tokenizer_fingerprint  # noqa: E402
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
+from lgpt.plumbing.dataset import tokenizer_fingerprint  # noqa: E402
 
 
 def test_the_steps_fit_the_time_left_and_never_pass_the_token_bound():

@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
-from checkpoint import load_model
-from dataset import BatchLoader, Tokenizer, evaluate_loss, prepare_text
 from fetch import SMOLLM2_GGUF, cache_path
 from hf_models import shakespeare_text
+from lgpt.plumbing.checkpoint import load_model
+from lgpt.plumbing.dataset import BatchLoader, Tokenizer, evaluate_loss, prepare_text
 
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
@@ -67,7 +67,7 @@ def test_it_is_a_trained_model_that_knows_the_capital_of_france(imported):
 
 
 def test_gguf_export_round_trips_bit_for_bit(imported, tmp_path):
-    from gguf_format import read_gguf
+    from lgpt.formats.gguf_file import read_gguf
     path = str(tmp_path / "smollm2-f32.gguf")
     convert(ConvertConfig(in_dir=imported, to_gguf=path))
     reader = gguf.GGUFReader(path)

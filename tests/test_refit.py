@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
-import refit
 import transform
-from checkpoint import load_checkpoint, load_model
-from configurator import load_config
-from dataset import BatchLoader
-from errors import ConfigError, TransformError
-from porting import canonical_model
-from roles import residual_roles
+from lgpt.method import refit
+from lgpt.method.porting import canonical_model
+from lgpt.method.roles import residual_roles
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.errors import ConfigError, TransformError
 from transform import TransformConfig, transform_checkpoint, transform_model
 from transform import main as transform_main  # the CLI's printing
 

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from checkpoint import load_checkpoint, model_from_checkpoint
-from configurator import load_config
 from conftest import ROOT, TINY_MODEL
-from logger import read_metrics
+from lgpt.plumbing.checkpoint import load_checkpoint, model_from_checkpoint
+from lgpt.plumbing.configurator import load_config
+from lgpt.plumbing.logger import read_metrics
 from model import GPT, GPTConfig
 from train import TrainConfig, TrainingDiverged, get_lr, train
 
@@ -168,7 +168,7 @@ def test_ddp_with_two_gloo_processes(char_data_dir, tmp_path):
 
 def test_every_variant_config_trains(char_data_dir, tmp_path):
     """Each overlay in configs/variants/ takes effect in the trained model and its training lowers the loss."""
-    from configurator import read_config_file
+    from lgpt.plumbing.configurator import read_config_file
     for path in sorted(glob.glob(os.path.join(ROOT, "configs", "variants", "*.py"))):
         name = os.path.basename(path)[:-3]
         overlay_keys = set(read_config_file(path))
@@ -225,8 +225,8 @@ def test_sample_continue_data_appends_the_models_continuations_of_train_windows(
     split and meta.pkl are the source's, and only the finished folder is left."""
     import numpy as np
 
-    from checkpoint import load_model
-    from dataset import BatchLoader, load_meta, token_dtype
+    from lgpt.plumbing.checkpoint import load_model
+    from lgpt.plumbing.dataset import BatchLoader, load_meta, token_dtype
     from sample import SampleConfig, continuation_prompts, save_continuations
     out = tmp_path / "teacher"
     cfg = SampleConfig(out_dir=trained_dir, continue_data=char_data_dir, data_out=str(out), num_samples=5,
@@ -269,8 +269,8 @@ def test_sample_autocast_is_entered_around_every_step_of_a_lazy_stream(trained_d
 
 def test_sample_continue_data_refuses_data_in_another_tokenizer(trained_dir, tmp_path):
     """The ids are copied, never re-encoded: a dataset in another tokenizer is refused before anything is written."""
-    from dataset import prepare_text
-    from errors import DataError
+    from lgpt.plumbing.dataset import prepare_text
+    from lgpt.plumbing.errors import DataError
     from sample import SampleConfig, save_continuations
     other = tmp_path / "other"
     prepare_text("zzzz yyyy qqqq\n" * 200, str(other), "char")

@@ -8,11 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint import load_checkpoint, load_model
 from conftest import ROOT
-from dataset import BatchLoader, evaluate_loss
-from errors import ConfigError, TransformError
-from maps import (
+from lgpt.method.maps import (
     KINDS,
     Calibration,
     hadamard_matrix,
@@ -21,8 +18,11 @@ from maps import (
     make_projection,
     pseudo_inverse,
 )
+from lgpt.method.porting import canonical_model, canonicalize, port_model
+from lgpt.plumbing.checkpoint import load_checkpoint, load_model
+from lgpt.plumbing.dataset import BatchLoader, evaluate_loss
+from lgpt.plumbing.errors import ConfigError, TransformError
 from model import GPT, GPTConfig
-from porting import canonical_model, canonicalize, port_model
 from transform import TransformConfig, transform_model
 
 
@@ -207,7 +207,7 @@ def test_jl_min_width_against_its_formula():
 
 def test_calibration_points_counts_what_the_calibration_pass_sees(trained_dir, char_data_dir):
     """A random map skips the calibration pass; the JL bound's N it reports must be the pass's own count."""
-    from maps import calibration_points, collect_calibration
+    from lgpt.method.maps import calibration_points, collect_calibration
     model, _ = load_model(trained_dir)
     loader = BatchLoader(char_data_dir, model.config.block_size, 3)
     assert calibration_points(model.config, loader, 2) == collect_calibration(model, loader, 2).count
@@ -421,8 +421,8 @@ def test_rescale_gains_off_is_refused_for_paper_code():
 def test_raw_calibration_weighting_is_the_plain_second_moment(char_data_dir):
     """calib_weighting='raw' (SliceGPT's PCA of the residual stream) sums x·xᵀ as it is; 'unit' scales each state
     to unit length first."""
-    from dataset import BatchLoader
-    from maps import collect_calibration
+    from lgpt.method.maps import collect_calibration
+    from lgpt.plumbing.dataset import BatchLoader
     model = random_model(6, vocab_size=65, block_size=16)
     loader = BatchLoader(char_data_dir, 16, 2, "cpu")
     raw = collect_calibration(model, loader, 1, weighting="raw")
@@ -438,14 +438,14 @@ def test_raw_calibration_weighting_is_the_plain_second_moment(char_data_dir):
     text = collect_calibration(model, loader, 1, weighting="raw", vocabulary=False)
     states = points[model.config.vocab_size:]
     torch.testing.assert_close(text.second_moment, states.T @ states / len(states))
-    from maps import calibration_points
+    from lgpt.method.maps import calibration_points
     assert calibration_points(model.config, loader, 1, vocabulary=False) == text.count == len(states)
 
 
 def test_pca_exclude_keeps_the_coordinates_out_of_range_and_is_the_pca_of_the_rest():
     """range(T) ⟂ e_i for every excluded i, and T spans the top-m principal subspace of the data with those
     coordinates zeroed (naive); without the exclusion the dominant coordinate is in range."""
-    from maps import Coordinates, pca_map
+    from lgpt.method.maps import Coordinates, pca_map
     g = torch.Generator().manual_seed(0)
     x = torch.randn(400, 12, generator=g, dtype=torch.float64) * torch.linspace(1, 3, 12, dtype=torch.float64)
     x[:, 5] *= 40  # a massive coordinate
@@ -464,7 +464,7 @@ def test_pca_exclude_keeps_the_coordinates_out_of_range_and_is_the_pca_of_the_re
 def test_pca_keep_puts_the_coordinates_in_range_as_rows_and_is_the_pca_of_the_rest():
     """T has the row e_iᵀ for every kept i; its other rows span the top principal subspace of the data with the kept
     and excluded coordinates zeroed (naive); all rows orthonormal, ordered by their variance."""
-    from maps import Coordinates, pca_map
+    from lgpt.method.maps import Coordinates, pca_map
     g = torch.Generator().manual_seed(1)
     x = torch.randn(500, 10, generator=g, dtype=torch.float64) @ torch.randn(10, 10, generator=g, dtype=torch.float64)
     T = pca_map(x, 10, 5, damping=0.0, coordinates=Coordinates(exclude=(0,), keep=(3, 8)))
@@ -486,7 +486,7 @@ def test_pca_keep_puts_the_coordinates_in_range_as_rows_and_is_the_pca_of_the_re
 
 
 def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
-    from dataset import BatchLoader
+    from lgpt.plumbing.dataset import BatchLoader
     model = random_model(6, vocab_size=65, block_size=16)
     loader = BatchLoader(char_data_dir, 16, 2, "cpu")
     for porting in ("residual", "per_block"):

@@ -11,15 +11,15 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from cli import run_cli  # noqa: E402
-from dataset import (  # noqa: E402
+from lgpt.plumbing.cli import run_cli  # noqa: E402
+from lgpt.plumbing.dataset import (  # noqa: E402
     GPT2_META,
     gpt2_encoding,
     tokenizer_fingerprint,
     write_meta,
     writing_dataset,
 )
-from errors import DataError  # noqa: E402
+from lgpt.plumbing.errors import DataError  # noqa: E402
 
 
 def tokenize_dataset(dataset, num_proc: int):

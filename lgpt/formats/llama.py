@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from errors import ConversionError
+from lgpt.plumbing.errors import ConversionError
 from model import GPT, LLAMA3_SCALING_KEYS, GPTConfig, check_rope_scaling
 
 LLAMA, QWEN2 = "LlamaForCausalLM", "Qwen2ForCausalLM"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from errors import ConfigError
+from lgpt.plumbing.errors import ConfigError
 from model import GPT
 
 READERS = ("attn.c_attn", "mlp.c_fc")  # linear layers whose input is a normalized residual state

@@ -31,12 +31,12 @@ import copy
 
 import torch
 
-from errors import TransformError
-from grow import grow_depth, grow_heads, grow_mlp, moment_growth
-from maps import PortMaps
+from lgpt.method.grow import grow_depth, grow_heads, grow_mlp, moment_growth
+from lgpt.method.maps import PortMaps
+from lgpt.method.porting import canonicalize, porting_plan, scale_gain
+from lgpt.method.roles import residual_roles
+from lgpt.plumbing.errors import TransformError
 from model import GPT, GPTConfig
-from porting import canonicalize, porting_plan, scale_gain
-from roles import residual_roles
 
 MOMENTS = ("exp_avg", "exp_avg_sq")  # power 1 and power 2 of the gradient
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from errors import ConfigError
+from lgpt.plumbing.errors import ConfigError
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 

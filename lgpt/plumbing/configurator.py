@@ -27,7 +27,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from errors import ConfigError
+from lgpt.plumbing.errors import ConfigError
 
 C = TypeVar("C")
 HELP_FLAGS = ("-h", "--help")

@@ -22,9 +22,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from configurator import HelpRequested
-from devices import use_threads
-from errors import ConfigError, ProjectError
+from lgpt.plumbing.configurator import HelpRequested
+from lgpt.plumbing.devices import use_threads
+from lgpt.plumbing.errors import ConfigError, ProjectError
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from checkpoint import clean_state_dict
-from dataset import GPT2_META, dataset_dir, load_meta
-from errors import CheckpointError, ConversionError
+from lgpt.plumbing.checkpoint import clean_state_dict
+from lgpt.plumbing.dataset import GPT2_META, dataset_dir, load_meta
+from lgpt.plumbing.errors import CheckpointError, ConversionError
 from model import GPT, GPTConfig
 
 GPT2 = "GPT2LMHeadModel"

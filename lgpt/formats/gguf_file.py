@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from errors import ConversionError
-from logger import progress
+from lgpt.plumbing.errors import ConversionError
+from lgpt.plumbing.logger import progress
 
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 GEMMA3 = GGUF_ARCHITECTURES["gemma3"]
@@ -302,7 +302,7 @@ def gguf_tokenizer_files(path: str) -> dict[str, str]:
     built by transformers' GGUF converter (the same tokenizer transformers uses with the file)."""
     import transformers
 
-    from dataset import read_tokenizer_files
+    from lgpt.plumbing.dataset import read_tokenizer_files
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
                                                                gguf_file=os.path.basename(path))

@@ -20,8 +20,8 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 import torch
 
-from errors import DataError
-from logger import progress
+from lgpt.plumbing.errors import DataError
+from lgpt.plumbing.logger import progress
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_ENV = "TINYSHAKESPEARE_PATH"  # a local copy of tinyshakespeare's input.txt

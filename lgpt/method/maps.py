@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dataset import BatchLoader
-from errors import TransformError
-from logger import progress
+from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.errors import TransformError
+from lgpt.plumbing.logger import progress
 from model import GPT, GPTConfig
 
 KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "hadamard", "pca", "truncate")

@@ -21,9 +21,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from errors import CheckpointError
-from grow import GrowthRamp, attach_ramp, detach_ramp
-from model import GPT, GPTConfig, plain_name
+from lgpt.plumbing.errors import CheckpointError
+from model import GPT, GPTConfig, GrowthRamp, attach_ramp, detach_ramp, plain_name
 
 CHECKPOINT_NAME = "ckpt.pt"
 REQUIRED_KEYS = ("model", "model_args")
@@ -245,8 +244,8 @@ def check_structure(ckpt: dict, path: str) -> None:
     """Refuse a damaged checkpoint before anything reads it: every field of the right type, ``model_args`` a valid
     GPTConfig, every weight a floating tensor whose name and shape are the ones that config builds, and a readable
     tokenizer description. One CheckpointError naming the field, instead of a traceback wherever it is first used."""
-    from configurator import config_from_dict
-    from dataset import check_meta
+    from lgpt.plumbing.configurator import config_from_dict
+    from lgpt.plumbing.dataset import check_meta
     fix = "the file is damaged or was edited: use the run's original checkpoint, or train/convert it again"
     for key, allowed in FIELD_TYPES.items():
         if key not in ckpt:
@@ -408,7 +407,7 @@ def model_from_checkpoint(ckpt: dict, growth_masks: bool = False, **overrides) -
     """Rebuild the GPT a checkpoint describes and load its weights (``overrides`` e.g. dropout=0.0). A checkpoint
     saved while MSG growth masks were opening (``growth_ramp``, grow.py) gives a plain model computing what the
     masked one did (the masked weights baked in), or with ``growth_masks`` the live masks (to train on)."""
-    from configurator import config_from_dict
+    from lgpt.plumbing.configurator import config_from_dict
     args = clean_model_args(ckpt["model_args"])
     args.update(overrides)
     state = {k: v.clone() for k, v in clean_state_dict(ckpt["model"]).items()}  # the model owns its weights
@@ -459,9 +458,10 @@ def is_complete(path_or_dir: str) -> bool:
     return isinstance(ckpt, dict) and ckpt.get("complete", True) is not False
 
 
-if __name__ == "__main__":  # for shell scripts: python checkpoint.py DIR exits 0 iff DIR holds a complete run
+if __name__ == "__main__":  # for shell scripts: exit 0 iff DIR holds a complete run
     import sys
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
-        print("usage: python checkpoint.py DIR   (exit 0 if DIR/ckpt.pt is a complete run, 1 otherwise)")
+        print("usage: python -m lgpt.plumbing.checkpoint DIR   (exit 0 if DIR/ckpt.pt is a complete run, "
+              "1 otherwise)")
         sys.exit(0 if len(sys.argv) == 2 else 2)
     sys.exit(0 if is_complete(sys.argv[1]) else 1)

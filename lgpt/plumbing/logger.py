@@ -48,7 +48,7 @@ class MetricsLogger:
                 self.wandb = wandb.init(project=project, name=run_name, config=config, mode=mode,
                                         dir=os.environ.get("WANDB_DIR", out_dir), settings=wandb.Settings(silent=True))
             except Exception as e:  # noqa: BLE001 - online without a network or a key, a bad mode: one line
-                from errors import ConfigError
+                from lgpt.plumbing.errors import ConfigError
                 raise ConfigError(f"wandb could not start (WANDB_MODE={mode}: {e.__class__.__name__}: "
                                   f"{str(e).splitlines()[0][:200] if str(e) else ''}); set WANDB_MODE=offline, "
                                   "log in with `wandb login`, or pass --wandb_log=False") from None

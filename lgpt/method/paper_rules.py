@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from errors import TransformError
-from maps import PortMaps
+from lgpt.method.maps import PortMaps
+from lgpt.method.roles import residual_roles
+from lgpt.plumbing.errors import TransformError
 from model import GPTConfig
-from roles import residual_roles
 
 PAPER_CODE_KINDS = ("gaussian", "orthogonal")  # the JL maps of the paper's public code
 

@@ -22,8 +22,8 @@ import math
 
 import torch
 
-from convert_llama import permute_head_rows, rope_pair_order
-from errors import ConversionError
+from lgpt.formats.llama import permute_head_rows, rope_pair_order
+from lgpt.plumbing.errors import ConversionError
 from model import GPT, GPTConfig
 
 GEMMA3 = "Gemma3ForCausalLM"

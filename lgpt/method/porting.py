@@ -32,11 +32,11 @@ from dataclasses import asdict
 
 import torch
 
-from errors import TransformError
-from maps import PortMaps
+from lgpt.method.maps import PortMaps
+from lgpt.method.paper_rules import check_porting, sandwich_attention, sandwich_output
+from lgpt.method.roles import ResidualRoles, residual_roles
+from lgpt.plumbing.errors import TransformError
 from model import GPT, GPTConfig
-from paper_rules import check_porting, sandwich_attention, sandwich_output
-from roles import ResidualRoles, residual_roles
 
 PORTINGS = ("residual", "sandwich", "paper_code", "per_block")  # per_block: per_block.py (SliceGPT's maps)
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from logger import progress
+from lgpt.plumbing.logger import progress
 from model import GPT
 
 REFIT_MODES = ("none", "gains", "readers", "all")

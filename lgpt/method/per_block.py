@@ -21,10 +21,7 @@ import copy
 
 import torch
 
-from dataset import BatchLoader
-from errors import TransformError
-from logger import progress
-from maps import (
+from lgpt.method.maps import (
     NO_COORDINATES,
     Calibration,
     Coordinates,
@@ -33,8 +30,11 @@ from maps import (
     unit_second_moment,
     vocabulary_moment,
 )
+from lgpt.method.porting import port_embedding, port_reader, port_writer, scale_gain
+from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.errors import TransformError
+from lgpt.plumbing.logger import progress
 from model import GPT, GPTConfig
-from porting import port_embedding, port_reader, port_writer, scale_gain
 
 
 def site_norms(cfg: GPTConfig) -> list[str]:
