@@ -1,5 +1,10 @@
+import glob
+import json
+import os
+
 import pytest
 
+from conftest import ROOT
 from lgpt.plumbing.configurator import load_config
 from lgpt.plumbing.errors import ConfigError
 from train import TrainConfig
@@ -46,15 +51,6 @@ def test_optional_fields_accept_none():
     assert cfg.head_dim is None and cfg.vocab_size == 65
 
 
-def test_every_shipped_config_loads():
-    import glob
-    import os
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    base = os.path.join(root, "configs", "shakespeare_char.py")
-    for path in sorted(glob.glob(os.path.join(root, "configs", "**", "*.py"), recursive=True)):
-        load_config(TrainConfig, [base, path])
-
-
 @pytest.mark.parametrize("arg, expected", [("--pca_exclude=507", (507,)), ("--pca_exclude=507,199", (507, 199)),
                                            ("--pca_exclude=(3, 3)", (3, 3)), ("--pca_exclude=[4]", (4,))])
 def test_a_tuple_of_ints_takes_one_int_or_several(arg, expected):
@@ -70,3 +66,34 @@ def test_a_tuple_of_ints_refuses_anything_else_by_name(arg):
     from transform import TransformConfig
     with pytest.raises(ConfigError, match="pca_exclude=.* has the wrong type; pca_exclude accepts tuple"):
         load_config(TransformConfig, ["--out_dir=x", "--width=4", "--kind=pca", arg])
+
+
+RECIPES = {"smollm2_shrink_25.py": ("--learn_steps=16", "--learn_gain_lr=1e-2"),
+           "smollm2_shrink_50.py": ("--learn_steps=32", "--learn_gain_lr=1e-2"),
+           "smollm2_shrink_25_training_free.py": ()}
+
+
+def test_every_config_file_loads_into_its_command():
+    """configs/*.py: a transform recipe (it sets `width`) loads into TransformConfig, every other file into
+    TrainConfig — each key known, each value of its type."""
+    from transform import TransformConfig
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)):
+        is_transform = "width =" in open(path).read()
+        cfg = load_config(TransformConfig if is_transform else TrainConfig, [path, "--out_dir=x"])
+        assert cfg is not None, path
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_real_model_recipes_are_the_rows_the_results_report(name):
+    """Each shrink recipe in configs/ is the options of a row of results/real_model_tied: the same width, kind,
+    tie and learning settings, calibrated on Shakespeare (a recipe edited away from what was measured fails)."""
+    from transform import TransformConfig
+    cfg = load_config(TransformConfig, [os.path.join(ROOT, "configs", name), "--out_dir=x"])
+    rows = json.load(open(os.path.join(ROOT, "results", "real_model_tied", "results.json")))["rows"]
+    wanted = ["--tie_head=True", "--tie_keep=32", *RECIPES[name]]
+    (row,) = [r for r in rows if r["m"] == cfg.width and r["options"] == wanted and r["calibration"] == "shakespeare"
+              and r.get("seed", 0) == 0]
+    assert (cfg.kind, cfg.tie_head, cfg.tie_keep) == (row["kind"], True, 32)
+    assert cfg.learn_steps == int(dict(o[2:].split("=") for o in wanted).get("learn_steps", 0))
+    assert cfg.learn_gain_lr == float(dict(o[2:].split("=") for o in wanted).get("learn_gain_lr", 0))
+    assert (cfg.block_size, cfg.calib_batches, cfg.calib_batch_size) == (256, 8, 16)
