@@ -190,3 +190,71 @@ def test_export_refuses_a_checkpoint_without_a_tokenizer_and_writes_nothing(trai
     with pytest.raises(ConversionError, match="records no tokenizer"):
         convert(ConvertConfig(in_dir=str(src), to_hf=str(tmp_path / "hf")))
     assert not (tmp_path / "hf").exists()
+
+
+def nanogpt_train_checkpoint(path, compiled: bool = True) -> GPT:
+    """A ckpt.pt laid out exactly as karpathy/nanoGPT's train.py writes it: its raw model's state_dict (under
+    torch.compile: '_orig_mod.' names), a real AdamW state, model_args, iter_num, best_val_loss as the 0-d tensor
+    its estimate_loss returns, and its whole config dict; written by torch.save, not by us."""
+    torch.manual_seed(0)
+    source = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=65, bias=False, head="tied"))
+    optimizer = torch.optim.AdamW(source.parameters(), lr=1e-3)
+    source(torch.randint(0, 65, (2, 8)), torch.randint(0, 65, (2, 8)))[1].backward()
+    optimizer.step()
+    prefix = "_orig_mod." if compiled else ""
+    config = {"out_dir": "out-shakespeare-char", "eval_interval": 250, "dataset": "shakespeare_char",
+              "always_save_checkpoint": False, "learning_rate": 1e-3, "compile": compiled, "dtype": "bfloat16"}
+    path.mkdir(parents=True)
+    torch.save({"model": {prefix + k: v for k, v in source.state_dict().items()}, "optimizer": optimizer.state_dict(),
+                "model_args": dict(n_layer=2, n_head=2, n_embd=16, block_size=16, bias=False, vocab_size=65,
+                                   dropout=0.0),
+                "iter_num": 600, "best_val_loss": torch.tensor(1.4697), "config": config}, path / "ckpt.pt")
+    return source
+
+
+def test_a_checkpoint_as_nanogpt_writes_it_imports(tmp_path, char_data_dir):
+    """nanoGPT stores best_val_loss as a 0-d tensor; our checks once refused its checkpoints as 'damaged'."""
+    source = nanogpt_train_checkpoint(tmp_path / "ng")
+    convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours"), data_dir=char_data_dir))
+    model, ckpt = load_model(str(tmp_path / "ours"))
+    idx = torch.randint(0, 65, (2, 12))
+    assert torch.allclose(model(idx, all_logits=True)[0], source.eval()(idx, all_logits=True)[0], atol=1e-6)
+
+
+class _RunsCode:
+    """A pickle that opens (creates) a file when it is loaded: what a hostile ckpt.pt or meta.pkl can do."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_checkpoint_that_runs_code_is_refused_before_it_runs(tmp_path):
+    marker = tmp_path / "ran"
+    nanogpt_train_checkpoint(tmp_path / "ng")
+    ckpt = torch.load(tmp_path / "ng" / "ckpt.pt", weights_only=False)
+    ckpt["config"]["hook"] = _RunsCode(str(marker))
+    torch.save(ckpt, tmp_path / "ng" / "ckpt.pt")
+    with pytest.raises(CheckpointError, match="nothing was run"):
+        convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours")))
+    assert not marker.exists() and not (tmp_path / "ours").exists()
+
+
+def test_a_nanolgpt_checkpoint_handed_to_from_nanogpt_is_named_not_misread(tmp_path, trained_dir):
+    """--from_nanogpt on one of our own checkpoints (a grown one once ended in a traceback; a plain one would drop
+    every setting nanoGPT does not have) is one clear error: it needs no import."""
+    with pytest.raises(CheckpointError, match="nanoLGPT checkpoint, not nanoGPT's.*--in_dir=DIR"):
+        convert(ConvertConfig(from_nanogpt=trained_dir, out_dir=str(tmp_path / "ours")))
+    assert not (tmp_path / "ours").exists()
+
+
+def test_a_nanogpt_checkpoint_whose_weights_contradict_its_model_args_is_named(tmp_path, char_data_dir):
+    nanogpt_train_checkpoint(tmp_path / "ng", compiled=False)
+    ckpt = torch.load(tmp_path / "ng" / "ckpt.pt", weights_only=True)
+    ckpt["model"]["transformer.h.1.mlp.c_fc.weight"] = torch.zeros(96, 16)
+    torch.save(ckpt, tmp_path / "ng" / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"'transformer.h.1.mlp.c_fc.weight' has shape \(96, 16\)"):
+        convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours"),
+                              data_dir=char_data_dir))

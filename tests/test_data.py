@@ -111,3 +111,25 @@ def test_evaluate_loss_is_the_mean_token_cross_entropy_of_a_naive_loop(char_data
                 logits = model(x, all_logits=True)[0]
             losses += torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").tolist()
         assert evaluate_loss(model, loader, "val", eval_iters) == pytest.approx(sum(losses) / len(losses), rel=1e-6)
+
+
+class _RunsCode:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_meta_pkl_that_runs_code_is_refused_before_it_runs(tmp_path, char_data_dir):
+    """A dataset's meta.pkl is plain data (nanoGPT's and ours); one naming a function to call is refused unrun."""
+    import pickle
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(char_data_dir, data)
+    meta = load_meta(str(data))
+    meta["itos"][0] = _RunsCode(str(tmp_path / "ran"))
+    (data / "meta.pkl").write_bytes(pickle.dumps(meta))
+    with pytest.raises(DataError, match="nothing was run"):
+        load_meta(str(data))
+    assert not (tmp_path / "ran").exists()

@@ -135,12 +135,24 @@ def import_nanogpt(ckpt: dict) -> GPT:
     if "model" not in ckpt or "model_args" not in ckpt:
         raise CheckpointError("not a nanoGPT checkpoint: it needs 'model' and 'model_args' keys")
     known = {"n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout"}
+    ours = sorted(set(ckpt["model_args"]) - known)
+    if ours or ckpt.get("transform") or ckpt.get("growth_ramp"):
+        raise CheckpointError(f"this is a nanoLGPT checkpoint, not nanoGPT's (its model_args hold {ours[:4]}"
+                              f"{' and a transform record' if ckpt.get('transform') else ''}); it needs no import: "
+                              "use its directory directly (--in_dir=DIR)")
     args = {k: v for k, v in ckpt["model_args"].items() if k in known}
     state = {k: v for k, v in clean_state_dict(ckpt["model"]).items()
              if not (k.endswith(".attn.bias") and v.dim() == 4)}  # the mask buffer of non-flash nanoGPT
     tied = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
-    return GPT.from_state_dict(GPTConfig(**args, head="tied" if tied else "linear"),
-                               {k: v.clone() for k, v in state.items()})
+    config = GPTConfig(**args, head="tied" if tied else "linear")
+    with torch.device("meta"):  # shapes only: no memory, whatever the model's size
+        expected = {k: v.shape for k, v in GPT(config).state_dict().items()}
+    for name, value in state.items():
+        if name in expected and tuple(value.shape) != tuple(expected[name]):
+            raise CheckpointError(f"the nanoGPT checkpoint's '{name}' has shape {tuple(value.shape)}, but its "
+                                  f"model_args build {tuple(expected[name])}: the file is not a nanoGPT GPT-2 "
+                                  "checkpoint, or was edited; use the run's original ckpt.pt")
+    return GPT.from_state_dict(config, {k: v.clone() for k, v in state.items()})
 
 
 def nanogpt_meta(ckpt: dict, data_dir: str = "") -> dict:

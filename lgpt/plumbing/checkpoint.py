@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pickle
 import random
 import sys
 from collections.abc import Iterator
@@ -214,6 +215,20 @@ def check_writable_dir(out_dir: str) -> None:
                               "choose another --out_dir")
 
 
+# the only globals a checkpoint may name: numpy's array reconstruction, for the numpy RNG state saved with a run.
+# torch.load(weights_only=True) refuses every other global, so reading a checkpoint never runs code from it.
+_MULTIARRAY = getattr(np, "_core", None) or np.core  # numpy 2 names it numpy._core, numpy 1 numpy.core
+SAFE_NUMPY_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), _MULTIARRAY.multiarray._reconstruct]
+
+
+def read_checkpoint_file(path: str, map_location: str = "cpu"):
+    """torch.load of a checkpoint file without running anything it holds: tensors, containers, numbers, strings
+    and numpy arrays only (a pickle that names any other class or function is refused by torch's weights-only
+    unpickler, with an UnpicklingError)."""
+    with torch.serialization.safe_globals(SAFE_NUMPY_GLOBALS):
+        return torch.load(path, map_location=map_location, weights_only=True)
+
+
 def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
     """Read and validate a checkpoint (a ckpt.pt file or a directory holding one)."""
     path = checkpoint_path(path_or_dir)
@@ -221,7 +236,11 @@ def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:
         raise CheckpointError(f"no checkpoint at '{path}'; train one first (python train.py configs/...) "
                               "or point the directory option at a folder holding ckpt.pt")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        ckpt = read_checkpoint_file(path, map_location)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"'{path}' holds more than tensors and plain data (it names code to run on loading: "
+                              f"{str(e).splitlines()[-1][:200]}); nothing was run. A checkpoint from train.py or "
+                              "nanoGPT holds only data: re-save it from a trusted copy") from e
     except Exception as e:
         raise CheckpointError(f"'{path}' is not a readable PyTorch checkpoint ({e.__class__.__name__}: {e})") from e
     if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
@@ -247,6 +266,9 @@ def check_structure(ckpt: dict, path: str) -> None:
     from lgpt.plumbing.configurator import config_from_dict
     from lgpt.plumbing.dataset import check_meta
     fix = "the file is damaged or was edited: use the run's original checkpoint, or train/convert it again"
+    loss = ckpt.get("best_val_loss")
+    if torch.is_tensor(loss) and loss.numel() == 1 and loss.is_floating_point():
+        ckpt["best_val_loss"] = float(loss)  # karpathy/nanoGPT's train.py saves it as a 0-d tensor
     for key, allowed in FIELD_TYPES.items():
         if key not in ckpt:
             continue
@@ -452,7 +474,7 @@ def is_complete(path_or_dir: str) -> bool:
     if not os.path.exists(path):
         return False
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = read_checkpoint_file(path)
     except Exception:  # noqa: BLE001 - cut off or not a checkpoint (torch raises RuntimeError, EOFError, pickle's)
         return False  # a damaged file is not a complete run
     return isinstance(ckpt, dict) and ckpt.get("complete", True) is not False

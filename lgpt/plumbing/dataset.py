@@ -329,6 +329,15 @@ class Tokenizer:
         return self._enc.decode(ids)
 
 
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """Unpickles plain data only — dicts, lists, tuples, strings, numbers, bytes, None — which is all a meta.pkl
+    holds (nanoGPT's and ours): any class or function the file names is refused before it can be called, so
+    reading a meta.pkl never runs code from it."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"it names {module}.{name}, and a meta.pkl may hold plain data only")
+
+
 def load_meta(data_dir: str) -> dict | None:
     """A dataset's meta.pkl (None if it has none, as nanoGPT's OpenWebText); a half-prepared dataset is refused."""
     check_prepared(data_dir)
@@ -337,7 +346,10 @@ def load_meta(data_dir: str) -> dict | None:
         return None
     try:
         with open(path, "rb") as f:
-            meta = pickle.load(f)
+            meta = _DataOnlyUnpickler(f).load()
+    except pickle.UnpicklingError as e:
+        raise DataError(f"'{path}' is not plain data ({e}); nothing was run. Prepare the dataset again "
+                        "(data/<name>/prepare.py or prepare.py)") from e
     except Exception as e:  # a truncated or foreign file: UnpicklingError, EOFError, ...
         raise DataError(f"'{path}' is not a readable meta.pkl ({e.__class__.__name__}: {e}); prepare the dataset "
                         "again (data/<name>/prepare.py)") from e
