@@ -55,13 +55,17 @@ from lgpt.formats.llama import (
     llama_state_to_hf,
 )
 from lgpt.plumbing.checkpoint import (
+    LOCK_NAME,
     check_finite,
     check_output_dir,
     check_writable_dir,
+    checkpoint_path,
     hold_run_dir,
     is_interrupted,
     load_checkpoint,
     load_model,
+    make_dirs,
+    remove_made_dirs,
     save_checkpoint,
     staged_dir,
 )
@@ -324,9 +328,7 @@ def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") ->
     else:
         hf_config = llama_hf_config(model.config, transformers, arch, special_ids)
         hf_state = llama_state_to_hf(model.state_dict(), model.config)
-    parent = os.path.dirname(os.path.abspath(path))
-    created = not os.path.isdir(parent)
-    os.makedirs(parent, exist_ok=True)
+    made = make_dirs(os.path.dirname(os.path.abspath(path)))
     tmp = f"{path}.tmp-{os.getpid()}"
     done = False
     try:
@@ -337,8 +339,8 @@ def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") ->
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-        if created and not done:
-            os.removedirs(parent)  # the folders this export made for its file, and nothing else
+        if not done:
+            remove_made_dirs(made)  # the folders this export made for its file, and nothing that was there before
     return arch
 
 
@@ -500,13 +502,30 @@ class ConvertConfig:
             raise ConfigError(f"--gguf_type={self.gguf_type!r} is not one of f32, f16, q8_0")
 
 
-def check_export_dir(to_hf: str, overwrite: bool) -> None:
-    """Before any work: ``to_hf`` is a directory (or can be one) that holds no export, unless ``overwrite``."""
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (links resolved)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_export_dir(to_hf: str, overwrite: bool, in_dir: str = "") -> None:
+    """Before any work: ``to_hf`` is a new or empty directory, or one that holds an export of ours (replaced only
+    with ``overwrite``) — never a folder of other files, and never the input checkpoint's folder or one around it,
+    whatever the flags: an export replaces only its own files."""
     if os.path.exists(to_hf) and not os.path.isdir(to_hf):
         raise ConversionError(f"--to_hf='{to_hf}' is a file: the export is a directory (config.json, weights, "
                               "tokenizer); give a directory path")
+    if in_dir and _inside(in_dir, to_hf):
+        raise ConversionError(f"--to_hf='{to_hf}' is or holds the input checkpoint's folder '{in_dir}'; an export "
+                              "never writes over its input: choose another --to_hf")
     held = [name for name in ("config.json", "model.safetensors", "pytorch_model.bin")
             if os.path.exists(os.path.join(to_hf, name))]
+    others = sorted(name for name in (os.listdir(to_hf) if os.path.isdir(to_hf) else [])
+                    if name != LOCK_NAME and not name.startswith(".staging.tmp-"))  # ours: a lock, a killed staging
+    if others and not held:
+        more = ", …" if len(others) > 3 else ""
+        raise ConversionError(f"'{to_hf}' holds other files ({', '.join(others[:3])}{more}) and no export; an export "
+                              "goes into a new or empty folder: choose another --to_hf")
     if held and not overwrite:
         raise ConversionError(f"'{to_hf}' already holds an export ({', '.join(held)}); choose another --to_hf, or "
                               "pass --overwrite=True to replace it")
@@ -539,10 +558,15 @@ def check_complete_for_export(ckpt: dict, cfg: ConvertConfig) -> None:
                               "pass --allow_incomplete=True to export it as it is")
 
 
-def check_export_file(path: str, overwrite: bool) -> None:
-    """Before any work: ``path`` can be written as a new file (an existing one only with ``overwrite``)."""
+def check_export_file(path: str, overwrite: bool, in_dir: str = "") -> None:
+    """Before any work: ``path`` can be written as a new file (an existing one only with ``overwrite``, and never
+    the input checkpoint itself, whatever the flags)."""
     if os.path.isdir(path):
         raise ConversionError(f"--to_gguf='{path}' is a directory; give a file path such as model.gguf")
+    if in_dir and os.path.exists(path) and os.path.exists(checkpoint_path(in_dir)) and \
+            os.path.samefile(path, checkpoint_path(in_dir)):
+        raise ConversionError(f"--to_gguf='{path}' is the input checkpoint; an export never writes over its input: "
+                              "choose another --to_gguf")
     if os.path.lexists(path) and not overwrite:
         raise ConversionError(f"'{path}' already exists; choose another --to_gguf, or pass --overwrite=True")
     check_writable_dir(os.path.dirname(os.path.abspath(path)))
@@ -550,14 +574,14 @@ def check_export_file(path: str, overwrite: bool) -> None:
 
 def convert(cfg: ConvertConfig) -> str:
     if cfg.to_gguf:
-        check_export_file(cfg.to_gguf, cfg.overwrite)
+        check_export_file(cfg.to_gguf, cfg.overwrite, cfg.in_dir)
         model, ckpt = load_model(cfg.in_dir)
         check_complete_for_export(ckpt, cfg)
         tokenizer_files(ckpt.get("meta"))  # a tokenizer GGUF cannot hold fails before anything is written
         export_gguf(model, ckpt.get("meta"), cfg.to_gguf, cfg.gguf_type)
         return cfg.to_gguf
     if cfg.to_hf:
-        check_export_dir(cfg.to_hf, cfg.overwrite)
+        check_export_dir(cfg.to_hf, cfg.overwrite, cfg.in_dir)
         model, ckpt = load_model(cfg.in_dir)
         check_complete_for_export(ckpt, cfg)
         if ckpt.get("meta") is None:  # checked before anything is written

@@ -1,5 +1,6 @@
 """Offline import/export: a tiny random GPT-2 built inside the test, and a nanoGPT-format checkpoint."""
 import os
+import sys
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from model import GPT, GPTConfig
 
 transformers = pytest.importorskip("transformers")
 
-from convert import ConversionError, ConvertConfig, convert, export_hf, gpt2_from_pretrained  # noqa: E402
+from convert import ConversionError, ConvertConfig, convert, export_gguf, export_hf, gpt2_from_pretrained  # noqa: E402
 from transform import transform_model  # noqa: E402
 
 
@@ -258,3 +259,54 @@ def test_a_nanogpt_checkpoint_whose_weights_contradict_its_model_args_is_named(t
     with pytest.raises(CheckpointError, match=r"'transformer.h.1.mlp.c_fc.weight' has shape \(96, 16\)"):
         convert(ConvertConfig(from_nanogpt=str(tmp_path / "ng"), out_dir=str(tmp_path / "ours"),
                               data_dir=char_data_dir))
+
+
+def test_an_export_never_writes_over_what_it_did_not_make(tmp_path, trained_dir):
+    """A folder of the user's files is no export target (with or without --overwrite); the input checkpoint's own
+    folder and file are never an output, whatever the flags; nothing is written in any of these cases."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(ConversionError, match="holds other files \\(notes.txt\\) and no export"):
+            convert(ConvertConfig(in_dir=trained_dir, to_hf=str(user), overwrite=overwrite))
+        assert os.listdir(user) == ["notes.txt"]
+    before = sorted(os.listdir(trained_dir))
+    with pytest.raises(ConversionError, match="never writes over its input"):
+        convert(ConvertConfig(in_dir=trained_dir, to_hf=trained_dir, overwrite=True))
+    with pytest.raises(ConversionError, match="never writes over its input"):
+        convert(ConvertConfig(in_dir=trained_dir, to_hf=os.path.dirname(trained_dir), overwrite=True))
+    with pytest.raises(ConversionError, match="is the input checkpoint"):
+        convert(ConvertConfig(in_dir=trained_dir, to_gguf=os.path.join(trained_dir, "ckpt.pt"), overwrite=True))
+    assert sorted(os.listdir(trained_dir)) == before
+
+
+def test_a_failed_gguf_export_removes_only_the_folders_it_made(tmp_path, monkeypatch):
+    """os.removedirs once climbed past the folders the export made and removed an empty folder that was there."""
+    from lgpt.formats import gguf_file
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64, bias=False, norm_type="rmsnorm",
+                          pos="rope", mlp="swiglu", head="tied"))
+    (tmp_path / "existing").mkdir()
+
+    def fail(path, *args, **kwargs):
+        open(path, "wb").write(b"half")
+        raise OSError("disk full")
+    monkeypatch.setattr(gguf_file, "write_gguf", fail)
+    monkeypatch.setattr(sys.modules["convert"], "tokenizer_files", lambda meta: {})
+    with pytest.raises(OSError, match="disk full"):
+        export_gguf(model, None, str(tmp_path / "existing" / "a" / "b" / "m.gguf"))
+    assert os.listdir(tmp_path) == ["existing"] and os.listdir(tmp_path / "existing") == []
+
+
+def test_a_staged_export_stages_inside_its_target(tmp_path):
+    """The staging folder lies inside the target, so its files move in without crossing a filesystem (a target
+    that is a mount point once ended in a cross-device traceback); a failure removes a target it created."""
+    from lgpt.plumbing.checkpoint import staged_dir
+    with staged_dir(str(tmp_path / "t"), "config.json") as staging:
+        assert os.path.dirname(staging) == str(tmp_path / "t")
+        open(os.path.join(staging, "config.json"), "w").write("{}")
+    assert os.listdir(tmp_path / "t") == ["config.json"]
+    with pytest.raises(RuntimeError), staged_dir(str(tmp_path / "new" / "u"), "config.json"):
+        raise RuntimeError("stopped")
+    assert os.listdir(tmp_path) == ["t"]

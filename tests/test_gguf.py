@@ -227,3 +227,48 @@ def test_read_gguf_names_a_shape_that_contradicts_the_metadata(tmp_path):
               "blk.0.ffn_up.weight": (12, 8), "blk.0.ffn_down.weight": (8, 16)}
     with pytest.raises(ConversionError, match="blk.0.ffn_up.weight has shape"):
         read_gguf(write_file(str(tmp_path / "m.gguf"), tensors=shapes))
+
+
+def test_a_weight_float16_cannot_hold_is_refused_not_written_as_inf(ours, tmp_path, capsys):
+    """--gguf_type=f16 once wrote inf for a finite weight beyond 65504; f32 holds it and reads back finite."""
+    from lgpt.plumbing.checkpoint import load_checkpoint, save_checkpoint
+    ckpt = load_checkpoint(ours["llama_gqa"])
+    ckpt["model"]["transformer.h.0.mlp.c_proj.weight"][0, 0] = 1e5
+    save_checkpoint(ckpt, str(tmp_path / "big"))
+    rc = run_cli(importlib.import_module("convert").main,
+                 [f"--in_dir={tmp_path / 'big'}", f"--to_gguf={tmp_path / 'big.gguf'}", "--gguf_type=f16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "magnitude 1e+05" in err[0] and "--gguf_type=f32" in err[0], err
+    assert not (tmp_path / "big.gguf").exists()
+    convert(ConvertConfig(in_dir=str(tmp_path / "big"), to_gguf=str(tmp_path / "big32.gguf")))
+    state = read_gguf(str(tmp_path / "big32.gguf")).hf_state
+    assert all(torch.isfinite(w).all() for w in state.values())
+    assert state["model.layers.0.mlp.down_proj.weight"].abs().max() == 1e5
+
+
+def test_a_tokenizer_whose_merges_hold_a_space_is_refused():
+    """GGUF writes a merge as 'left right'; a token with a space inside once exported with exit 0 into a file no
+    reader could split back."""
+    import json
+
+    from lgpt.formats.gguf_file import tokenizer_fields
+    spec = {"model": {"type": "BPE", "vocab": {"a": 0, "b c": 1, "ab c": 2}, "merges": [["a", "b c"]]}}
+    with pytest.raises(ConversionError, match=r"merge 0 .* holding a space"):
+        tokenizer_fields({"tokenizer.json": json.dumps(spec)}, {}, 3)
+    spec["model"]["vocab"] = {"a": 0, "b": 1, "ab": 2}
+    spec["model"]["merges"] = [["a", "b"]]
+    assert tokenizer_fields({"tokenizer.json": json.dumps(spec)}, {}, 3)["merges"] == ["a b"]
+
+
+def test_an_import_reads_only_the_gguf_file_it_was_given(ours, tmp_path):
+    """A tokenizer_config.json lying beside the file once leaked into the imported tokenizer (transformers reads
+    the whole folder); the import is the same whatever else is in that folder."""
+    from lgpt.plumbing.checkpoint import load_checkpoint
+    (tmp_path / "f").mkdir()
+    path = tmp_path / "f" / "m.gguf"
+    convert(ConvertConfig(in_dir=ours["llama_gqa"], to_gguf=str(path)))
+    convert(ConvertConfig(from_gguf=str(path), out_dir=str(tmp_path / "clean")))
+    (tmp_path / "f" / "tokenizer_config.json").write_text('{"chat_template": "LEAKED", "bos_token": "a"}')
+    convert(ConvertConfig(from_gguf=str(path), out_dir=str(tmp_path / "beside")))
+    clean, beside = load_checkpoint(str(tmp_path / "clean"))["meta"], load_checkpoint(str(tmp_path / "beside"))["meta"]
+    assert "LEAKED" not in str(beside) and beside == clean

@@ -299,13 +299,16 @@ def gguf_pretokenizer(path: str) -> str:
 
 def gguf_tokenizer_files(path: str) -> dict[str, str]:
     """The Hugging Face tokenizer files (tokenizer.json and its configs) of the tokenizer a GGUF file describes,
-    built by transformers' GGUF converter (the same tokenizer transformers uses with the file)."""
+    built by transformers' GGUF converter (the same tokenizer transformers uses with the file). It reads the file
+    through a link in a folder of its own: transformers would otherwise also read any tokenizer_config.json or
+    tokenizer.json lying beside the file, and the import would depend on what else is in that folder."""
     import transformers
 
     from lgpt.plumbing.dataset import read_tokenizer_files
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
-                                                               gguf_file=os.path.basename(path))
+        with tempfile.TemporaryDirectory() as alone:
+            os.symlink(os.path.abspath(path), os.path.join(alone, "model.gguf"))
+            tokenizer = transformers.AutoTokenizer.from_pretrained(alone, gguf_file="model.gguf")
     except Exception as e:  # no or a damaged token list: the converter raises several kinds
         raise ConversionError(f"the tokenizer in '{path}' cannot be read ({e.__class__.__name__}: {str(e)[:120]}); "
                               "an imported model keeps its own tokenizer") from e
@@ -365,7 +368,14 @@ def tokenizer_fields(files: dict[str, str], special_ids: dict, vocab_size: int) 
         types[int(added["id"])] = (TOKEN_UNKNOWN if added["content"] == model.get("unk_token") else TOKEN_CONTROL
                                    if added.get("special") else TOKEN_USER_DEFINED)
     size = max(vocab_size, max(tokens) + 1)
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    merges = []
+    for i, m in enumerate(model.get("merges") or []):
+        pair = m.split(" ") if isinstance(m, str) else list(m)
+        if len(pair) != 2 or not all(pair) or any(" " in side for side in pair):  # stored as 'left right'
+            raise ConversionError(f"the tokenizer's merge {i} ({m!r}) has a token holding a space, which GGUF's "
+                                  "'left right' merges cannot write (no reader could split it back); export with "
+                                  "--to_hf instead")
+        merges.append(" ".join(pair))
     fields = {"model": "llama" if sentencepiece else "gpt2",
               "tokens": [tokens.get(i, f"[PAD{i}]") for i in range(size)],
               "token_types": [types.get(i, TOKEN_UNUSED) for i in range(size)], "merges": merges,
@@ -403,14 +413,22 @@ def gguf_state(hf_state: dict, hf_config, arch: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def storage(W: torch.Tensor, dtype: str):
+F16_MAX = float(np.finfo(np.float16).max)  # 65504: past it float16 holds only inf
+
+
+def storage(W: torch.Tensor, dtype: str, name: str = "a tensor"):
     """(array, GGML type) for one tensor: matrices in ``dtype``, vectors and matrices whose rows Q8_0 cannot
-    block (length not a multiple of 32) in F32/F16."""
+    block (length not a multiple of 32) in F32/F16. A weight that float16 cannot hold (|w| > 65504, or a Q8_0
+    block whose float16 scale would overflow) is refused, not written as inf."""
     gguf = _gguf()
     Q = gguf.GGMLQuantizationType
     x = W.numpy()
     if x.ndim == 1 or dtype == "f32":
         return x.astype(np.float32), Q.F32
+    largest = float(np.abs(x).max()) if x.size else 0.0
+    if largest > F16_MAX * (127 if dtype == "q8_0" and x.shape[-1] % 32 == 0 else 1):
+        raise ConversionError(f"{name} holds a weight of magnitude {largest:.4g}, beyond what --gguf_type={dtype} "
+                              "stores (float16 tops out at 65504); export with --gguf_type=f32")
     if dtype == "q8_0" and x.shape[-1] % 32 == 0:
         return gguf.quants.quantize(x.astype(np.float32), Q.Q8_0), Q.Q8_0
     return x.astype(np.float16), Q.F16
@@ -463,8 +481,8 @@ def write_gguf(path: str, hf_state: dict, hf_config, arch: str, tokenizer_files:
     writer.add_add_bos_token(False)  # a dataset is one stream of text: no BOS is added (as prepare.py does)
     if tok["chat_template"]:
         writer.add_chat_template(tok["chat_template"])
-    for tensor_name, W in gguf_state(hf_state, hf_config, arch).items():
-        data, qtype = storage(W, dtype)
+    tensors = {name: storage(W, dtype, name) for name, W in gguf_state(hf_state, hf_config, arch).items()}
+    for tensor_name, (data, qtype) in tensors.items():  # every tensor checked above, before any byte is written
         writer.add_tensor(tensor_name, data, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

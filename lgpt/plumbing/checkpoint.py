@@ -142,20 +142,48 @@ def hold_run_dir(out_dir: str, command: str) -> Iterator[None]:
                 os.rmdir(directory)
 
 
+def make_dirs(path: str) -> list[str]:
+    """``os.makedirs(path)``, returning the folders it created (deepest first): what a failed command may remove
+    again, and nothing that was there before it."""
+    made = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(made):
+        os.makedirs(folder, exist_ok=True)
+    return made
+
+
+def remove_made_dirs(made: list[str]) -> None:
+    """Remove the folders ``make_dirs`` created, deepest first, each only while it is empty."""
+    for folder in made:
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (something else wrote there) or gone: leave it, and its parents
+            return
+
+
 @contextmanager
 def staged_dir(target: str, marker: str) -> Iterator[str]:
-    """Write a whole result into a temporary sibling of ``target`` (yielded), and only when it is complete move its
-    files in: first ``marker`` — the file that makes ``target`` look complete (config.json of an export,
-    metrics.json of a geometry report) — is taken away if an older result left one, then every other file goes in,
-    the marker last. Whatever stops the writer (an error, Ctrl-C, SIGTERM or SIGHUP, which ``cli.run_cli`` turns
-    into exceptions; not SIGKILL) leaves ``target`` as it was, and the staging directory goes in every case; a stop
-    in the middle of the move leaves ``target`` without a marker, which reads as incomplete."""
+    """Write a whole result into a staging folder inside ``target`` (yielded; inside, so the final moves never
+    cross a filesystem even when ``target`` is a mount point), and only when it is complete move its files in:
+    first ``marker`` — the file that makes ``target`` look complete (config.json of an export, metrics.json of a
+    geometry report) — is taken away if an older result left one, then every other file goes in, the marker last.
+    Whatever stops the writer (an error, Ctrl-C, SIGTERM or SIGHUP, which ``cli.run_cli`` turns into exceptions;
+    not SIGKILL) leaves ``target`` as it was, and the staging folder goes in every case (with ``target`` itself
+    when this call created it and it is still empty); a stop in the middle of the move leaves ``target`` without a
+    marker, which reads as incomplete."""
     import shutil
-    staging = f"{os.path.abspath(target).rstrip(os.sep)}.tmp-{os.getpid()}"
+    if os.path.lexists(target) and not os.path.isdir(target):  # the command's own check names it before any move
+        made, staging = [], f"{os.path.abspath(target)}.tmp-{os.getpid()}"
+    else:
+        made = make_dirs(target)
+        staging = os.path.join(os.path.abspath(target), f".staging.tmp-{os.getpid()}")
+    done = False
     try:
         os.makedirs(staging)
         yield staging
-        os.makedirs(target, exist_ok=True)
         if os.path.lexists(os.path.join(target, marker)):
             os.remove(os.path.join(target, marker))
         for name in sorted(os.listdir(staging), key=lambda name: name == marker):
@@ -163,8 +191,11 @@ def staged_dir(target: str, marker: str) -> Iterator[str]:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             os.replace(os.path.join(staging, name), path)
+        done = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not done:
+            remove_made_dirs(made)
 
 
 def _listing(out_dir: str) -> dict[str, tuple[int, int]]:

@@ -329,13 +329,17 @@ class Tokenizer:
         return self._enc.decode(ids)
 
 
+class _NamesCode(pickle.UnpicklingError):
+    """A pickle that names a class or function: refused before it is called."""
+
+
 class _DataOnlyUnpickler(pickle.Unpickler):
     """Unpickles plain data only — dicts, lists, tuples, strings, numbers, bytes, None — which is all a meta.pkl
     holds (nanoGPT's and ours): any class or function the file names is refused before it can be called, so
     reading a meta.pkl never runs code from it."""
 
     def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"it names {module}.{name}, and a meta.pkl may hold plain data only")
+        raise _NamesCode(f"it names {module}.{name}, and a meta.pkl may hold plain data only")
 
 
 def load_meta(data_dir: str) -> dict | None:
@@ -347,7 +351,7 @@ def load_meta(data_dir: str) -> dict | None:
     try:
         with open(path, "rb") as f:
             meta = _DataOnlyUnpickler(f).load()
-    except pickle.UnpicklingError as e:
+    except _NamesCode as e:
         raise DataError(f"'{path}' is not plain data ({e}); nothing was run. Prepare the dataset again "
                         "(data/<name>/prepare.py or prepare.py)") from e
     except Exception as e:  # a truncated or foreign file: UnpicklingError, EOFError, ...
