@@ -213,7 +213,7 @@ class RecoveryTracker:
     range(T). At its first call it measures what needs the run's device, dtype and eval batches: the reference loss
     (the transform's source, on the same batches as the curve it is compared with) and the batch the energy reads."""
 
-    def __init__(self, record: dict, transform: dict | None, source: tuple[str, dict] | None):
+    def __init__(self, record: dict, transform: dict | None = None, source: tuple[str, dict] | None = None):
         self.record, self.transform = record, transform
         self.source = source  # the transform's source (as ``transform_source`` read it) to measure, or None
         self.energy: Callable[[], float] | None = None
@@ -245,8 +245,8 @@ class RecoveryTracker:
 
         return energy
 
-    def __call__(self, iter_num: int, losses: dict, evaluator: Evaluator) -> dict:
-        if not self.started:
+    def __call__(self, iter_num: int, losses: dict, evaluator: Evaluator | None = None) -> dict:
+        if not self.started and evaluator is not None:  # None: called outside a run, nothing to measure
             self.start(evaluator)
         self.record.setdefault("curve", []).append([iter_num, losses["val"]])
         out = {}
