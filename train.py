@@ -2,7 +2,12 @@
 Train a GPT.  ``python train.py configs/shakespeare_char.py --max_iters=500``
 
 Single process on CPU or one GPU, or DDP:  ``torchrun --standalone --nproc_per_node=8 train.py CONFIG``
-(NCCL on GPU, gloo on CPU). ``finetune.py`` reuses ``train()`` below: there is one training loop.
+(NCCL on GPU, gloo on CPU).
+
+Read top to bottom, as nanoGPT's: the config (``TrainConfig``), the LR schedule, then ``train()``, which sets the run
+up and holds the whole loop; below it the named steps the loop calls (setup, save, evaluate, the signal and NaN
+stops). ``finetune.py`` reuses ``train()`` (a loss function for distillation, an ``on_eval`` callback for the
+recovery record): there is one training loop.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
-from torch.distributed import destroy_process_group, init_process_group
+from torch.distributed import destroy_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lgpt.plumbing.checkpoint import (
@@ -43,7 +48,7 @@ from lgpt.plumbing.dataset import (
     load_meta,
     loss_basis,
 )
-from lgpt.plumbing.devices import announce_threads, peak_flops, resolve_device
+from lgpt.plumbing.devices import Runtime, announce_threads, setup_runtime
 from lgpt.plumbing.errors import ConfigError, TrainingDiverged
 from lgpt.plumbing.logger import MetricsLogger, drop_rows_after
 from model import GPT, GPTConfig, advance_ramp, ramp_of, raw_state_dict
@@ -240,7 +245,7 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None, loss_fn: LossFn
     # setup: device, data, model, optimizer (restored on resume); everything is checked before anything is written
     if cfg.init_from != "resume":
         check_output_dir(cfg.out_dir, overwrite=cfg.overwrite)
-    rt = setup_runtime(cfg)
+    rt = setup_runtime(cfg.device, cfg.dtype, cfg.peak_tflops)  # device, precision, DDP rank
     torch.manual_seed(cfg.seed)
     data_dir = cfg.resolved_data_dir()
     if rt.master and not cfg.data_dir:  # the repo's own data/<dataset>: prepared on first use, as nanoGPT
@@ -347,60 +352,6 @@ def train(cfg: TrainConfig, init_checkpoint: dict | None = None, loss_fn: LossFn
 
 # ----------------------------------------------------------------------------------------------
 # Setup: where the run executes, the model and the state it starts from
-
-
-@dataclass
-class Runtime:
-    """Where and how this process runs: device, precision, DDP rank."""
-    device: str
-    device_type: str
-    ptdtype: torch.dtype
-    ddp: bool
-    rank: int
-    local_rank: int
-    world_size: int
-    peak_flops: float | None = None  # what MFU is measured against (None: not reported)
-
-    @property
-    def master(self) -> bool:
-        return self.rank == 0
-
-    def autocast(self):
-        if self.ptdtype == torch.float32:
-            return nullcontext()
-        return torch.amp.autocast(device_type=self.device_type, dtype=self.ptdtype)
-
-    def synchronize(self) -> None:
-        """Wait for this process's GPU (timings); nothing elsewhere."""
-        if self.device_type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
-def setup_runtime(cfg: TrainConfig) -> Runtime:
-    """Pick the device and dtype; join the DDP process group when launched by torchrun."""
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    device = resolve_device(cfg.device)
-    device_type = device.split(":")[0]
-    dtype = cfg.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    if device_type != "cuda" and dtype == "float16":
-        raise ConfigError(f"dtype='float16' needs a CUDA GPU (its loss scaling is CUDA's); on {device_type} use "
-                          "--dtype=bfloat16 (autocast) or float32")
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-        init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-        if device_type == "cuda":
-            device = f"cuda:{local_rank}"
-    if device_type == "cuda":
-        if ":" in device:  # cuda:N without DDP too: synchronize() and new tensors then mean that GPU
-            torch.cuda.set_device(torch.device(device))
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    return Runtime(device, device_type, ptdtype, ddp, rank, local_rank, world_size,
-                   peak_flops(device, ptdtype, cfg.peak_tflops))
 
 
 def model_and_state(cfg: TrainConfig, rt: Runtime, init_checkpoint: dict | None,
