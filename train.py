@@ -228,6 +228,7 @@ def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 # The loop
 
 
+# one function on purpose (hence noqa: C901): the loop is read in one place, as nanoGPT's; its steps are named below
 def train(cfg: TrainConfig, init_checkpoint: dict | None = None, loss_fn: LossFn | None = None,  # noqa: C901
           on_eval: OnEval | None = None) -> dict:
     """Train ``cfg``'s model and return a summary: warmup + cosine LR, gradient accumulation, clipping, an
