@@ -46,11 +46,10 @@ from lgpt.plumbing.dataset import (
     check_tokenizer,
     data_dir_for_checkpoint,
     dataset_dir,
-    evaluate_loss,
     tokenizer_fingerprint,
 )
 from lgpt.plumbing.errors import ConfigError
-from train import Run, TrainConfig, train
+from train import Evaluator, TrainConfig, train
 
 
 @dataclass
@@ -122,29 +121,6 @@ def transform_source(record: dict | None) -> tuple[str, dict] | None:
     source_ckpt = load_checkpoint(source)
     check_transform_source(record, source_ckpt, source)
     return source, source_ckpt
-
-
-def reference_loss(cfg: FinetuneConfig, record: dict | None, run: Run,
-                   source: tuple[str, dict] | None = None) -> float | None:
-    """The reference val loss on the same eval batches the finetune loop uses, on the run's device and in its
-    autocast dtype (the curve it is compared with is measured so): computed once, by rank 0, and broadcast.
-    ``source``: the transform's source as ``transform_source`` read it."""
-    value = None
-    if cfg.reference_val_loss is not None:
-        value = cfg.reference_val_loss
-    elif record and run.rt.master:
-        if source is not None:
-            reference = model_from_checkpoint(source[1]).to(run.rt.device)
-            value = evaluate_loss(reference, run.loader, "val", cfg.eval_iters, cfg.eval_batch_seed(),
-                                  run.rt.autocast())
-            del reference
-        else:
-            value = record.get("val_loss_before")
-    if run.rt.ddp:
-        shared = [value]
-        torch.distributed.broadcast_object_list(shared, src=0)
-        value = shared[0]
-    return value
 
 
 # the settings that make two finetunes comparable step for step (same data order, eval batches and schedule), the
@@ -232,31 +208,46 @@ def against_control(curve: list, control_curve: list, tol: float) -> dict:
 
 
 class RecoveryTracker:
-    """The on_eval callback: recovery curve and steps to recover, kept in a dict saved with every checkpoint; for a
-    model grown in width (m > d), also the share of its residual energy outside range(T) (``watch``)."""
+    """The on_eval callback: recovery curve and steps to recover, kept in the ``finetune`` record that every
+    checkpoint of the run carries; for a model grown in width (m > d), also the share of its residual energy outside
+    range(T). At its first call it measures what needs the run's device, dtype and eval batches: the reference loss
+    (the transform's source, on the same batches as the curve it is compared with) and the batch the energy reads."""
 
-    def __init__(self, record: dict):
-        self.record = record
+    def __init__(self, record: dict, transform: dict | None = None, source: tuple[str, dict] | None = None):
+        self.record, self.transform = record, transform
+        self.source = source  # the transform's source (as ``transform_source`` read it) to measure, or None
         self.energy: Callable[[], float] | None = None
+        self.started = False
 
-    def watch(self, run: Run, transform: dict | None) -> None:
-        """Track the energy outside range(T) of a grown model, on its first fixed val batch (every run of one
-        recipe and eval seed reads the same tokens)."""
-        T = (transform or {}).get("T")
-        if T is None or T.shape[0] <= T.shape[1] or run.model.config.n_embd != T.shape[0] or \
-                transform.get("porting") == "per_block":  # one map per site: no single range(T) to watch
-            return
-        x, _ = run.loader.get_batch("val", run.cfg.eval_batch_seed())
+    def start(self, evaluator: Evaluator) -> None:
+        self.started = True
+        if self.source is not None:
+            reference = model_from_checkpoint(self.source[1]).to(evaluator.rt.device)
+            self.record["reference_val_loss"] = evaluator.loss("val", reference)
+            del reference
+            self.source = None  # the source's weights are not held through training
+        self.energy = self.watch(evaluator)
+
+    def watch(self, evaluator: Evaluator) -> Callable[[], float] | None:
+        """The energy outside range(T) of a grown model, on its first fixed val batch (every run of one recipe and
+        eval seed reads the same tokens); None for any other model."""
+        T, model = (self.transform or {}).get("T"), evaluator.model
+        if T is None or T.shape[0] <= T.shape[1] or model.config.n_embd != T.shape[0] or \
+                self.transform.get("porting") == "per_block":  # one map per site: no single range(T) to watch
+            return None
+        x, _ = evaluator.loader.get_batch("val", evaluator.cfg.eval_batch_seed())
 
         @torch.no_grad()
         def energy() -> float:
-            with run.rt.autocast():
-                hidden = run.eval_model(x, return_hidden=True)[2]
+            with evaluator.rt.autocast():
+                hidden = model(x, return_hidden=True)[2]
             return energy_outside_range(torch.cat([h.reshape(-1, h.shape[-1]) for h in hidden[1:]]), T)
 
-        self.energy = energy
+        return energy
 
-    def __call__(self, iter_num: int, losses: dict) -> dict:
+    def __call__(self, iter_num: int, losses: dict, evaluator: Evaluator | None = None) -> dict:
+        if not self.started and evaluator is not None:  # None: called outside a run, nothing to measure
+            self.start(evaluator)
         self.record.setdefault("curve", []).append([iter_num, losses["val"]])
         out = {}
         if self.energy is not None:
@@ -298,32 +289,23 @@ def finetune(cfg: FinetuneConfig) -> dict:
     source = None if resume or cfg.reference_val_loss is not None else transform_source(ckpt.get("transform"))
     if int(os.environ.get("RANK", "0")) != 0:
         source = None
-    make_loss = None
+    loss_fn = None
     if cfg.distill:
         teacher, teacher_source = load_teacher(cfg, ckpt)
         target_map = hidden_target_map(ckpt, teacher) if cfg.distill_hidden else None
-        make_loss = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk,
-                                      cfg.distill_hidden, target_map)
+        loss_fn = distillation_loss(teacher, cfg.distill_alpha, cfg.distill_temperature, cfg.distill_chunk,
+                                    cfg.distill_hidden, target_map)
     record = ckpt.get("finetune") if resume else None
-    new_record = record is None
-    if new_record:
+    if record is None:  # a new finetune: its reference is the given loss, else measured at the first evaluation
         record = {"in_dir": os.path.abspath(cfg.in_dir), "recover_tol": cfg.recover_tol, "curve": [],
-                  "steps_to_recover": None, "reference_val_loss": None}
-    tracker = RecoveryTracker(record)
-
-    def on_start(run: Run) -> None:  # once the run has its device, dtype and process group
-        nonlocal source
-        tracker.watch(run, ckpt.get("transform"))
-        if new_record:
-            record["reference_val_loss"] = reference_loss(cfg, ckpt.get("transform"), run, source)
-            source = None  # the source's weights are not held through training
-    extra = {"finetune": record}
-    if "transform" in ckpt:
-        extra["transform"] = ckpt["transform"]
+                  "steps_to_recover": None, "reference_val_loss": cfg.reference_val_loss}
+        if cfg.reference_val_loss is None and source is None and ckpt.get("transform"):
+            record["reference_val_loss"] = ckpt["transform"].get("val_loss_before")  # the source is gone
     if cfg.distill:
         record["teacher"] = os.path.abspath(teacher_source)
-    summary = train(cfg, init_checkpoint=None if resume else ckpt, on_eval=tracker,
-                    extra_checkpoint=extra, make_loss=make_loss, on_start=on_start)
+    ckpt["finetune"] = record  # train() carries it into every checkpoint; the tracker updates it at each evaluation
+    summary = train(cfg, init_checkpoint=ckpt, loss_fn=loss_fn,
+                    on_eval=RecoveryTracker(record, ckpt.get("transform"), source))
     if int(os.environ.get("RANK", "0")) != 0:  # under DDP only the master evaluates and writes
         return summary
     summary.update({k: record[k] for k in ("reference_val_loss", "steps_to_recover", "curve", "recover_tol",

@@ -2,7 +2,12 @@
 Train a GPT.  ``python train.py configs/shakespeare_char.py --max_iters=500``
 
 Single process on CPU or one GPU, or DDP:  ``torchrun --standalone --nproc_per_node=8 train.py CONFIG``
-(NCCL on GPU, gloo on CPU). ``finetune.py`` reuses ``train()`` below: there is one training loop.
+(NCCL on GPU, gloo on CPU).
+
+Read top to bottom, as nanoGPT's: the config (``TrainConfig``), the LR schedule, then ``train()``, which sets the run
+up and holds the whole loop; below it the named steps the loop calls (setup, save, evaluate, the signal and NaN
+stops). ``finetune.py`` reuses ``train()`` (a loss function for distillation, an ``on_eval`` callback for the
+recovery record): there is one training loop.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
-from torch.distributed import destroy_process_group, init_process_group
+from torch.distributed import destroy_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lgpt.plumbing.checkpoint import (
@@ -43,7 +48,7 @@ from lgpt.plumbing.dataset import (
     load_meta,
     loss_basis,
 )
-from lgpt.plumbing.devices import announce_threads, peak_flops, resolve_device
+from lgpt.plumbing.devices import Runtime, announce_threads, setup_runtime
 from lgpt.plumbing.errors import ConfigError, TrainingDiverged
 from lgpt.plumbing.logger import MetricsLogger, drop_rows_after
 from model import GPT, GPTConfig, advance_ramp, ramp_of, raw_state_dict
@@ -51,6 +56,8 @@ from model import GPT, GPTConfig, advance_ramp, ramp_of, raw_state_dict
 # model fields a run may set on a model that comes from a checkpoint: the rest is the checkpoint's architecture
 CHECKPOINT_OVERRIDABLE = ("dropout", "norm_reg", "block_size")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+METRICS = "metrics.jsonl"
+RECORDS = ("transform", "finetune")  # what a run's checkpoints carry on from the checkpoint it started from
 
 
 @dataclass
@@ -177,62 +184,230 @@ def get_lr(it: int, cfg: TrainConfig, rewarm_from: int = 0) -> float:
     return (cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)) * ramp
 
 
-# ----------------------------------------------------------------------------------------------
-# Setup: where the run executes, the model, and the state the loop carries
-
-
 @dataclass
-class Runtime:
-    """Where and how this process runs: device, precision, DDP rank."""
-    device: str
-    device_type: str
-    ptdtype: torch.dtype
-    ddp: bool
-    rank: int
-    local_rank: int
-    world_size: int
-    peak_flops: float | None = None  # what MFU is measured against (None: not reported)
-
-    @property
-    def master(self) -> bool:
-        return self.rank == 0
-
-    def autocast(self):
-        if self.ptdtype == torch.float32:
-            return nullcontext()
-        return torch.amp.autocast(device_type=self.device_type, dtype=self.ptdtype)
-
-    def synchronize(self) -> None:
-        """Wait for this process's GPU (timings); nothing elsewhere."""
-        if self.device_type == "cuda":
-            torch.cuda.synchronize(self.device)
+class TrainState:
+    """What the loop changes; saved in every checkpoint and restored on resume."""
+    iter_num: int = 0
+    best_val_loss: float = float("inf")
+    losses: dict = field(default_factory=dict)  # the last evaluation's
+    stop_signal: str | None = None  # 'SIGINT' / 'SIGTERM' / 'SIGHUP' once a stop was requested
+    last_eval_iter: int = -1  # a resumed run does not evaluate again the step its checkpoint evaluated
+    rewarm_from: int = 0  # the iteration a continued state (init_state) started at: the re-warmup's origin
 
 
-def setup_runtime(cfg: TrainConfig) -> Runtime:
-    """Pick the device and dtype; join the DDP process group when launched by torchrun."""
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    device = resolve_device(cfg.device)
-    device_type = device.split(":")[0]
-    dtype = cfg.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    if device_type != "cuda" and dtype == "float16":
-        raise ConfigError(f"dtype='float16' needs a CUDA GPU (its loss scaling is CUDA's); on {device_type} use "
-                          "--dtype=bfloat16 (autocast) or float32")
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-        init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-        if device_type == "cuda":
-            device = f"cuda:{local_rank}"
-    if device_type == "cuda":
-        if ":" in device:  # cuda:N without DDP too: synchronize() and new tensors then mean that GPU
-            torch.cuda.set_device(torch.device(device))
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    return Runtime(device, device_type, ptdtype, ddp, rank, local_rank, world_size,
-                   peak_flops(device, ptdtype, cfg.peak_tflops))
+@dataclass(frozen=True)
+class Evaluator:
+    """How the run measures a model: on its device, in its autocast dtype, on its fixed eval batches. ``on_eval``
+    is handed it, so a callback measures another model (finetune's reference) exactly as the run measures its own."""
+    cfg: TrainConfig
+    rt: Runtime
+    loader: BatchLoader
+    model: torch.nn.Module  # the model being trained, as evaluated: compiled when it is, never the DDP wrapper
+    #                         (rank 0 evaluates alone; through DDP it would wait for its peers)
+
+    def loss(self, split: str, model: torch.nn.Module | None = None) -> float:
+        """Mean loss of ``model`` (default: the run's) on the fixed eval batches of ``split``."""
+        return evaluate_loss(self.model if model is None else model, self.loader, split, self.cfg.eval_iters,
+                             self.cfg.eval_batch_seed(), self.rt.autocast())
+
+    def basis(self) -> str:
+        """The basis of the losses the log prints (each split on its own fixed batches)."""
+        return loss_basis(self.loader, self.cfg.eval_iters, self.cfg.eval_batch_seed(), split=None)
+
+
+LossFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (model, x, y) -> loss
+OnEval = Callable[[int, dict, Evaluator], "dict | None"]  # (iter_num, losses, evaluator) -> metrics to log
+
+
+def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The default micro-batch loss: the model's own next-token loss (which sets its ``last_loss_terms``)."""
+    return model(x, y)[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+
+
+# one function on purpose (hence noqa: C901): the loop is read in one place, as nanoGPT's; its steps are named below
+def train(cfg: TrainConfig, init_checkpoint: dict | None = None, loss_fn: LossFn | None = None,  # noqa: C901
+          on_eval: OnEval | None = None) -> dict:
+    """Train ``cfg``'s model and return a summary: warmup + cosine LR, gradient accumulation, clipping, an
+    evaluation and atomic checkpoint every eval_interval, exact resume, SIGINT/SIGTERM/SIGHUP save and raise
+    ``Interrupted``, a non-finite loss raises ``TrainingDiverged``.
+
+    ``init_checkpoint``: the checkpoint to start from: finetuning's input (its weights, a fresh optimizer), or with
+    init_from='resume' the run's own checkpoint already read (None: read from out_dir). Every checkpoint the run
+    saves carries on its ``transform`` and ``finetune`` records (finetune.py updates its record there).
+    ``loss_fn(model, x, y)``: a micro-batch's loss in place of the LM loss (distillation); ``model`` is the model as
+    trained (compiled, DDP-wrapped), and the function must set the raw model's ``last_loss_terms`` for the log.
+    ``on_eval(iter_num, losses, evaluator)``: called on the master after each evaluation; a dict it returns is
+    logged with the losses.
+    """
+    # setup: device, data, model, optimizer (restored on resume); everything is checked before anything is written
+    if cfg.init_from != "resume":
+        check_output_dir(cfg.out_dir, overwrite=cfg.overwrite)
+    rt = setup_runtime(cfg.device, cfg.dtype, cfg.peak_tflops)  # device, precision, DDP rank
+    torch.manual_seed(cfg.seed)
+    data_dir = cfg.resolved_data_dir()
+    if rt.master and not cfg.data_dir:  # the repo's own data/<dataset>: prepared on first use, as nanoGPT
+        ensure_prepared(data_dir, cfg.dataset)
+    if rt.ddp:
+        torch.distributed.barrier()
+    model, optimizer, st, carried = model_and_state(cfg, rt, init_checkpoint, data_dir)
+    loader = BatchLoader(data_dir, model.config.block_size, cfg.batch_size, rt.device)
+    scaler = torch.amp.GradScaler(rt.device_type, enabled=rt.ptdtype == torch.float16)  # loss scaling: float16 only
+    eval_model = train_model = compiled(model, cfg, rt)
+    if rt.ddp:
+        train_model = DDP(train_model, device_ids=[rt.local_rank] if rt.device_type == "cuda" else None)
+    evaluator = Evaluator(cfg, rt, loader, eval_model)
+    logger = MetricsLogger(cfg.out_dir, enabled=rt.master, wandb_log=cfg.wandb_log, project=cfg.wandb_project,
+                           run_name=cfg.wandb_run_name, config=dataclasses.asdict(cfg), filename=METRICS)
+    grad_accum = math.ceil(cfg.gradient_accumulation_steps / rt.world_size)  # micro-steps per process
+    tokens_per_iter = grad_accum * rt.world_size * cfg.batch_size * model.config.block_size
+    if rt.master:
+        announce(cfg, rt, model, grad_accum, tokens_per_iter)
+    loss_fn = loss_fn or lm_loss
+
+    step_times: list[float] = []
+    try:
+        with stop_on_signals(st, rt.master), progress_bar(cfg, rt, st.iter_num) as bar:
+            if cfg.eval_only:
+                st.losses = evaluate(evaluator, st.iter_num)  # printed, not logged: evaluating changes no run
+                print(loss_line(st.iter_num, st.losses, evaluator.basis()))
+                return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses["val"],
+                        "eval_basis": evaluator.basis()}
+            while True:
+                it = st.iter_num
+                lr = get_lr(it, cfg, st.rewarm_from)
+                last = it >= cfg.max_iters
+                # evaluate, log and save: every eval_interval, and at the end (rank 0 alone)
+                if rt.master and (last or (it % cfg.eval_interval == 0 and it != st.last_eval_iter)):
+                    st.losses = evaluate(evaluator, it)
+                    st.last_eval_iter = it
+                    record = {**{f"{split}/loss": value for split, value in st.losses.items()}, "lr": lr}
+                    if on_eval is not None:
+                        record.update(on_eval(it, st.losses, evaluator) or {})
+                    print(loss_line(it, st.losses, evaluator.basis()))
+                    logger.log(record, step=it)
+                    improved = st.losses["val"] < st.best_val_loss
+                    st.best_val_loss = min(st.best_val_loss, st.losses["val"])
+                    if (improved or cfg.always_save_checkpoint or last) and it > 0:
+                        save(cfg, model, optimizer, st, carried, complete=last)
+                if last:
+                    break
+                if stop_requested(st, rt):  # a signal: save where the state is consistent, and stop
+                    if rt.master:
+                        save(cfg, model, optimizer, st, carried, complete=False)
+                    if rt.ddp:
+                        torch.distributed.barrier()  # the checkpoint is written before any process leaves
+                    raise Interrupted(f"saved {cfg.out_dir}/ckpt.pt at iter {it} (marked incomplete); resume with "
+                                      "--init_from=resume")
+
+                # one optimisation step: gradients accumulated over grad_accum micro-batches
+                t0 = time.perf_counter()
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                if cfg.dropout > 0:  # dropout's randomness is a function of (seed, iter, rank) too: exact resume
+                    torch.manual_seed(batch_seed(cfg.seed, it, -1, rt.rank))
+                x, y = loader.get_batch("train", batch_seed(cfg.seed, it, 0, rt.rank))
+                nonfinite = torch.zeros((), device=rt.device)  # stays on the device: no host sync per micro-step
+                for micro_step in range(grad_accum):
+                    if rt.ddp:  # sync gradients on the last micro-step only
+                        train_model.require_backward_grad_sync = micro_step == grad_accum - 1
+                    with rt.autocast():
+                        loss = loss_fn(train_model, x, y) / grad_accum
+                    if micro_step + 1 < grad_accum:  # fetch the next micro-batch while backward runs on the GPU
+                        x, y = loader.get_batch("train", batch_seed(cfg.seed, it, micro_step + 1, rt.rank))
+                    nonfinite = torch.maximum(nonfinite, (~torch.isfinite(loss.detach())).float())
+                    scaler.scale(loss).backward()
+                stop_if_diverged(rt, nonfinite, it, cfg.out_dir)
+                if cfg.grad_clip > 0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(train_model.parameters(), cfg.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                advance_ramp(model)  # a model grown with MSG masks: they open by one step
+                rt.synchronize()
+                dt = time.perf_counter() - t0
+                step_times.append(dt)
+
+                if it % cfg.log_interval == 0 and rt.master:
+                    record, line = step_log(it, lr, dt, model, tokens_per_iter,
+                                            cfg.batch_size * grad_accum, rt.peak_flops)
+                    logger.log(record, step=it)
+                    (bar.write if bar else print)(line)
+                st.iter_num += 1
+                if bar:
+                    bar.update(1)
+    finally:
+        logger.summary({"best_val_loss": st.best_val_loss})
+        logger.finish()
+        if rt.ddp:
+            destroy_process_group()
+    timed = sorted(step_times[1:]) or step_times  # the first step compiles and warms up
+    return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses.get("val"),
+            "best_val_loss": st.best_val_loss, "eval_basis": evaluator.basis(),
+            "ms_per_iter_median": 1000 * timed[len(timed) // 2] if timed else None}
+
+
+# ----------------------------------------------------------------------------------------------
+# Setup: where the run executes, the model and the state it starts from
+
+
+def model_and_state(cfg: TrainConfig, rt: Runtime, init_checkpoint: dict | None,
+                    data_dir: str) -> tuple[GPT, torch.optim.Optimizer, TrainState, dict]:
+    """The model on the run's device, its optimizer and the loop's state, as the run starts: new, resumed exactly
+    (``restore``) or continued from an init checkpoint (``continue_state``); and what every checkpoint carries
+    unchanged: the tokenizer, and the source checkpoint's records (the same dicts: finetune.py updates its record)."""
+    model, resume_ckpt = init_model(cfg, init_checkpoint, load_meta(data_dir))
+    source = resume_ckpt or init_checkpoint or {}
+    model_meta = source.get("meta") if source else GPT2_META if cfg.init_from.startswith("gpt2") else None
+    data_meta = check_tokenizer(model_meta, data_dir, "--data_dir", model.config.vocab_size)  # stops on a mismatch
+    carried = {"meta": model_meta or data_meta, **{k: source[k] for k in RECORDS if k in source}}
+    model.to(rt.device)
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                           rt.device_type, cfg.optimizer)
+    state = TrainState()
+    metrics_path = os.path.join(cfg.out_dir, METRICS)
+    if resume_ckpt is not None:
+        restore(resume_ckpt, optimizer, state, rt.master, metrics_path)
+    elif cfg.init_state:
+        continue_state(cfg, init_checkpoint, model, optimizer, state, rt.master)
+    elif cfg.overwrite and rt.master and os.path.exists(metrics_path):
+        os.remove(metrics_path)  # a new run: never append to the replaced run's metrics
+    return model, optimizer, state, carried
+
+
+def init_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict | None) -> tuple[GPT, dict | None]:
+    """(model, checkpoint to resume from or None) for the run's init_from setting."""
+    explicit = getattr(cfg, "explicit_keys", frozenset())
+    resume_ckpt = None
+    if cfg.init_from == "resume":  # the run's own checkpoint (finetune.py passes it in, already read)
+        resume_ckpt = init_checkpoint if init_checkpoint is not None else load_checkpoint(cfg.out_dir)
+        check_checkpoint_overrides(cfg, resume_ckpt["model_args"], f"the checkpoint in {cfg.out_dir} (resume)")
+        model = model_from_checkpoint(resume_ckpt, growth_masks=True, **{k: getattr(cfg, k) for k in
+                                                                         ("dropout", "norm_reg") if k in explicit})
+    elif init_checkpoint is not None:  # finetune.py: weights from a given checkpoint, a fresh optimizer
+        check_checkpoint_overrides(cfg, init_checkpoint["model_args"], "the input checkpoint")
+        model = model_from_checkpoint(init_checkpoint, growth_masks=True, dropout=cfg.dropout,
+                                      **({"norm_reg": cfg.norm_reg} if "norm_reg" in explicit else {}))
+    elif cfg.init_from.startswith("gpt2"):
+        from convert import gpt2_from_pretrained
+        model = gpt2_from_pretrained(cfg.init_from, dropout=cfg.dropout)
+        check_checkpoint_overrides(cfg, model.config.to_dict(), f"Hugging Face {cfg.init_from}")
+    elif cfg.init_from == "scratch":
+        vocab_size = cfg.vocab_size or (data_meta["vocab_size"] if data_meta else 50304)
+        model = GPT(GPTConfig(**cfg.model_args(vocab_size=vocab_size)))
+        record_architecture(cfg, model)
+        return model, None
+    else:
+        raise ConfigError(f"init_from={cfg.init_from!r} is not one of 'scratch', 'resume', 'gpt2', "
+                          "'gpt2-medium', 'gpt2-large', 'gpt2-xl'")
+    if "block_size" in explicit and cfg.block_size < model.config.block_size:
+        model.crop_block_size(cfg.block_size)  # e.g. finetune GPT-2 (1024) on shorter contexts, as nanoGPT
+    record_architecture(cfg, model)
+    return model, resume_ckpt
 
 
 def check_checkpoint_overrides(cfg: TrainConfig, model_args: dict, source: str) -> None:
@@ -269,134 +444,23 @@ def record_architecture(cfg: TrainConfig, model: GPT) -> None:
             setattr(cfg, k, v)
 
 
-def init_model(cfg: TrainConfig, init_checkpoint: dict | None, data_meta: dict | None) -> tuple[GPT, dict | None]:
-    """(model, checkpoint to resume from or None) for the run's init_from setting."""
-    explicit = getattr(cfg, "explicit_keys", frozenset())
-    resume_ckpt = None
-    if init_checkpoint is not None:  # finetune.py: weights from a given checkpoint, a fresh optimizer
-        check_checkpoint_overrides(cfg, init_checkpoint["model_args"], "the input checkpoint")
-        model = model_from_checkpoint(init_checkpoint, growth_masks=True, dropout=cfg.dropout,
-                                      **({"norm_reg": cfg.norm_reg} if "norm_reg" in explicit else {}))
-    elif cfg.init_from == "resume":
-        resume_ckpt = load_checkpoint(cfg.out_dir)
-        check_checkpoint_overrides(cfg, resume_ckpt["model_args"], f"the checkpoint in {cfg.out_dir} (resume)")
-        model = model_from_checkpoint(resume_ckpt, growth_masks=True, **{k: getattr(cfg, k) for k in
-                                                                         ("dropout", "norm_reg") if k in explicit})
-    elif cfg.init_from.startswith("gpt2"):
-        from convert import gpt2_from_pretrained
-        model = gpt2_from_pretrained(cfg.init_from, dropout=cfg.dropout)
-        check_checkpoint_overrides(cfg, model.config.to_dict(), f"Hugging Face {cfg.init_from}")
-    elif cfg.init_from == "scratch":
-        vocab_size = cfg.vocab_size or (data_meta["vocab_size"] if data_meta else 50304)
-        model = GPT(GPTConfig(**cfg.model_args(vocab_size=vocab_size)))
-        record_architecture(cfg, model)
-        return model, None
-    else:
-        raise ConfigError(f"init_from={cfg.init_from!r} is not one of 'scratch', 'resume', 'gpt2', "
-                          "'gpt2-medium', 'gpt2-large', 'gpt2-xl'")
-    if "block_size" in explicit and cfg.block_size < model.config.block_size:
-        model.crop_block_size(cfg.block_size)  # e.g. finetune GPT-2 (1024) on shorter contexts, as nanoGPT
-    record_architecture(cfg, model)
-    return model, resume_ckpt
-
-
-@dataclass
-class TrainState:
-    """What the loop changes; saved in every checkpoint."""
-    iter_num: int = 0
-    best_val_loss: float = float("inf")
-    losses: dict = field(default_factory=dict)
-    stop_signal: str | None = None  # 'SIGINT' / 'SIGTERM' once a stop was requested
-    last_eval_iter: int = -1  # a resumed run does not evaluate again the step its checkpoint evaluated
-    rewarm_from: int = 0  # the iteration a continued state (init_state) started at: the re-warmup's origin
-
-
-@dataclass
-class Run:
-    """Everything one training run holds: settings, runtime, model (raw / for training / for evaluation),
-    optimizer, data, logger and the state. Built by ``setup``; the steps below take it."""
-    cfg: TrainConfig
-    rt: Runtime
-    model: GPT
-    train_model: torch.nn.Module
-    eval_model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    loader: BatchLoader
-    logger: MetricsLogger
-    meta: dict | None
-    extra_checkpoint: dict
-    grad_accum: int
-    tokens_per_iter: int
-    on_eval: Callable[[int, dict], dict | None] | None
-    state: TrainState
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None  # None: the model's own LM loss
-
-
-def setup(cfg: TrainConfig, init_checkpoint: dict | None, on_eval, extra_checkpoint: dict | None,
-          logger_name: str) -> Run:
-    """Runtime, data, model, optimizer (restored on resume), wrappers and logger, checked before any write."""
-    if cfg.init_from != "resume":
-        check_output_dir(cfg.out_dir, overwrite=cfg.overwrite)
-    rt = setup_runtime(cfg)
-    torch.manual_seed(cfg.seed)
-    data_dir = cfg.resolved_data_dir()
-    if rt.master and not cfg.data_dir:  # the repo's own data/<dataset>: prepared on first use, as nanoGPT
-        ensure_prepared(data_dir, cfg.dataset)
-    if rt.ddp:
-        torch.distributed.barrier()
-    grad_accum = math.ceil(cfg.gradient_accumulation_steps / rt.world_size)  # per process
-    model, resume_ckpt = init_model(cfg, init_checkpoint, load_meta(data_dir))
-    source_ckpt = resume_ckpt or init_checkpoint
-    model_meta = source_ckpt.get("meta") if source_ckpt else GPT2_META if cfg.init_from.startswith("gpt2") else None
-    data_meta = check_tokenizer(model_meta, data_dir, "--data_dir", model.config.vocab_size)
-    meta = model_meta or data_meta  # the tokenizer recorded in our checkpoints
-    loader = BatchLoader(data_dir, model.config.block_size, cfg.batch_size, rt.device)
-    model.to(rt.device)
-    scaler = torch.amp.GradScaler(rt.device_type, enabled=rt.ptdtype == torch.float16)
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                           rt.device_type, cfg.optimizer)
-    state = TrainState()
-    extra_checkpoint = dict(extra_checkpoint or {})
-    if resume_ckpt is not None:
-        restore(resume_ckpt, optimizer, state, extra_checkpoint, rt.master)
-        dropped = drop_rows_after(os.path.join(cfg.out_dir, logger_name), state.iter_num) if rt.master else 0
-        if dropped:
-            print(f"note: {dropped} metrics rows logged after the checkpoint's iteration {state.iter_num} were dropped "
-                  "(the run stopped without saving them); they are logged again as the run resumes")
-    elif cfg.init_state:
-        continue_state(cfg, init_checkpoint, model, optimizer, state, rt.master)
-    elif cfg.overwrite and rt.master and os.path.exists(os.path.join(cfg.out_dir, logger_name)):
-        os.remove(os.path.join(cfg.out_dir, logger_name))  # a new run: never append to the replaced run's metrics
-    train_model = compiled(model, cfg, rt)
-    eval_model = train_model  # rank 0 evaluates alone, so never through the DDP wrapper (it would wait for peers)
-    if rt.ddp:
-        train_model = DDP(train_model, device_ids=[rt.local_rank] if rt.device_type == "cuda" else None)
-    logger = MetricsLogger(cfg.out_dir, enabled=rt.master, wandb_log=cfg.wandb_log, project=cfg.wandb_project,
-                           run_name=cfg.wandb_run_name, config=dataclasses.asdict(cfg), filename=logger_name)
-    tokens_per_iter = grad_accum * rt.world_size * cfg.batch_size * model.config.block_size
-    if rt.master:
-        if grad_accum * rt.world_size != cfg.gradient_accumulation_steps:
-            print(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} rounded up to "
-                  f"{grad_accum * rt.world_size}: {grad_accum} per process × {rt.world_size} DDP processes")
-        announce_threads(rt.device_type)
-        print(f"{model.get_num_params() / 1e6:.2f}M parameters, {tokens_per_iter:,} tokens per iteration, "
-              f"device {rt.device}, {rt.ptdtype}")
-    return Run(cfg, rt, model, train_model, eval_model, optimizer, scaler, loader, logger, meta, extra_checkpoint,
-               grad_accum, tokens_per_iter, on_eval, state)
-
-
-def compiled(model: GPT, cfg: TrainConfig, rt: Runtime) -> torch.nn.Module:
-    """torch.compile(model) when asked for and it applies (CUDA, or any device with an explicit compile_backend).
-    Dynamo's caches are reset first: one process that trains many models (the experiment harness) would otherwise
-    reach its recompile limit after a few architectures and silently run every later model uncompiled."""
-    if not cfg.compile or (rt.device_type != "cuda" and not cfg.compile_backend):
-        if cfg.compile and "compile" in getattr(cfg, "explicit_keys", ()) and rt.master:  # asked for, not the default
-            print(f"note: compile applies on CUDA; on {rt.device_type} the model runs uncompiled (add "
-                  "--compile_backend=inductor or aot_eager to compile it here, or --compile=False to silence this)")
-        return model
-    torch._dynamo.reset()
-    return torch.compile(model, backend=cfg.compile_backend or "inductor")
+def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, master: bool, metrics_path: str) -> None:
+    """Resume exactly: the optimizer, iteration, best loss and RNG state as saved, so the resumed run continues as the
+    uninterrupted one would (batches and dropout are functions of seed and iteration). Metrics rows logged after the
+    checkpoint (a run killed between saves) are dropped: the resumed run logs those iterations again."""
+    if ckpt.get("optimizer") is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    elif master:
+        print("note: the checkpoint has no optimizer state (a transform or import output): a fresh optimizer starts")
+    state.iter_num, state.best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
+    state.last_eval_iter = ckpt.get("last_eval_iter", -1)
+    state.rewarm_from = ckpt.get("rewarm_from", 0)
+    if "rng" in ckpt:
+        set_rng_state(ckpt["rng"])
+    dropped = drop_rows_after(metrics_path, state.iter_num) if master else 0
+    if dropped:
+        print(f"note: {dropped} metrics rows logged after the checkpoint's iteration {state.iter_num} were dropped "
+              "(the run stopped without saving them); they are logged again as the run resumes")
 
 
 def continue_state(cfg: TrainConfig, ckpt: dict | None, model: GPT, optimizer: torch.optim.Optimizer,
@@ -421,59 +485,44 @@ def continue_state(cfg: TrainConfig, ckpt: dict | None, model: GPT, optimizer: t
               + ("the carried AdamW moments" if carried is not None else "a fresh optimizer (none carried)"))
 
 
-def restore(ckpt: dict, optimizer: torch.optim.Optimizer, state: TrainState, extra: dict, master: bool) -> None:
-    """Resume: optimizer, iteration, best loss, RNG and the records a checkpoint carries (transform, finetune)."""
-    if ckpt.get("optimizer") is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    elif master:
-        print("note: the checkpoint has no optimizer state (a transform or import output): a fresh optimizer starts")
-    state.iter_num, state.best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
-    state.last_eval_iter = ckpt.get("last_eval_iter", -1)
-    state.rewarm_from = ckpt.get("rewarm_from", 0)
-    if "rng" in ckpt:
-        set_rng_state(ckpt["rng"])
-    for key in ("transform", "finetune"):
-        if key in ckpt and key not in extra:
-            extra[key] = ckpt[key]
+def compiled(model: GPT, cfg: TrainConfig, rt: Runtime) -> torch.nn.Module:
+    """torch.compile(model) when asked for and it applies (CUDA, or any device with an explicit compile_backend).
+    Dynamo's caches are reset first: one process that trains many models (the experiment harness) would otherwise
+    reach its recompile limit after a few architectures and silently run every later model uncompiled."""
+    if not cfg.compile or (rt.device_type != "cuda" and not cfg.compile_backend):
+        if cfg.compile and "compile" in getattr(cfg, "explicit_keys", ()) and rt.master:  # asked for, not the default
+            print(f"note: compile applies on CUDA; on {rt.device_type} the model runs uncompiled (add "
+                  "--compile_backend=inductor or aot_eager to compile it here, or --compile=False to silence this)")
+        return model
+    torch._dynamo.reset()
+    return torch.compile(model, backend=cfg.compile_backend or "inductor")
+
+
+def announce(cfg: TrainConfig, rt: Runtime, model: GPT, grad_accum: int, tokens_per_iter: int) -> None:
+    """The run's opening lines: a rounded-up accumulation, the CPU threads, the model's size and where it runs."""
+    if grad_accum * rt.world_size != cfg.gradient_accumulation_steps:
+        print(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} rounded up to "
+              f"{grad_accum * rt.world_size}: {grad_accum} per process × {rt.world_size} DDP processes")
+    announce_threads(rt.device_type)
+    print(f"{model.get_num_params() / 1e6:.2f}M parameters, {tokens_per_iter:,} tokens per iteration, "
+          f"device {rt.device}, {rt.ptdtype}")
 
 
 # ----------------------------------------------------------------------------------------------
-# The steps of the loop
+# What the loop calls
 
 
-def save(run: Run, val_loss: float, complete: bool) -> None:
-    """An atomic checkpoint; ``complete`` is True only for the final save of a run that reached max_iters."""
-    st = run.state
-    ckpt = {"model": raw_state_dict(run.model), "model_args": run.model.config.to_dict(),
-            "config": dataclasses.asdict(run.cfg), "iter_num": st.iter_num, "best_val_loss": st.best_val_loss,
-            "val_loss": val_loss, "optimizer": run.optimizer.state_dict(), "rng": rng_state(), "meta": run.meta,
-            "complete": complete, "interrupted": st.stop_signal, "last_eval_iter": st.last_eval_iter,
-            "rewarm_from": st.rewarm_from}
-    ckpt.update(run.extra_checkpoint)
-    ramp = ramp_of(run.model)
-    if ramp is not None:  # the masks are still opening: the raw weights, and where the ramp stands
-        ckpt["growth_ramp"] = ramp.record()
-    save_checkpoint(ckpt, run.cfg.out_dir)
-
-
-def evaluate(run: Run) -> dict:
+def evaluate(evaluator: Evaluator, iter_num: int) -> dict[str, float]:
     """Mean loss on the fixed eval batches of the val split (and the train split unless ``eval_train`` is off: each
-    split's batches have their own seeds, so the val numbers are the same either way); a non-finite loss stops the
-    run."""
-    cfg = run.cfg
-    splits = ("train", "val") if cfg.eval_train else ("val",)
-    losses = {split: evaluate_loss(run.eval_model, run.loader, split, cfg.eval_iters, cfg.eval_batch_seed(),
-                                   run.rt.autocast()) for split in splits}
+    split's batches have their own seeds, so the val numbers are the same either way). A non-finite loss stops the
+    run before it is saved, so the checkpoint on disk stays the last good one."""
+    splits = ("train", "val") if evaluator.cfg.eval_train else ("val",)
+    losses = {split: evaluator.loss(split) for split in splits}
     for split, value in losses.items():
         if not math.isfinite(value):
-            raise TrainingDiverged(f"{split} loss is {value} at iter {run.state.iter_num}; {last_good(run)}. "
+            raise TrainingDiverged(f"{split} loss is {value} at iter {iter_num}; {last_good(evaluator.cfg.out_dir)}. "
                                    "Lower learning_rate or raise warmup_iters.")
     return losses
-
-
-def loss_record(losses: dict[str, float]) -> dict[str, float]:
-    """The metrics of one evaluation: ``train/loss`` (when evaluated) and ``val/loss``."""
-    return {f"{split}/loss": value for split, value in losses.items()}
 
 
 def loss_line(iter_num: int, losses: dict[str, float], basis: str) -> str:
@@ -481,65 +530,34 @@ def loss_line(iter_num: int, losses: dict[str, float], basis: str) -> str:
             + f" ({basis})")
 
 
-def eval_basis(run: Run) -> str:
-    """The basis of the losses the training log prints (each split on its own fixed batches)."""
-    return loss_basis(run.loader, run.cfg.eval_iters, run.cfg.eval_batch_seed(), split=None)
+def save(cfg: TrainConfig, model: GPT, optimizer: torch.optim.Optimizer, st: TrainState, carried: dict,
+         complete: bool) -> None:
+    """An atomic checkpoint (never half-written, even on kill -9) with everything an exact resume needs: optimizer,
+    RNG, iteration. ``complete`` is True only for the final save of a run that reached max_iters."""
+    ckpt = {"model": raw_state_dict(model), "model_args": model.config.to_dict(), "config": dataclasses.asdict(cfg),
+            "iter_num": st.iter_num, "best_val_loss": st.best_val_loss, "val_loss": st.losses.get("val", math.nan),
+            "optimizer": optimizer.state_dict(), "rng": rng_state(), "complete": complete,
+            "interrupted": st.stop_signal, "last_eval_iter": st.last_eval_iter, "rewarm_from": st.rewarm_from,
+            **carried}
+    ramp = ramp_of(model)
+    if ramp is not None:  # the masks are still opening: the raw weights, and where the ramp stands
+        ckpt["growth_ramp"] = ramp.record()
+    save_checkpoint(ckpt, cfg.out_dir)
 
 
-def last_good(run: Run) -> str:
-    path = os.path.join(run.cfg.out_dir, "ckpt.pt")
+def last_good(out_dir: str) -> str:
+    path = os.path.join(out_dir, "ckpt.pt")
     return (f"the last good checkpoint {path} is kept" if os.path.exists(path)
             else "no checkpoint was saved before it")
 
 
-def eval_and_save(run: Run, final: bool = False) -> None:
-    """Evaluate, log (with the ``on_eval`` callback's values), and save when due."""
-    cfg, st = run.cfg, run.state
-    st.losses = evaluate(run)
-    st.last_eval_iter = st.iter_num
-    record = {**loss_record(st.losses), "lr": get_lr(st.iter_num, cfg, st.rewarm_from)}
-    if run.on_eval is not None:
-        record.update(run.on_eval(st.iter_num, st.losses) or {})
-    print(loss_line(st.iter_num, st.losses, eval_basis(run)))
-    run.logger.log(record, step=st.iter_num)
-    improved = st.losses["val"] < st.best_val_loss
-    st.best_val_loss = min(st.best_val_loss, st.losses["val"])
-    if (improved or cfg.always_save_checkpoint or final) and st.iter_num > 0 and not cfg.eval_only:
-        save(run, st.losses["val"], complete=final)
-
-
-def optimisation_step(run: Run) -> float:
-    """One step: set the LR, accumulate gradients over the micro-batches, clip, update. Returns seconds taken."""
-    cfg, rt, it = run.cfg, run.rt, run.state.iter_num
-    t0 = time.perf_counter()
-    for group in run.optimizer.param_groups:
-        group["lr"] = get_lr(it, cfg, run.state.rewarm_from)
-    if cfg.dropout > 0:  # dropout's randomness is a function of (seed, iter, rank) too: exact resume
-        torch.manual_seed(batch_seed(cfg.seed, it, -1, rt.rank))
-    x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, 0, rt.rank))
-    nonfinite = torch.zeros((), device=rt.device)  # stays on the device: no host sync per micro-step
-    for micro_step in range(run.grad_accum):
-        if rt.ddp:  # sync gradients on the last micro-step only
-            run.train_model.require_backward_grad_sync = micro_step == run.grad_accum - 1
-        with rt.autocast():
-            loss = run.loss_fn(x, y) if run.loss_fn is not None else run.train_model(x, y)[1]
-            loss = loss / run.grad_accum
-        if micro_step + 1 < run.grad_accum:  # fetch the next micro-batch while backward runs on GPU
-            x, y = run.loader.get_batch("train", batch_seed(cfg.seed, it, micro_step + 1, rt.rank))
-        nonfinite = torch.maximum(nonfinite, (~torch.isfinite(loss.detach())).float())
-        run.scaler.scale(loss).backward()
-    if agree(rt, nonfinite):  # one sync per step; under DDP every rank stops together (none waits in an all-reduce)
-        raise TrainingDiverged(f"training loss is not finite (nan or inf) at iter {it}; {last_good(run)}. "
+def stop_if_diverged(rt: Runtime, nonfinite: torch.Tensor, iter_num: int, out_dir: str) -> None:
+    """Stop on a non-finite training loss before the step applies it, so no NaN reaches the weights or a checkpoint.
+    One host sync per step (the flag is gathered on the device over the micro-steps); under DDP the ranks agree, so
+    every rank stops at the same step and none is left waiting in an all-reduce."""
+    if agree(rt, nonfinite):
+        raise TrainingDiverged(f"training loss is not finite (nan or inf) at iter {iter_num}; {last_good(out_dir)}. "
                                "Lower learning_rate, raise warmup_iters or set grad_clip.")
-    if cfg.grad_clip > 0:
-        run.scaler.unscale_(run.optimizer)
-        torch.nn.utils.clip_grad_norm_(run.train_model.parameters(), cfg.grad_clip)
-    run.scaler.step(run.optimizer)
-    run.scaler.update()
-    run.optimizer.zero_grad(set_to_none=True)
-    advance_ramp(run.model)  # a model grown with MSG masks: they open by one step
-    rt.synchronize()
-    return time.perf_counter() - t0
 
 
 def agree(rt: Runtime, flag: torch.Tensor | float) -> float:
@@ -551,30 +569,33 @@ def agree(rt: Runtime, flag: torch.Tensor | float) -> float:
     return value.item()
 
 
-def log_step(run: Run, dt: float, write: Callable[[str], object] = print) -> None:
-    """The console line and metrics record of one step (loss terms, lr, speed, MFU on GPU)."""
-    terms = {k: v.item() for k, v in run.model.last_loss_terms.items()}
-    lr = get_lr(run.state.iter_num, run.cfg, run.state.rewarm_from)
-    record = {"train/lm_loss": terms["lm"], "lr": lr, "ms_per_iter": dt * 1000,
-              "tokens_per_s": run.tokens_per_iter / dt}
-    line = f"iter {run.state.iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, " \
-           f"{run.tokens_per_iter / dt:,.0f} tok/s"
+def step_log(iter_num: int, lr: float, dt: float, model: GPT, tokens_per_iter: int, sequences_per_iter: int,
+             peak: float | None) -> tuple[dict, str]:
+    """The metrics record and console line of one step: loss terms, lr, speed, and MFU (per GPU) where the peak
+    is known."""
+    terms = {k: v.item() for k, v in model.last_loss_terms.items()}
+    speed = tokens_per_iter / dt
+    record = {"train/lm_loss": terms["lm"], "lr": lr, "ms_per_iter": dt * 1000, "tokens_per_s": speed}
+    line = f"iter {iter_num}: loss {terms['lm']:.4f}, lr {lr:.2e}, {dt * 1000:.1f} ms, {speed:,.0f} tok/s"
     for name in ("kd", "hidden", "norm_reg"):  # distillation's KL and hidden-state terms, the norm regularizer
         if name in terms:
             record[f"train/{name}" + ("_loss" if name in ("kd", "hidden") else "")] = terms[name]
             line += f", {name} {terms[name]:.4f}"
-    if run.rt.peak_flops:
-        record["mfu"] = run.model.estimate_mfu(run.cfg.batch_size * run.grad_accum, dt, run.rt.peak_flops)  # per GPU
+    if peak:
+        record["mfu"] = model.estimate_mfu(sequences_per_iter, dt, peak)
         line += f", mfu {record['mfu'] * 100:.1f}%"
-    run.logger.log(record, step=run.state.iter_num)
-    write(line)
+    return record, line
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextmanager
 def stop_on_signals(state: TrainState, master: bool) -> Iterator[None]:
-    """SIGINT (Ctrl-C) and SIGTERM (schedulers; torchrun forwards them to every process) ask the loop to save and
-    stop at the next iteration boundary, where the state is consistent; a second Ctrl-C aborts at once. Installed
-    on every DDP process: a process without it would die at once and leave its peers in a collective."""
+    """SIGINT (Ctrl-C), SIGTERM (schedulers; torchrun forwards them to every process) and SIGHUP (a closed terminal
+    or ssh session) ask the loop to save and stop at the next iteration boundary, where the state is consistent;
+    a second Ctrl-C aborts at once. Installed on every DDP process: a process without it would die at once and
+    leave its peers in a collective."""
     def request_stop(signum, frame):
         if state.stop_signal and signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -582,97 +603,34 @@ def stop_on_signals(state: TrainState, master: bool) -> Iterator[None]:
         if master:
             print(f"\n{state.stop_signal}: saving a checkpoint at the end of this iteration (Ctrl-C again to abort)")
 
-    with signal_handlers((signal.SIGINT, signal.SIGTERM), request_stop):
+    with signal_handlers(STOP_SIGNALS, request_stop):
         yield
 
 
-def stop_requested(run: Run) -> bool:
+def stop_requested(state: TrainState, rt: Runtime) -> bool:
     """Has any process been asked to stop? Under DDP the processes agree (one tiny all-reduce per iteration), so
     all of them stop at the same iteration whichever received the signal first."""
-    code = signal.Signals[run.state.stop_signal].value if run.state.stop_signal else 0
-    if not run.rt.ddp:
+    code = signal.Signals[state.stop_signal].value if state.stop_signal else 0
+    if not rt.ddp:
         return bool(code)
-    code = int(agree(run.rt, code))
-    if code and not run.state.stop_signal:
-        run.state.stop_signal = signal.Signals(code).name
+    code = int(agree(rt, code))
+    if code and not state.stop_signal:
+        state.stop_signal = signal.Signals(code).name
     return bool(code)
 
 
 @contextmanager
-def progress_bar(run: Run) -> Iterator[object | None]:
-    cfg = run.cfg
+def progress_bar(cfg: TrainConfig, rt: Runtime, initial: int) -> Iterator[object | None]:
+    """A tqdm bar with ETA on an interactive terminal (master only); None elsewhere."""
     bar = None
-    if run.rt.master and cfg.progress_bar and sys.stderr.isatty() and not cfg.eval_only:
+    if rt.master and cfg.progress_bar and sys.stderr.isatty() and not cfg.eval_only:
         from tqdm import tqdm
-        bar = tqdm(total=cfg.max_iters, initial=run.state.iter_num, dynamic_ncols=True, leave=False)
+        bar = tqdm(total=cfg.max_iters, initial=initial, dynamic_ncols=True, leave=False)
     try:
         yield bar
     finally:
         if bar is not None:
             bar.close()
-
-
-# ----------------------------------------------------------------------------------------------
-# The loop
-
-
-def train(cfg: TrainConfig, init_checkpoint: dict | None = None,
-          on_eval: Callable[[int, dict], dict | None] | None = None, extra_checkpoint: dict | None = None,
-          logger_name: str = "metrics.jsonl", make_loss: Callable[[Run], Callable] | None = None,
-          on_start: Callable[[Run], None] | None = None) -> dict:
-    """The training loop: warmup + cosine LR, gradient accumulation, clipping, periodic evaluation and
-    atomic checkpoints, exact resume, SIGINT/SIGTERM save and raise ``Interrupted``, NaN stops. Returns a summary.
-
-    ``init_checkpoint``: start from these weights with a fresh optimizer (finetuning).
-    ``on_eval(iter_num, losses)``: called after each evaluation; a dict it returns is logged too.
-    ``extra_checkpoint``: extra keys stored in every checkpoint (e.g. the transform record).
-    ``make_loss(run)``: returns the training loss of a micro-batch, loss_fn(x, y), in place of the LM loss
-    (distillation); it must set ``run.model.last_loss_terms`` for the log.
-    ``on_start(run)``: called on every process once the run is set up (device, dtype, process group, loader), before
-    the first step (finetuning's reference loss).
-    """
-    run = setup(cfg, init_checkpoint, on_eval, extra_checkpoint, logger_name)
-    if make_loss is not None:
-        run.loss_fn = make_loss(run)
-    if on_start is not None:
-        on_start(run)
-    st, master = run.state, run.rt.master
-    step_times: list[float] = []
-    try:
-        with stop_on_signals(st, master), progress_bar(run) as bar:
-            if cfg.eval_only:
-                st.losses = evaluate(run)  # printed, not appended to the run's metrics: evaluating changes no run
-                print(loss_line(st.iter_num, st.losses, eval_basis(run)))
-                return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses["val"],
-                        "eval_basis": eval_basis(run)}
-            while st.iter_num < cfg.max_iters:
-                if st.iter_num % cfg.eval_interval == 0 and st.iter_num != st.last_eval_iter and master:
-                    eval_and_save(run)
-                if stop_requested(run):
-                    if master:
-                        save(run, st.losses.get("val", float("nan")), complete=False)
-                    if run.rt.ddp:
-                        torch.distributed.barrier()  # the checkpoint is written before any process leaves
-                    raise Interrupted(f"saved {cfg.out_dir}/ckpt.pt at iter {st.iter_num} (marked incomplete); "
-                                      "resume with --init_from=resume")
-                dt = optimisation_step(run)
-                step_times.append(dt)
-                if st.iter_num % cfg.log_interval == 0 and master:
-                    log_step(run, dt, bar.write if bar else print)
-                st.iter_num += 1
-                if bar:
-                    bar.update(1)
-            if master:
-                eval_and_save(run, final=True)
-    finally:
-        run.logger.summary({"best_val_loss": st.best_val_loss})
-        run.logger.finish()
-        if run.rt.ddp:
-            destroy_process_group()
-    timed = sorted(step_times[1:]) or step_times
-    return {"iter_num": st.iter_num, "train_loss": st.losses.get("train"), "val_loss": st.losses.get("val"),
-            "best_val_loss": st.best_val_loss, "eval_basis": eval_basis(run),
-            "ms_per_iter_median": 1000 * timed[len(timed) // 2] if timed else None}
 
 
 def main(argv: list[str]) -> None:

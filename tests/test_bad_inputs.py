@@ -452,20 +452,20 @@ def test_an_interrupted_run_is_not_complete_for_the_experiment_harness(ctx, tmp_
     monkeypatch.setattr(harness, "RUNS", str(tmp_path))
     setting = harness.Setting(quick=True)
     args = [*TINY_MODEL, f"--data_dir={ctx.data}", "--max_iters=6", "--eval_interval=3"]
-    real_step = train_module.optimisation_step
+    real_check = train_module.stop_requested
 
-    def step_then_signal(run):
-        if run.state.iter_num == 2:
-            run.state.stop_signal = "SIGINT"  # what the SIGINT handler does
-        return real_step(run)
+    def signalled_at_iter_2(state, rt):
+        if state.iter_num == 2:
+            state.stop_signal = "SIGINT"  # what the SIGINT handler does
+        return real_check(state, rt)
 
-    monkeypatch.setattr(train_module, "optimisation_step", step_then_signal)
+    monkeypatch.setattr(train_module, "stop_requested", signalled_at_iter_2)
     with pytest.raises(Interrupted):
         harness.trained(setting, "partial", args=args)
     (out,) = [p for p in tmp_path.iterdir() if p.name.startswith("train-partial") and p.is_dir()]
     is_complete = importlib.import_module("lgpt.plumbing.checkpoint").is_complete
     assert not (out / "done.json").exists() and not is_complete(str(out))
-    monkeypatch.setattr(train_module, "optimisation_step", real_step)
+    monkeypatch.setattr(train_module, "stop_requested", real_check)
     assert harness.trained(setting, "partial", args=args) == str(out)
     assert (out / "done.json").exists() and torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] == 6
 

@@ -144,7 +144,7 @@ def test_bfloat16_autocast_and_compile_train_on_the_cpu(char_data_dir, tmp_path)
     from train import TrainConfig, setup_runtime, train
     args = TINY_MODEL + [f"--data_dir={char_data_dir}", "--max_iters=3", "--eval_interval=3", "--device=cpu"]
     cfg = load_config(TrainConfig, args + [f"--out_dir={tmp_path / 'bf16'}", "--dtype=bfloat16"])
-    with setup_runtime(cfg).autocast():
+    with setup_runtime(cfg.device, cfg.dtype, cfg.peak_tflops).autocast():
         assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16  # autocast is really on
     summary = train(cfg)
     assert summary["val_loss"] < 4 and load_checkpoint(str(tmp_path / "bf16"))["model"]["lm_head.weight"].dtype \
@@ -223,8 +223,9 @@ def test_a_cuda_index_beyond_the_machine_is_one_clear_error(monkeypatch):
 def test_the_runtime_accepts_cuda_with_and_without_an_index(char_data_dir, tmp_path, device):
     from train import TrainConfig, setup_runtime
     with fake_cuda():
-        rt = setup_runtime(load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}",
-                                                                  f"--out_dir={tmp_path}", f"--device={device}"]))
+        cfg = load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}", f"--out_dir={tmp_path}",
+                                                      f"--device={device}"])
+        rt = setup_runtime(cfg.device, cfg.dtype, cfg.peak_tflops)
     assert rt.device == device and rt.ptdtype == torch.bfloat16
 
 

@@ -126,8 +126,9 @@ def read_until(proc: subprocess.Popen, prefix: str, timeout: float = 120.0) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_saves_a_checkpoint_marked_incomplete_and_exits_130(char_data_dir, tmp_path, sig):
+    """SIGHUP too (a closed terminal or ssh session): it used to end the run without a checkpoint."""
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), *TINY_MODEL, f"--data_dir={char_data_dir}",
            f"--out_dir={tmp_path}", "--max_iters=100000", "--eval_interval=100000"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())

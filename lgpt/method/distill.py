@@ -90,33 +90,35 @@ def chunked_distillation(student: GPT, teacher: GPT, student_state: torch.Tensor
 
 def distillation_loss(teacher: GPT, alpha: float, temperature: float, chunk: int, hidden_weight: float = 0.0,
                       target_map: torch.Tensor | None = None) -> Callable:
-    """``make_loss`` for train(): the micro-batch loss α·KD + (1 − α)·CE + β·H (+ norm_reg) of the student in ``run``
-    (β = ``hidden_weight``; H = ``hidden_state_loss`` through ``target_map``, m×d, None for the identity)."""
+    """``loss_fn(model, x, y)`` for train(): the micro-batch loss α·KD + (1 − α)·CE + β·H (+ norm_reg) of the student
+    (β = ``hidden_weight``; H = ``hidden_state_loss`` through ``target_map``, m×d, None for the identity). ``model``
+    is the student as trained (compiled, DDP-wrapped): the forward pass goes through it, so DDP syncs the gradients;
+    the heads, the regularizer and the logged terms are the raw student's."""
     teacher.eval().requires_grad_(False)
+    on_device: dict[torch.device, torch.Tensor | None] = {}  # T on the run's device (under DDP: this process's GPU)
 
-    def make(run) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        student = run.model
-        teacher.to(run.rt.device)  # this process's device (under DDP: its own GPU)
-        T = None if target_map is None else target_map.to(run.rt.device, torch.float32)
+    def loss_fn(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        student = getattr(model, "module", model)  # inside the DDP wrapper
+        student = getattr(student, "_orig_mod", student)  # inside torch.compile's
+        if x.device not in on_device:  # the first micro-batch: the teacher and T move to the run's device
+            teacher.to(x.device)
+            on_device[x.device] = None if target_map is None else target_map.to(x.device, torch.float32)
+        T = on_device[x.device]
+        state, hidden = model(x, features=True)
+        with torch.no_grad():
+            teacher_state, teacher_hidden = teacher(x, features=True)
+        kl, ce = chunked_distillation(student, teacher, state, teacher_state, y, temperature, chunk)
+        loss = alpha * kl + (1 - alpha) * ce
+        terms = {"kd": kl.detach(), "lm": ce.detach()}
+        if hidden_weight > 0:
+            h = hidden_state_loss(hidden, teacher_hidden, T)
+            loss = loss + hidden_weight * h
+            terms["hidden"] = h.detach()
+        if student.config.norm_reg > 0:
+            reg = student.norm_regularizer(hidden[1:])
+            loss = loss + reg
+            terms["norm_reg"] = reg.detach()
+        student.last_loss_terms = terms
+        return loss
 
-        def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            state, hidden = run.train_model(x, features=True)  # through the DDP wrapper when there is one
-            with torch.no_grad():
-                teacher_state, teacher_hidden = teacher(x, features=True)
-            kl, ce = chunked_distillation(student, teacher, state, teacher_state, y, temperature, chunk)
-            loss = alpha * kl + (1 - alpha) * ce
-            terms = {"kd": kl.detach(), "lm": ce.detach()}
-            if hidden_weight > 0:
-                h = hidden_state_loss(hidden, teacher_hidden, T)
-                loss = loss + hidden_weight * h
-                terms["hidden"] = h.detach()
-            if student.config.norm_reg > 0:
-                reg = student.norm_regularizer(hidden[1:])
-                loss = loss + reg
-                terms["norm_reg"] = reg.detach()
-            student.last_loss_terms = terms
-            return loss
-
-        return loss_fn
-
-    return make
+    return loss_fn

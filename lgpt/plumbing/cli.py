@@ -5,7 +5,7 @@ The one command-line wrapper of every entry point: ``run_cli(main)`` runs ``main
 - a ``ProjectError`` (bad config, data, checkpoint, transform, ...) into one line ``error: ...`` on
   stderr and exit 1, instead of a traceback;
 - a write that found the disk full (or a quota or file-size limit) into one line too;
-- an interrupted run (Ctrl-C or SIGTERM; the training loop saved a checkpoint marked incomplete) into
+- an interrupted run (Ctrl-C, SIGTERM or SIGHUP; the training loop saved a checkpoint marked incomplete) into
   exit 130, as shells expect, so scripts and the experiment harness never take it for a finished run; SIGTERM and
   SIGHUP raise an exception like Ctrl-C does, so a command stopped by them cleans up what it was writing;
 - ``--threads=N`` (any command) into torch's CPU thread count; without it the command takes the cores that are
@@ -32,7 +32,7 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space, over quota, o
 
 
 class Interrupted(Exception):  # noqa: N818 - a control-flow signal
-    """A run stopped early on SIGINT/SIGTERM after saving; the caller must not treat it as complete."""
+    """A run stopped early on SIGINT/SIGTERM/SIGHUP after saving; the caller must not treat it as complete."""
 
 
 class Terminated(KeyboardInterrupt):

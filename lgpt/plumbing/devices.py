@@ -3,11 +3,17 @@ Where a command runs: one device resolution for every entry point, and the accel
 needs (the peak FLOP/s that MFU is measured against).
 
 ``resolve_device('auto' | 'cpu' | 'cuda' | 'cuda:N' | 'mps')`` returns a torch device string, or raises one
-``ConfigError`` naming the fix when the device is not here — before any work is done.
+``ConfigError`` naming the fix when the device is not here — before any work is done. ``setup_runtime`` adds
+the precision and the DDP process: the ``Runtime`` a training run executes in.
 """
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
 import torch
+from torch.distributed import init_process_group
 
 from lgpt.plumbing.errors import ConfigError
 
@@ -141,3 +147,58 @@ def announce_threads(device: str, file=None) -> None:
     if THREADS_NOTE and str(device).startswith("cpu"):
         print(THREADS_NOTE, file=file)
         THREADS_NOTE = ""
+
+
+@dataclass
+class Runtime:
+    """Where and how this process runs: device, precision, DDP rank."""
+    device: str
+    device_type: str
+    ptdtype: torch.dtype
+    ddp: bool
+    rank: int
+    local_rank: int
+    world_size: int
+    peak_flops: float | None = None  # what MFU is measured against (None: not reported)
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self) -> AbstractContextManager:
+        """Autocast to the run's dtype (nothing in float32)."""
+        if self.ptdtype == torch.float32:
+            return nullcontext()
+        return torch.amp.autocast(device_type=self.device_type, dtype=self.ptdtype)
+
+    def synchronize(self) -> None:
+        """Wait for this process's GPU (timings); nothing elsewhere."""
+        if self.device_type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def setup_runtime(device: str, dtype: str, peak_tflops: float = 0.0) -> Runtime:
+    """Pick the device (``resolve_device``) and the dtype ('auto': bfloat16 on a GPU that has it, else float32);
+    join the DDP process group when launched by torchrun (RANK in the environment)."""
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    device = resolve_device(device)
+    device_type = device.split(":")[0]
+    if dtype == "auto":
+        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if device_type != "cuda" and dtype == "float16":
+        raise ConfigError(f"dtype='float16' needs a CUDA GPU (its loss scaling is CUDA's); on {device_type} use "
+                          "--dtype=bfloat16 (autocast) or float32")
+    rank, local_rank, world_size = 0, 0, 1
+    if ddp:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+        init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        if device_type == "cuda":
+            device = f"cuda:{local_rank}"
+    if device_type == "cuda":
+        if ":" in device:  # cuda:N without DDP too: synchronize() and new tensors then mean that GPU
+            torch.cuda.set_device(torch.device(device))
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    return Runtime(device, device_type, ptdtype, ddp, rank, local_rank, world_size,
+                   peak_flops(device, ptdtype, peak_tflops))
