@@ -147,6 +147,12 @@ def load_teacher(cfg: FinetuneConfig, ckpt: dict):
         raise ConfigError(f"the teacher {source} uses another tokenizer or vocabulary ({teacher.config.vocab_size} "
                           f"vs {ckpt['model_args']['vocab_size']} tokens); distil from a model of the student's "
                           "tokenizer")
+    context = ckpt["model_args"]["block_size"]  # the windows the student trains on (a smaller --block_size crops)
+    if "block_size" in getattr(cfg, "explicit_keys", ()) and cfg.block_size < context:
+        context = cfg.block_size
+    if teacher.config.block_size < context:
+        raise ConfigError(f"the teacher {source} reads at most {teacher.config.block_size} positions, but the student "
+                          f"trains on windows of {context}: pass --block_size={teacher.config.block_size} (or less)")
     return teacher, source
 
 
@@ -158,6 +164,10 @@ def hidden_target_map(ckpt: dict, teacher) -> torch.Tensor | None:
     if record.get("porting") == "per_block":
         raise ConfigError("--distill_hidden needs one global map T, but this model was shrunk with a map per site "
                           "(porting=per_block): drop --distill_hidden")
+    if ckpt["model_args"]["n_layer"] != teacher.config.n_layer:
+        raise ConfigError(f"--distill_hidden matches each block's output with the teacher's, but the student has "
+                          f"{ckpt['model_args']['n_layer']} blocks and the teacher {teacher.config.n_layer}: drop "
+                          "--distill_hidden (the logits' KL needs no equal depth)")
     T = record.get("T")
     if T is None:
         if width != teacher_width:

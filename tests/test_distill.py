@@ -239,3 +239,24 @@ def test_distillation_runs_under_ddp_with_two_gloo_processes(shrunk, tmp_path):
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert json.load(open(tmp_path / "ddp" / "finetune.json"))["iter_num"] == 6
+
+
+def test_a_teacher_of_shorter_context_or_depth_is_named_before_the_first_step(trained_dir, char_data_dir, tmp_path):
+    """A teacher that reads fewer positions than the student trains on, or hidden-state matching between models of
+    different depth, once crashed at the first step; each is one ConfigError before anything is written."""
+    short = tmp_path / "short"
+    shutil.copytree(trained_dir, short)
+    ckpt = torch.load(short / "ckpt.pt", weights_only=False)
+    ckpt["model_args"]["block_size"] = 8
+    ckpt["model"] = {k: (v[:8] if k.endswith("wpe.weight") else v) for k, v in ckpt["model"].items()}
+    torch.save(ckpt, short / "ckpt.pt")
+    args = FT + ["--distill=True", "--max_iters=2", f"--in_dir={trained_dir}"]
+    with pytest.raises(ConfigError, match="reads at most 8 positions.*--block_size=8"):
+        finetune(load_config(FinetuneConfig, args + [f"--out_dir={tmp_path / 'a'}", f"--teacher_dir={short}"]))
+    deep = tmp_path / "deep"
+    transform_checkpoint(TransformConfig(in_dir=trained_dir, out_dir=str(deep), width=32, n_layer=4,
+                                         data_dir=char_data_dir, eval_iters=0))
+    with pytest.raises(ConfigError, match="student has 4 blocks and the teacher 2"):
+        finetune(load_config(FinetuneConfig, FT + ["--distill=True", "--distill_hidden=1", "--max_iters=2",
+                                                   f"--in_dir={deep}", f"--out_dir={tmp_path / 'b'}"]))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
