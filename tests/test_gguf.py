@@ -140,12 +140,19 @@ def test_a_shrunk_model_exports_and_transformers_reads_its_head_size(ours, idx, 
 # Bad GGUF input: one clear line, a non-zero exit, nothing written
 
 
-def write_file(path: str, arch: str = "llama", drop: str = "", tensors: dict | None = None) -> str:
-    """A minimal GGUF (one block, d = 8) written with the gguf package; ``drop`` leaves one tensor out."""
+def write_file(path: str, arch: str = "llama", drop: str = "", tensors: dict | None = None,
+               claims: dict | None = None) -> str:
+    """A minimal GGUF (one block, d = 8) written with the gguf package; ``drop`` leaves one tensor out; ``claims``
+    writes other values for header fields (a uint64 for an int, a string for a str)."""
     writer = gguf.GGUFWriter(path, arch)
     for key, value in (("context_length", 16), ("embedding_length", 8), ("block_count", 1),
                        ("feed_forward_length", 16), ("head_count", 2), ("head_count_kv", 2)):
-        getattr(writer, f"add_{key}")(value)
+        if claims and key in claims:
+            field = f"{arch}.{'attention.' if key.startswith('head_count') else ''}{key}"
+            value = claims[key]
+            writer.add_string(field, value) if isinstance(value, str) else writer.add_uint64(field, value)
+        else:
+            getattr(writer, f"add_{key}")(value)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list([chr(97 + i) for i in range(12)])
@@ -182,6 +189,13 @@ BAD_IMPORTS = {  # name: (make the file in tmp_path, words the error must hold)
     "foreign_tensor": (lambda p: write_file(str(p / "m.gguf"), tensors={"blk.0.ssm_a": (8,)}),
                        ["tensors a LlamaForCausalLM does not have", "blk.0.ssm_a"]),
     "no_such_file": (lambda p: str(p / "absent.gguf"), ["no such file"]),
+    # a header's claims are bounded before anything is allocated from them (a 175 KB file once grew past 14 GB)
+    "huge_context": (lambda p: write_file(str(p / "m.gguf"), claims={"context_length": 2 ** 40}),
+                     ["llama.context_length = '1099511627776'", "is not an integer in [1, 1.04858e+06]"]),
+    "zero_heads": (lambda p: write_file(str(p / "m.gguf"), claims={"head_count": 0}),
+                   ["llama.attention.head_count = '0'", "not an integer"]),
+    "text_for_a_number": (lambda p: write_file(str(p / "m.gguf"), claims={"embedding_length": "eight"}),
+                          ["llama.embedding_length = 'eight'"]),
 }
 
 

@@ -23,6 +23,7 @@ ignores them (transformers does), so a model of another pattern is exported with
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -142,6 +143,36 @@ def float32_value(x: float) -> float:
     return float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
 
 
+# bounds on what a GGUF header may claim, checked before anything is built from it: a model's RoPE tables and
+# embeddings are allocated from these numbers, so a small file claiming a huge context or vocabulary would
+# otherwise allocate without bound (a 175 KB file grew the process past 14 GB). Real models sit far inside them.
+MAX_CONTEXT = 1 << 20
+MAX_WIDTH = 1 << 16
+MAX_HEADS = 1 << 10
+MAX_LAYERS = 1 << 10
+MAX_VOCAB = 1 << 22
+
+
+def bounded(reader, path: str, key: str, low: float, high: float, kind: type = int, default=None,
+            required: bool = False):
+    """A numeric GGUF metadata field checked before use: of the right kind (an integer field an integer, not text,
+    a bool or a fraction; a float field a finite number) and within [low, high]; ``default`` when it is absent
+    (or a ConversionError naming it when ``required``)."""
+    value = _field(reader, key)
+    if value is None:
+        if required:
+            raise ConversionError(f"'{path}' lacks the GGUF metadata field {key}")
+        return default
+    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if kind is int and numeric and float(value) != int(value):
+        numeric = False
+    if not numeric or not math.isfinite(float(value)) or not low <= float(value) <= high:
+        raise ConversionError(f"'{path}': GGUF metadata field {key} = {str(value)[:40]!r} is not "
+                              f"{'an integer' if kind is int else 'a number'} in [{low:g}, {high:g}]; the file is "
+                              "damaged or not a model we read")
+    return kind(value)
+
+
 def gguf_config(reader, path: str):
     """The transformers LlamaConfig / Qwen2Config a GGUF file's metadata describes, refusing what we cannot hold."""
     import transformers
@@ -150,37 +181,45 @@ def gguf_config(reader, path: str):
         raise ConversionError(f"'{path}' is a GGUF of architecture {arch!r}; --from_gguf reads exactly "
                               f"{', '.join(GGUF_ARCHITECTURES)}")
 
-    def need(key: str):
-        value = _field(reader, f"{arch}.{key}")
-        if value is None:
-            raise ConversionError(f"'{path}' lacks the GGUF metadata field {arch}.{key}")
-        return value
+    def need(key: str, low: float, high: float, kind: type = int):
+        return bounded(reader, path, f"{arch}.{key}", low, high, kind, required=True)
 
-    n_head, d = int(need("attention.head_count")), int(need("embedding_length"))
-    n_kv = int(_field(reader, f"{arch}.attention.head_count_kv", n_head))
-    head_dim = int(_field(reader, f"{arch}.attention.key_length", 0) or
-                   _field(reader, f"{arch}.rope.dimension_count", 0) or d // n_head)
-    if int(_field(reader, f"{arch}.attention.value_length", head_dim)) != head_dim:
+    def may(key: str, default, low: float, high: float, kind: type = int):
+        return bounded(reader, path, f"{arch}.{key}", low, high, kind, default=default)
+
+    n_head, d = need("attention.head_count", 1, MAX_HEADS), need("embedding_length", 1, MAX_WIDTH)
+    n_kv = may("attention.head_count_kv", n_head, 1, n_head)
+    if n_head % n_kv:
+        raise ConversionError(f"'{path}': {n_kv} key/value heads do not divide {n_head} query heads")
+    head_dim = (may("attention.key_length", 0, 1, MAX_WIDTH) or may("rope.dimension_count", 0, 1, MAX_WIDTH)
+                or d // n_head)
+    if head_dim < 1:
+        raise ConversionError(f"'{path}': {arch}.embedding_length {d} is smaller than its {n_head} heads")
+    if may("attention.value_length", head_dim, 1, MAX_WIDTH) != head_dim:
         raise ConversionError(f"'{path}': key and value head sizes differ; they cannot be represented exactly")
-    if int(_field(reader, f"{arch}.rope.dimension_count", head_dim)) != head_dim:
+    if may("rope.dimension_count", head_dim, 1, MAX_WIDTH) != head_dim:
         raise ConversionError(f"'{path}': RoPE on part of each head cannot be represented exactly")
     scaling = _field(reader, f"{arch}.rope.scaling.type", "none")
     if scaling not in ("none", None) or any(t.name == "rope_freqs.weight" for t in reader.tensors):
         raise ConversionError(f"'{path}': RoPE scaling ({scaling if scaling != 'none' else 'rope_freqs.weight'}) "
                               "is not read from GGUF; import the Hugging Face directory with --from_hf instead")
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    vocab = int(_field(reader, f"{arch}.vocab_size", 0) or (len(tokens) if tokens is not None else 0))
+    vocab = may("vocab_size", 0, 1, MAX_VOCAB) or (len(tokens) if tokens is not None else 0)
     if not vocab:
         raise ConversionError(f"'{path}' records neither {arch}.vocab_size nor a token list")
-    special = {f"{k}_token_id": int(v) for k in ("bos", "eos", "pad")
-               for v in [_field(reader, f"tokenizer.ggml.{'padding' if k == 'pad' else k}_token_id")] if v is not None}
+    special = {f"{k}_token_id": v for k in ("bos", "eos", "pad")
+               for v in [bounded(reader, path, f"tokenizer.ggml.{'padding' if k == 'pad' else k}_token_id", 0,
+                                 vocab - 1)] if v is not None}
     tied = not any(t.name == "output.weight" for t in reader.tensors)
-    common = dict(hidden_size=d, intermediate_size=int(need("feed_forward_length")),
-                  num_hidden_layers=int(need("block_count")), num_attention_heads=n_head, num_key_value_heads=n_kv,
-                  head_dim=head_dim, vocab_size=vocab, max_position_embeddings=int(need("context_length")),
-                  rms_norm_eps=float32_value(need("attention.layer_norm_rms_epsilon")),
+    if vocab > MAX_VOCAB:
+        raise ConversionError(f"'{path}': its token list holds {vocab} tokens, more than the {MAX_VOCAB} we read")
+    common = dict(hidden_size=d, intermediate_size=need("feed_forward_length", 1, MAX_WIDTH * 16),
+                  num_hidden_layers=need("block_count", 1, MAX_LAYERS), num_attention_heads=n_head,
+                  num_key_value_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
+                  max_position_embeddings=need("context_length", 1, MAX_CONTEXT),
+                  rms_norm_eps=float32_value(need("attention.layer_norm_rms_epsilon", 1e-12, 1.0, float)),
                   rope_parameters={"rope_type": "default",
-                                   "rope_theta": float32_value(_field(reader, f"{arch}.rope.freq_base", 10000.0))},
+                                   "rope_theta": float32_value(may("rope.freq_base", 10000.0, 1.0, 1e9, float))},
                   tie_word_embeddings=tied, hidden_act="silu", **special)
     if arch == "llama":
         return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), GGUF_ARCHITECTURES[arch]
@@ -206,13 +245,12 @@ def gemma3_config(reader, path: str, common: dict):
     """The transformers Gemma3TextConfig of a ``gemma3`` GGUF file (llama.cpp's fixed values where it is silent:
     every 6th block global, local RoPE base 10,000, attention scale 1/√head_dim as for the 270M–12B models)."""
     import transformers
-    window = _field(reader, "gemma3.attention.sliding_window")
-    if window is None:
-        raise ConversionError(f"'{path}' lacks the GGUF metadata field gemma3.attention.sliding_window")
+    window = bounded(reader, path, "gemma3.attention.sliding_window", 1, MAX_CONTEXT, required=True)
     n_layer = common["num_hidden_layers"]
     types = gemma3_layer_types(_field(reader, "gemma3.attention.sliding_window_pattern", GEMMA3_DEFAULT_PATTERN),
                                n_layer, path)
-    local = float32_value(_field(reader, "gemma3.rope.freq_base_swa", GEMMA3_DEFAULT_LOCAL_BASE))
+    local = float32_value(bounded(reader, path, "gemma3.rope.freq_base_swa", 1.0, 1e9, float,
+                                  default=GEMMA3_DEFAULT_LOCAL_BASE))
     theta = common.pop("rope_parameters")["rope_theta"]
     common.pop("hidden_act")
     return transformers.Gemma3TextConfig(
