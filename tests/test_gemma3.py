@@ -70,6 +70,7 @@ def test_a_transformed_gemma3_model_exports_again(tmp_path):
 @pytest.mark.parametrize("field, value, words", [
     ("final_logit_softcapping", 30.0, "soft-capping"),
     ("use_bidirectional_attention", True, "use_bidirectional_attention"),
+    ("window", None, "names sliding-window blocks but sliding_window is None"),
 ])
 def test_what_gemma3_import_refuses(field, value, words):
     with pytest.raises(ConversionError, match=words):

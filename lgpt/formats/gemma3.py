@@ -76,7 +76,11 @@ def gemma3_config_from_hf(hf_config) -> GPTConfig:
     theta, local = gemma3_rope(hf_config)
     layer_types = list(getattr(hf_config, "layer_types", None) or ["full_attention"] * hf_config.num_hidden_layers)
     every = global_every(layer_types)
-    window = int(hf_config.sliding_window or 0) if "sliding_attention" in layer_types else 0
+    if "sliding_attention" in layer_types and not getattr(hf_config, "sliding_window", None):
+        raise ConversionError(f"{GEMMA3} config: layer_types names sliding-window blocks but sliding_window is "
+                              f"{getattr(hf_config, 'sliding_window', None)!r}; readers disagree on what that computes "
+                              "(transformers attends fully, llama.cpp uses its own default): set sliding_window")
+    window = int(hf_config.sliding_window) if "sliding_attention" in layer_types else 0
     n_kv = hf_config.num_key_value_heads or hf_config.num_attention_heads
     head_dim = hf_config.head_dim
     scale = hf_config.query_pre_attn_scalar ** -0.5
