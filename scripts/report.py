@@ -743,7 +743,7 @@ def real_model_gpu(r: dict) -> str:
                   " | ")] for a in r["arms"]]
     curve = [[f"{t:,}", *(f"{a['curve'][i][1]:.4f}" for a in r["arms"])] for i, (t, _) in
              enumerate(r["arms"][0]["curve"])]
-    return "\n".join([f"{r.get('gpu') or r['device']}; {r['tokens']:,} tokens; "
+    return "\n".join([f"SmolLM2-135M-Instruct on one {r.get('gpu') or r['device']}; {r['tokens']:,} tokens; "
                       + ", ".join(f"{k} {v:.0f} s" for k, v in r["seconds"].items()) + "; n = 1.", "",
                       *table(["learning rate", "run", "parameters", "val", "val gap to the control", "general",
                               "general gap to the control"], rows), "", "The run's val curve (fixed eval batches):",
