@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -120,6 +121,36 @@ def relative(path: str) -> str:
     """Paths inside the repository go into keys relative to it, so a moved clone keeps its cache."""
     path = os.path.abspath(path)
     return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
+# an absolute path of the machine that ran a script (its checkout, temp or stash directory), inside any string
+ABSOLUTE = re.compile(r"(?<![\w.~<>\\-])/(?:tmp|root|home|work|Users|mnt|scratch|var|opt)/[^\s'\",;)\]\\]*")
+REPO_PARTS = ("data", "runs", "results", "bench", "configs", "scripts")
+
+
+def _repo_path(match: re.Match) -> str:
+    path = match.group(0)
+    if path.startswith(ROOT + os.sep):
+        return os.path.relpath(path, ROOT)
+    parts = path.strip("/").split("/")
+    inside = next((i for i, p in enumerate(parts) if i > 0 and p in REPO_PARTS), None)
+    if inside is not None:  # another clone's checkout or a stash of its data/: from there on
+        return "/".join(parts[inside:])
+    return ("<tmp>/" + "/".join(parts[1:])) if parts[0] == "tmp" else "<local>/" + parts[-1]
+
+
+def repo_relative(value):
+    """``value`` (a results payload) with every absolute path in its strings made relative to the repository; a
+    path outside any checkout (a machine's temp directory) becomes '<tmp>/…' or '<local>/NAME'."""
+    if isinstance(value, str):
+        while ABSOLUTE.search(value):  # a path may hold another (a run named after its map_file=…)
+            value = ABSOLUTE.sub(_repo_path, value)
+        return value
+    if isinstance(value, dict):
+        return {k: repo_relative(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [repo_relative(v) for v in value]
+    return value
 
 
 NEUTRAL = (None, False, 0, "", "none", "unit")  # "unit": calib_weighting's default, from before it existed
@@ -389,7 +420,7 @@ def save(experiment: str, payload: dict, started: float, s: Setting) -> None:
                                   + (" --quick" if s.quick else "")})
     tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
+        json.dump(repo_relative(payload), f, indent=2)
     os.replace(tmp, os.path.join(out, "results.json"))
     print(f"wrote {out}/results.json")
 

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from harness import RESULTS, hardware  # noqa: E402
+from harness import RESULTS, hardware, repo_relative  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import BatchLoader, Tokenizer  # noqa: E402
 from real_model import imported, prepared  # noqa: E402  (cached: found, not rebuilt)
@@ -100,7 +100,7 @@ def main() -> None:
     out = os.path.join(RESULTS, "real_model_geometry")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json.tmp"), "w") as f:
-        json.dump(payload, f, indent=2)
+        json.dump(repo_relative(payload), f, indent=2)
     os.replace(os.path.join(out, "results.json.tmp"), os.path.join(out, "results.json"))
     print(json.dumps({k: payload[k] for k in ("massive", "sinks")}, indent=1)[:3000])
 

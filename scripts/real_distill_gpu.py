@@ -51,7 +51,10 @@ import torch  # noqa: E402
 from real_distill import unchanged  # noqa: E402
 from real_tied_head import GAINS_RECIPE, HALF_GAINS_RECIPE  # noqa: E402
 
-from harness import ROOT  # noqa: E402
+from harness import (
+    ROOT,  # noqa: E402
+    repo_relative,  # noqa: E402
+)
 from lgpt.plumbing.checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
 from lgpt.plumbing.dataset import (  # noqa: E402
     HF_TOKENIZER_FILE,
@@ -387,7 +390,8 @@ def main() -> None:
 def write(result: dict, out: str, log: Log) -> None:
     """results.json and log.txt as they stand: a run cut off by its machine's limit keeps what it measured."""
     os.makedirs(out, exist_ok=True)
-    for name, text in (("results.json", json.dumps(result, indent=1)), ("log.txt", "\n".join(log.lines) + "\n")):
+    for name, text in (("results.json", json.dumps(repo_relative(result), indent=1)),
+                       ("log.txt", "\n".join(log.lines) + "\n")):
         with open(os.path.join(out, name + ".tmp"), "w") as f:
             f.write(text)
         os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))

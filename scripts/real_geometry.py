@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import RESULTS, cached, hardware, relative  # noqa: E402
+from harness import RESULTS, cached, hardware, relative, repo_relative  # noqa: E402
 from real_model import BLOCK, TEXTS, imported, prepared, run_step, transformed  # noqa: E402
 
 PROBES = ["--n_probes=1024", "--probe_batches=1", "--batch_size=16", "--eval_iters=2", "--heatmap_probes=48",
@@ -81,15 +81,17 @@ def main() -> None:
         r = report(name, src, data["shakespeare"], new)
         into = os.path.join(target, name)
         os.makedirs(into, exist_ok=True)
-        for file in ["metrics.json", *r["metrics"]["figures"].values()]:
+        for file in r["metrics"]["figures"].values():
             shutil.copy(os.path.join(r["report_dir"], file), os.path.join(into, file))
+        with open(os.path.join(into, "metrics.json"), "w") as f:  # the report's, its paths made repo-relative
+            json.dump(repo_relative(r["metrics"]), f, indent=2)
         rows[name] = dict(summary(r["metrics"]), seconds=r["step"]["seconds"], peak_mb=r["step"]["peak_mb"],
                           figures_dir=os.path.relpath(into, RESULTS))
         payload = {"model": "SmolLM2-135M-Instruct", "probes": PROBES, "rows": rows,
                    "meta": {"seconds": round(time.time() - started), "hardware": hardware(),
                             "command": "scripts/real_geometry.sh"}}
         with open(os.path.join(RESULTS, "real_model_geometry", "eval_geometry.json.tmp"), "w") as f:
-            json.dump(payload, f, indent=2)
+            json.dump(repo_relative(payload), f, indent=2)
         os.replace(os.path.join(RESULTS, "real_model_geometry", "eval_geometry.json.tmp"),
                    os.path.join(RESULTS, "real_model_geometry", "eval_geometry.json"))
         print(f"{name}: {rows[name]['loss']} in {rows[name]['seconds']:.0f} s", flush=True)

@@ -474,7 +474,7 @@ def save(payload: dict, started: float, experiment: str = "real_model") -> None:
                                   "command": "scripts/real_model.sh" + part[experiment]})
     tmp = os.path.join(out, f"results.json.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=str)
+        json.dump(harness.repo_relative(payload), f, indent=2, default=str)
     os.replace(tmp, os.path.join(out, "results.json"))
 
 

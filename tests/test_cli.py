@@ -90,8 +90,8 @@ def test_other_entry_points_answer_help(path, tmp_path):
 def readme_commands() -> list[list[str]]:
     """Every `python SCRIPT.py ...` command of the documents (code blocks and inline code), continuation lines
     joined."""
-    text = "\n".join(open(os.path.join(ROOT, doc)).read() for doc in ("README.md", "GUIDE.md", "REFERENCE.md",
-                                                                       "RESULTS.md")).replace("\\\n", " ")
+    text = "\n".join(open(os.path.join(ROOT, doc)).read() for doc in ("README.md", "GUIDE.md", "REFERENCE.md")
+                     ).replace("\\\n", " ")
     commands = re.findall(r"(?m)^\s*(python [^\n#`]+)", text) + re.findall(r"`(python [^`]+)`", text)
     out = []
     for command in commands:
