@@ -598,7 +598,7 @@ def test_checkpoint_py_on_a_cut_off_checkpoint_exits_1_without_a_traceback(ctx, 
 
 
 def test_the_reference_counts_the_table():
-    readme = open(os.path.join(ROOT, "REFERENCE.md")).read()
+    readme = open(os.path.join(ROOT, "docs", "reference.md")).read()
     assert f"holds the table: {len(CASES)} bad command lines" in readme
 
 

@@ -1,6 +1,7 @@
 """Every entry point answers -h/--help from its config dataclass, and every command the README documents parses
 (its keys, types and config files) — the torchrun line even trains, CPU-shrunk, with 2 gloo processes."""
 import dataclasses
+import glob
 import importlib
 import os
 import re
@@ -90,8 +91,8 @@ def test_other_entry_points_answer_help(path, tmp_path):
 def readme_commands() -> list[list[str]]:
     """Every `python SCRIPT.py ...` command of the documents (code blocks and inline code), continuation lines
     joined."""
-    text = "\n".join(open(os.path.join(ROOT, doc)).read() for doc in ("README.md", "GUIDE.md", "REFERENCE.md")
-                     ).replace("\\\n", " ")
+    docs = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+    text = "\n".join(open(doc).read() for doc in docs).replace("\\\n", " ")
     commands = re.findall(r"(?m)^\s*(python [^\n#`]+)", text) + re.findall(r"`(python [^`]+)`", text)
     out = []
     for command in commands:
