@@ -248,12 +248,9 @@ def check_tie_options(tie: TieSpec, error: type[Exception]) -> None:
     if tie.retie_target not in RETIE_TARGETS or tie.retie_target != "head" and not tie.tie_head:
         raise error(f"retie_target={tie.retie_target!r} chooses what a head kept tied is fitted to: one of "
                     f"{RETIE_TARGETS} with --tie_head=True, or drop --retie_target")
-    if tie.tie_keep < 0:
+    if tie.tie_keep < 0 or tie.tie_keep and not tie.tie_head:
         raise error(f"tie_keep={tie.tie_keep} chooses coordinates for a head kept tied: give a count >= 0 "
                     "with --tie_head=True, or drop --tie_keep")
-    if tie.tie_keep and not tie.tie_head:
-        raise error(f"tie_keep={tie.tie_keep} chooses coordinates for a head kept tied: add --tie_head=True or "
-                    "drop --tie_keep")
 
 
 def check_per_block_options(spec: TransformSpec, error: type[Exception]) -> None:
@@ -423,6 +420,9 @@ def check_new_directions(spec: TransformSpec, cfg: GPTConfig, porting: str) -> N
 def check_tie_head(spec: TransformSpec, cfg: GPTConfig, porting: str) -> None:
     """Raise TransformError unless --tie_head (and --tie_keep) can apply: a tied model, residual porting, no
     growth."""
+    if spec.tie.tie_keep and not spec.tie.tie_head:
+        raise TransformError(f"tie_keep={spec.tie.tie_keep} chooses coordinates for a head kept tied: add "
+                             "--tie_head=True or drop --tie_keep")
     check_tie_options(spec.tie, TransformError)
     if not spec.tie.tie_head:
         return
