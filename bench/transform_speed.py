@@ -42,8 +42,9 @@ def one_case(kind: str, width: int, porting: str, options: str = "") -> dict:
     sys.path.insert(0, ROOT)
     import torch
 
+    from lgpt.method.pipeline import transform_model
+    from lgpt.method.spec import TransformSpec
     from model import GPT, GPTConfig
-    from transform import transform_model
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, head="tied"))
     model.eval()
@@ -56,11 +57,13 @@ def one_case(kind: str, width: int, porting: str, options: str = "") -> dict:
         loader = BatchLoader(random_token_data(50257), 1024, CALIBRATION["batch_size"])
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         t0 = time.perf_counter()
-        new, record = transform_model(model, width, kind=kind, porting=porting, norms="fold", seed=0,
-                                      calibration_loader=loader, calib_batches=CALIBRATION["calib_batches"], **extra)
+        spec = TransformSpec.from_flat(width=width, kind=kind, porting=porting, norms="fold", seed=0,
+                                       calib_batches=CALIBRATION["calib_batches"], **extra)
+        new, record = transform_model(model, spec, loader)
     else:
         with torch.no_grad():
-            new, record = transform_model(model, width, kind=kind, porting=porting, norms="fold", seed=0)
+            new, record = transform_model(
+                model, TransformSpec.from_flat(width=width, kind=kind, porting=porting, norms="fold", seed=0))
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"kind": kind, "m": width, "porting": porting, "options": options, "seconds": round(seconds, 2),

@@ -88,7 +88,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from harness import RESULTS  # noqa: E402
-from lgpt.method.refit import calibration_batches, gain_outliers  # noqa: E402
+from lgpt.method.refit import (  # noqa: E402
+    calibration_batches,
+    calibration_kl,  # noqa: E402
+    gain_outliers,
+)
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import BatchLoader  # noqa: E402
 from lgpt.plumbing.logger import progress  # noqa: E402
@@ -107,7 +111,6 @@ from real_model import (  # noqa: E402
     self_samples,
 )
 from real_quantization import save, saved, start  # noqa: E402
-from transform import calibration_kl  # noqa: E402
 
 TIE = "--tie_head=True"
 READERS = "--refit=readers"

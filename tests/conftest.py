@@ -53,3 +53,10 @@ def trained_dir(tmp_path_factory, char_data_dir):
                                                  "--max_iters=60", "--eval_interval=30", "--learning_rate=3e-3"])
     train(cfg)
     return str(out)
+
+
+def spec(width: int, **options):
+    """A TransformSpec from flat option names (``spec(48, kind='pca', refit='readers')``), each sent to its group,
+    for ``transform_model(model, spec(...), loader)``."""
+    from lgpt.method.spec import TransformSpec
+    return TransformSpec.from_flat(width=width, **options)

@@ -8,15 +8,16 @@ import os
 import pytest
 import torch
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, spec
 from finetune import FinetuneConfig, finetune
 from lgpt.method.carry import carry_moments
+from lgpt.method.pipeline import transform_model
 from lgpt.plumbing.checkpoint import load_checkpoint
 from lgpt.plumbing.configurator import load_config
 from lgpt.plumbing.errors import ConfigError, TransformError
 from test_transform import random_model
 from train import TrainConfig, get_lr
-from transform import TransformConfig, transform_checkpoint, transform_model
+from transform import TransformConfig, transform_checkpoint
 
 VARIANTS = [{"norm_type": "rmsnorm"},  # per-dimension gains (folded), learned positions
             {"norm_type": "rmsnorm", "norm_gain": "scalar", "mlp": "swiglu", "pos": "rope", "bias": True},
@@ -57,7 +58,7 @@ def test_the_carried_first_moment_is_the_grown_models_gradient(variant, grow):
     model = random_model(3, **variant)
     idx = torch.randint(0, 11, (3, 8))
     grads = gradients(model, idx)
-    grown, record = transform_model(model, 32, kind="orthogonal", seed=2, **grow)
+    grown, record = transform_model(model, spec(32, kind="orthogonal", seed=2, **grow))
     carried = carry_moments(model, adam_state_from(model, grads), record["T"], grown, grow.get("n_head", 0),
                             grow.get("mlp_hidden", 0), grow.get("grow_mode", "zero"))
     assert carried["step"] == 7
@@ -79,7 +80,7 @@ def test_the_second_moment_is_exact_for_a_coordinate_embedding_and_never_negativ
     model = random_model(4, norm_type="rmsnorm")
     idx = torch.randint(0, 11, (3, 8))
     grads = gradients(model, idx)
-    grown, record = transform_model(model, 24, kind="truncate")
+    grown, record = transform_model(model, spec(24, kind="truncate"))
     carried = carry_moments(model, adam_state_from(model, grads), record["T"], grown)
     expected = gradients(grown, idx)
     for name, g in expected.items():
@@ -87,7 +88,7 @@ def test_the_second_moment_is_exact_for_a_coordinate_embedding_and_never_negativ
             continue
         torch.testing.assert_close(carried["moments"][name]["exp_avg_sq"].double(), g ** 2,
                                    atol=1e-9 + 1e-5 * g.pow(2).max().item(), rtol=1e-4)
-    dense, record = transform_model(model, 32, kind="orthogonal", seed=5)
+    dense, record = transform_model(model, spec(32, kind="orthogonal", seed=5))
     carried = carry_moments(model, adam_state_from(model, grads), record["T"], dense)
     assert all(v["exp_avg_sq"].min() >= 0 for v in carried["moments"].values())
 
@@ -97,7 +98,7 @@ def test_zero_mode_units_start_without_history_and_clones_split_their_inputs():
     grads = gradients(model, torch.randint(0, 11, (2, 8)))
     state = adam_state_from(model, grads)
     for mode in ("zero", "clone"):
-        grown, record = transform_model(model, 16, kind="orthogonal", n_head=4, grow_mode=mode)
+        grown, record = transform_model(model, spec(16, kind="orthogonal", n_head=4, grow_mode=mode))
         moments = carry_moments(model, state, record["T"], grown, 4, 0, mode)["moments"]
         qkv = moments["transformer.h.0.attn.c_attn.weight"]["exp_avg_sq"]
         old = qkv[:16]  # Q rows of the model's two heads (head_dim 8)
@@ -106,7 +107,7 @@ def test_zero_mode_units_start_without_history_and_clones_split_their_inputs():
                 .abs().max() == 0
         else:  # two copies of each head: gradient/2 on each copy's inputs, so exp_avg_sq / 4
             torch.testing.assert_close(qkv[16:32], old)
-            ported = carry_moments(model, state, record["T"], transform_model(model, 16, kind="orthogonal")[0])
+            ported = carry_moments(model, state, record["T"], transform_model(model, spec(16, kind="orthogonal"))[0])
             plain = ported["moments"]["transformer.h.0.attn.c_attn.weight"]["exp_avg_sq"]
             torch.testing.assert_close(4 * old, plain[:16])
 

@@ -5,6 +5,7 @@ import sys
 import pytest
 import torch
 
+from conftest import spec
 from lgpt.plumbing.checkpoint import load_model, save_checkpoint
 from lgpt.plumbing.errors import CheckpointError, DataError
 from model import GPT, GPTConfig
@@ -12,7 +13,7 @@ from model import GPT, GPTConfig
 transformers = pytest.importorskip("transformers")
 
 from convert import ConversionError, ConvertConfig, convert, export_gguf, export_hf, gpt2_from_pretrained  # noqa: E402
-from transform import transform_model  # noqa: E402
+from lgpt.method.pipeline import transform_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,10 @@ def test_export_round_trip_and_transformed_model_stays_exact(hf_dir, tmp_path):
     reference = hf_logits(hf_dir, idx)
     convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_hf=str(tmp_path / "back")))
     assert torch.allclose(hf_logits(str(tmp_path / "back"), idx), reference, atol=1e-5)
-    grown, record = transform_model(model, 24, kind="orthogonal", porting="residual", norms="fold", seed=0)
+    grown, record = transform_model(model, spec(24, kind="orthogonal", porting="residual", norms="fold", seed=0))
     assert record["exact"]
     assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
-    same, _ = transform_model(model, 16, kind="orthogonal", porting="residual", norms="fold", seed=1)
+    same, _ = transform_model(model, spec(16, kind="orthogonal", porting="residual", norms="fold", seed=1))
     assert torch.allclose(same(idx, all_logits=True)[0], reference, atol=1e-4)
 
 
@@ -111,8 +112,8 @@ def test_grown_gpt2_keeps_layernorm_and_exports_exactly(hf_dir, tmp_path):
     model = gpt2_from_pretrained(hf_dir).eval()
     idx = torch.randint(0, 50, (2, 12))
     reference = hf_logits(hf_dir, idx)
-    grown, record = transform_model(model, 24, kind="orthogonal", porting="residual", norms="fold", seed=0,
-                                    keep_layernorm=True)
+    grown, record = transform_model(model, spec(24, kind="orthogonal", porting="residual", norms="fold", seed=0,
+                                                keep_layernorm=True))
     assert grown.config.norm_type == "layernorm" and record["exact"]
     assert torch.allclose(grown(idx, all_logits=True)[0], reference, atol=1e-4)
     export_hf(grown, str(tmp_path / "hf24"))

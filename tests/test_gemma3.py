@@ -10,6 +10,7 @@ from hf_models import VOCAB, assert_logprobs_close, gemma3, hf_logprobs, our_log
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import spec  # noqa: E402
 from convert import ConversionError, ConvertConfig, convert, export_hf, hf_pretrained, model_from_hf_model  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 
@@ -59,9 +60,9 @@ def test_export_round_trip_is_exact_and_keeps_the_tokenizer(tokenizer, tmp_path)
 def test_a_transformed_gemma3_model_exports_again(tmp_path):
     """A same-architecture transform (here growth by zero padding, kind truncate) keeps every Gemma 3 part, so the
     result exports to Gemma3ForCausalLM, and that export is the transformed model."""
-    from transform import transform_model
+    from lgpt.method.pipeline import transform_model
     ours = model_from_hf_model(gemma3(seed=2).eval())
-    grown, record = transform_model(ours, 96, kind="truncate")
+    grown, record = transform_model(ours, spec(96, kind="truncate"))
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path / "g" if export_hf(grown, str(tmp_path / "g")) else None).eval()
     assert_logprobs_close(hf_logprobs(hf, IDX), our_logprobs(grown, IDX))
@@ -97,21 +98,21 @@ def test_growth_by_zero_padding_is_exact_and_a_rotation_is_not():
     a per-dimension gain at width m only for a coordinate map. kind='truncate' at m > d (zero padding) keeps every
     Gemma 3 part exact — output gains, QK-norm (per head, untouched), the embedding scale; an orthogonal T must
     average the output gains and says so."""
-    from transform import transform_model
+    from lgpt.method.pipeline import transform_model
     ours = model_from_hf_model(gemma3(seed=4).eval())
-    padded, record = transform_model(ours, 96, kind="truncate")
+    padded, record = transform_model(ours, spec(96, kind="truncate"))
     assert record["exact"] and not any(n.startswith("APPROX") for n in record["notes"])
     assert_logprobs_close(our_logprobs(padded, IDX), our_logprobs(ours, IDX), rel=1e-5)
-    rotated, record = transform_model(ours, 96, kind="orthogonal")
+    rotated, record = transform_model(ours, spec(96, kind="orthogonal"))
     assert not record["exact"] and any("APPROXIMATE: peri-LN output norms" in n for n in record["notes"])
 
 
 def test_the_recipes_run_on_gemma3(char_data_dir):
     """PCA shrink with the refit, per-block maps, head and MLP growth: each runs on a Gemma 3 model and keeps a
     finite model (the sandwich rules are refused: QK-norm belongs to the head size they change)."""
+    from lgpt.method.pipeline import transform_model
     from lgpt.plumbing.dataset import BatchLoader
     from lgpt.plumbing.errors import TransformError
-    from transform import transform_model
     ours = model_from_hf_model(gemma3(seed=5, vocab=65).eval())
     ours.config.block_size = 16
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
@@ -119,11 +120,11 @@ def test_the_recipes_run_on_gemma3(char_data_dir):
     for options in (dict(width=48, kind="pca", refit="all"), dict(width=48, kind="pca", porting="per_block"),
                     dict(width=96, kind="orthogonal", n_head=8, mlp_hidden=256),
                     dict(width=48, kind="pca", tie_head=True)):
-        new, _ = transform_model(ours, calibration_loader=loader, calib_batches=2, **options)
+        new, _ = transform_model(ours, spec(calib_batches=2, **options), loader)
         assert torch.isfinite(our_logprobs(new, x)).all(), options
     mha = model_from_hf_model(gemma3(seed=5, n_kv_head=4, head_dim=16).eval())  # square attention: only QK-norm
     with pytest.raises(TransformError, match="per-head QK-norm gains belong to its head size"):
-        transform_model(mha, 48, kind="gaussian", porting="sandwich")
+        transform_model(mha, spec(48, kind="gaussian", porting="sandwich"))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import spec
 from hf_models import assert_logprobs_close, hf_logprobs, llama, our_logprobs, save, train_tokenizer
 from lgpt.plumbing.checkpoint import load_model
 from lgpt.plumbing.cli import run_cli
@@ -117,14 +118,13 @@ def test_quantized_exports_read_the_same_by_us_and_by_transformers(dtype, ours, 
 def test_a_shrunk_model_exports_and_transformers_reads_its_head_size(ours, idx, tmp_path):
     """A PCA shrink keeps head_dim while d changes (head_dim ≠ m / n_head): the GGUF says so and transformers
     loads it with our log-probs."""
-    from transform import transform_model
+    from lgpt.method.pipeline import transform_model
     model, ckpt = load_model(ours["llama_gqa"])
     data = tmp_path / "data"
     from hf_models import shakespeare_text
     from lgpt.plumbing.dataset import BatchLoader, prepare_text
     prepare_text(shakespeare_text()[:50_000], str(data), ckpt["meta"])
-    small, _ = transform_model(model, 48, kind="pca", calibration_loader=BatchLoader(str(data), 32, 4, "cpu"),
-                               calib_batches=2)
+    small, _ = transform_model(model, spec(48, kind="pca", calib_batches=2), BatchLoader(str(data), 32, 4, "cpu"))
     assert small.config.head_dim * small.config.n_head != small.config.n_embd
     from lgpt.plumbing.checkpoint import save_checkpoint
     save_checkpoint({"model": small.state_dict(), "model_args": small.config.to_dict(), "config": {}, "iter_num": 0,

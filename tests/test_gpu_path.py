@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, spec
 from fake_cuda import DeviceMixError, fake_cuda
 from lgpt.plumbing.configurator import load_config
 
@@ -242,15 +242,15 @@ def test_an_explicit_compile_on_the_cpu_says_it_does_not_apply(char_data_dir, tm
 @pytest.mark.parametrize("target", ["head", "original"])
 def test_a_tied_head_is_tied_back_on_cuda(char_data_dir, target):
     """--tie_head with --tie_keep, a refit and each --retie_target, on a tied model that lives on the GPU."""
+    from lgpt.method.pipeline import transform_model
     from lgpt.plumbing.dataset import BatchLoader
     from test_transform import random_model
-    from transform import transform_model
     model = random_model(5, head="tied", norm_type="rmsnorm", vocab_size=65, block_size=16, n_embd=24, n_head=4)
     with fake_cuda() as mode:
         model = model.to("cuda")
         loader = BatchLoader(char_data_dir, 16, 4, "cuda")
-        tied, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2,
-                                       tie_head=True, tie_keep=2, refit="readers", retie_target=target)
+        tied, record = transform_model(model, spec(16, kind="pca", calib_batches=2, tie_head=True, tie_keep=2,
+                                                   refit="readers", retie_target=target), loader)
         assert tied.lm_head.weight is tied.transformer.wte.weight and tied.lm_head.weight.device.type == "cuda"
     assert not mode.mixes
     assert record["corrections"]["tied_head"]["relative_logit_residual"] < 1

@@ -8,15 +8,16 @@ import pytest
 import torch
 from test_carry import adam_state_from, gradients
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, spec
 from finetune import FinetuneConfig, finetune
 from lgpt.method.carry import carry_moments
+from lgpt.method.pipeline import transform_model
 from lgpt.plumbing.checkpoint import load_checkpoint, load_model, model_from_checkpoint
 from lgpt.plumbing.configurator import load_config
 from lgpt.plumbing.errors import TransformError
 from model import advance_ramp, ramp_of, raw_state_dict
 from test_transform import random_model
-from transform import TransformConfig, transform_checkpoint, transform_model
+from transform import TransformConfig, transform_checkpoint
 
 GROWTHS = [{"grow_reader_std": 0.02}, {"grow_mask_iters": 4}, {"rms_preserve": True},
            {"grow_reader_std": 0.02, "grow_mask_iters": 4, "rms_preserve": True, "n_head": 4, "mlp_hidden": 128}]
@@ -34,7 +35,7 @@ def logits(model, idx):
 def test_each_growth_of_the_new_directions_is_exact_at_the_switch(growth, variant):
     model = random_model(1, **variant)
     idx = torch.randint(0, 11, (2, 8))
-    grown, record = transform_model(model, 32, kind="orthogonal", seed=3, **growth)
+    grown, record = transform_model(model, spec(32, kind="orthogonal", seed=3, **growth))
     assert record["exact"]
     torch.testing.assert_close(logits(grown, idx), logits(model, idx), atol=2e-5, rtol=1e-5)
     ramp = record["growth_ramp"]
@@ -48,8 +49,8 @@ def test_each_growth_of_the_new_directions_is_exact_at_the_switch(growth, varian
 
 def test_fresh_readers_read_only_the_new_directions_at_the_scratch_scale():
     model = random_model(2, norm_type="rmsnorm", norm_gain="scalar")
-    plain, record = transform_model(model, 48, kind="orthogonal", seed=1)
-    fresh, _ = transform_model(model, 48, kind="orthogonal", seed=1, grow_reader_std=0.02)
+    plain, record = transform_model(model, spec(48, kind="orthogonal", seed=1))
+    fresh, _ = transform_model(model, spec(48, kind="orthogonal", seed=1, grow_reader_std=0.02))
     T = record["T"].double()
     for name in ("transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_fc.weight", "lm_head.weight"):
         extra = dict(fresh.named_parameters())[name].double() - dict(plain.named_parameters())[name].double()
@@ -66,8 +67,8 @@ def test_rms_preserve_keeps_the_streams_rms_and_the_carried_moments_are_the_grad
             hidden = m(idx, return_hidden=True)[2]
         return torch.stack([h.pow(2).mean().sqrt() for h in hidden])
 
-    plain, _ = transform_model(model, 64, kind="orthogonal", seed=2)
-    kept, record = transform_model(model, 64, kind="orthogonal", seed=2, rms_preserve=True)
+    plain, _ = transform_model(model, spec(64, kind="orthogonal", seed=2))
+    kept, record = transform_model(model, spec(64, kind="orthogonal", seed=2, rms_preserve=True))
     torch.testing.assert_close(stream_rms(kept), stream_rms(model), rtol=1e-5, atol=0)
     torch.testing.assert_close(stream_rms(plain), stream_rms(model) / 2, rtol=1e-5, atol=0)  # √(d/m) = 1/2
     grads = gradients(model, idx)
@@ -79,8 +80,8 @@ def test_rms_preserve_keeps_the_streams_rms_and_the_carried_moments_are_the_grad
 
 def test_masked_parts_get_the_masked_gradient():
     model = random_model(4, norm_type="rmsnorm", norm_gain="scalar")
-    grown, record = transform_model(model, 32, kind="orthogonal", seed=0, n_head=4, mlp_hidden=128,
-                                    grow_mask_iters=4)
+    grown, record = transform_model(model, spec(32, kind="orthogonal", seed=0, n_head=4, mlp_hidden=128,
+                                                grow_mask_iters=4))
     ramp, null = record["growth_ramp"], record["growth_ramp"].null.float()
     idx = torch.randint(0, 11, (2, 8))
     params = grown.plain_named_parameters()
@@ -99,19 +100,19 @@ def test_masked_parts_get_the_masked_gradient():
 def test_bad_requests_name_what_the_new_directions_need():
     model = random_model(5, norm_type="rmsnorm", norm_gain="scalar")
     with pytest.raises(TransformError, match=r"grow_reader_std need width > d=16"):
-        transform_model(model, 16, kind="orthogonal", grow_reader_std=0.02)
+        transform_model(model, spec(16, kind="orthogonal", grow_reader_std=0.02))
     with pytest.raises(TransformError, match=r"rms_preserve need .*a linear head"):
-        transform_model(random_model(5, head="tied"), 32, kind="orthogonal", rms_preserve=True)
+        transform_model(random_model(5, head="tied"), spec(32, kind="orthogonal", rms_preserve=True))
     with pytest.raises(TransformError, match=r"grow_mask_iters need .*porting='residual'"):
-        transform_model(model, 32, kind="orthogonal", porting="sandwich", grow_mask_iters=3)
+        transform_model(model, spec(32, kind="orthogonal", porting="sandwich", grow_mask_iters=3))
     for kind, option in (("gaussian", {"grow_mask_iters": 3}), ("rademacher", {"grow_reader_std": 0.02})):
         # once accepted: the closed masks / fresh readers then showed through and the model changed at the switch
         with pytest.raises(TransformError, match=rf"need a map with orthonormal columns .*kind='{kind}'"):
-            transform_model(model, 32, kind=kind, **option)
+            transform_model(model, spec(32, kind=kind, **option))
     given = torch.randn(32, 16, dtype=torch.float64)
     with pytest.raises(TransformError, match="kind='file'"):
-        transform_model(model, 32, given_map=given, grow_mask_iters=3)
-    transform_model(model, 32, given_map=torch.linalg.qr(given).Q, grow_mask_iters=3)  # orthonormal columns: fine
+        transform_model(model, spec(32, given_map=given, grow_mask_iters=3))
+    transform_model(model, spec(32, given_map=torch.linalg.qr(given).Q, grow_mask_iters=3))  # orthonormal columns: fine
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import spec
 from hf_models import (
     VOCAB,
     assert_logprobs_close,
@@ -187,9 +188,9 @@ KINDS_AT_M_GE_D = [("orthogonal", 64), ("orthogonal", 96), ("truncate", 80), ("s
 @pytest.mark.parametrize("which", ["qwen2", "llama"])
 @pytest.mark.parametrize("kind, width", KINDS_AT_M_GE_D)
 def test_residual_porting_of_a_gqa_model_is_exact_at_m_ge_d(imported, which, kind, width, idx):
-    from transform import transform_model
+    from lgpt.method.pipeline import transform_model
     model = imported[which]
-    new, record = transform_model(model, width, kind=kind, porting="residual", norms="fold", seed=3)
+    new, record = transform_model(model, spec(width, kind=kind, porting="residual", norms="fold", seed=3))
     assert record["exact"] and new.config.kv_heads == 2 and new.config.n_embd == width
     assert_logprobs_close(our_logprobs(new, idx), our_logprobs(model, idx))
 
@@ -197,17 +198,15 @@ def test_residual_porting_of_a_gqa_model_is_exact_at_m_ge_d(imported, which, kin
 @pytest.mark.parametrize("refit", ["gains", "readers", "all"])
 def test_refit_and_learned_map_run_on_gqa(imported, refit, idx, tmp_path):
     from hf_models import shakespeare_text
+    from lgpt.method.pipeline import transform_model
     from lgpt.plumbing.dataset import BatchLoader, prepare_text
-    from transform import transform_model
     model = imported["qwen2"]
     data = tmp_path / "data"
     prepare_text(shakespeare_text()[:20_000], str(data), "char")  # ids < 65: any ids fit the 320-token model
     loader = BatchLoader(str(data), 32, 4)
-    exact, record = transform_model(model, 64, kind="orthogonal", refit=refit, calibration_loader=loader,
-                                    calib_batches=2)
+    exact, record = transform_model(model, spec(64, kind="orthogonal", refit=refit, calib_batches=2), loader)
     assert record["corrections"]["calibration_kl_after"] < 1e-4  # an exact port stays (ridge-)exact under refit
-    shrunk, record = transform_model(model, 48, kind="pca", refit=refit, learn_steps=3, calibration_loader=loader,
-                                     calib_batches=2)
+    shrunk, record = transform_model(model, spec(48, kind="pca", refit=refit, learn_steps=3, calib_batches=2), loader)
     kl = record["corrections"]
     assert shrunk.config.n_embd == 48 and kl["calibration_kl_after"] <= kl["calibration_kl_before"] + 1e-9
 
@@ -215,30 +214,30 @@ def test_refit_and_learned_map_run_on_gqa(imported, refit, idx, tmp_path):
 @pytest.mark.parametrize("grow_mode", ["zero", "clone"])
 @pytest.mark.parametrize("n_head, n_kv_head, expect_kv", [(16, 0, 4), (8, 8, 8), (8, 4, 4), (16, 8, 8)])
 def test_head_growth_of_gqa_keeps_the_function(imported, grow_mode, n_head, n_kv_head, expect_kv, idx):
-    from transform import transform_model
+    from lgpt.method.pipeline import transform_model
     model = imported["qwen2"]
     if grow_mode == "clone" and n_head % model.config.n_head:
         pytest.skip("clone needs a multiple")
-    new, record = transform_model(model, 96, kind="orthogonal", n_head=n_head, n_kv_head=n_kv_head,
-                                  grow_mode=grow_mode, clone_noise=0.01, seed=1)
+    new, record = transform_model(model, spec(96, kind="orthogonal", n_head=n_head, n_kv_head=n_kv_head,
+                                              grow_mode=grow_mode, clone_noise=0.01, seed=1))
     assert (new.config.n_head, new.config.kv_heads) == (n_head, expect_kv)
     assert_logprobs_close(our_logprobs(new, idx), our_logprobs(model, idx))
 
 
 def test_gqa_bad_requests_name_the_reason(imported):
+    from lgpt.method.pipeline import transform_model
     from lgpt.plumbing.errors import TransformError
-    from transform import transform_model
     model = imported["qwen2"]
     with pytest.raises(TransformError, match="porting='sandwich' maps Q, K and V as square"):
-        transform_model(model, 64, kind="orthogonal", porting="sandwich")
+        transform_model(model, spec(64, kind="orthogonal", porting="sandwich"))
     with pytest.raises(TransformError, match="published code maps Q .* on both axes but K and V"):
-        transform_model(model, 64, kind="orthogonal", porting="paper_code")
+        transform_model(model, spec(64, kind="orthogonal", porting="paper_code"))
     with pytest.raises(TransformError, match="n_head=10 keeps the model.s 4 query heads"):
-        transform_model(model, 64, kind="orthogonal", n_head=10)
+        transform_model(model, spec(64, kind="orthogonal", n_head=10))
     with pytest.raises(TransformError, match="must divide the model's 4"):
-        transform_model(model, 64, kind="orthogonal", n_head=24, n_kv_head=8)  # groups of 3
+        transform_model(model, spec(64, kind="orthogonal", n_head=24, n_kv_head=8))  # groups of 3
     with pytest.raises(TransformError, match="must be >= the model's 2"):
-        transform_model(model, 64, kind="orthogonal", n_kv_head=1)
+        transform_model(model, spec(64, kind="orthogonal", n_kv_head=1))
 
 
 def test_gqa_circuits_pair_each_query_head_with_its_key_value_head(imported):
@@ -612,15 +611,15 @@ def test_every_config_key_mutated_gives_a_clear_line_or_the_model_transformers_l
 def test_a_shrink_that_keeps_the_head_tied_exports_as_a_tied_llama(char_data_dir, idx, tmp_path):
     """--tie_head with --tie_keep shrinks a tied Llama (one outlying final gain, as SmolLM2's) to a model that
     transformers loads as a tied LlamaForCausalLM of the new width, with the same log-probs."""
+    from lgpt.method.pipeline import transform_model
     from lgpt.plumbing.dataset import BatchLoader
-    from transform import transform_model
     hf = llama(n_head=4, n_kv_head=2, tied=True)
     with torch.no_grad():
         hf.model.norm.weight[5] = -2.0
     ours = model_from_hf_model(hf.eval())
     ours.config.block_size = 32
-    shrunk, record = transform_model(ours, 48, kind="pca", tie_head=True, tie_keep=1, calib_batches=2,
-                                     calibration_loader=BatchLoader(char_data_dir, 32, 4, "cpu"))
+    shrunk, record = transform_model(ours, spec(48, kind="pca", tie_head=True, tie_keep=1,
+                                                calib_batches=2), BatchLoader(char_data_dir, 32, 4, "cpu"))
     assert record["pca_keep"] == [5] and shrunk.config.head == "tied"
     assert export_hf(shrunk, str(tmp_path / "back")) == "LlamaForCausalLM"
     back = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "back")).eval()

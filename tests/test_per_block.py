@@ -4,6 +4,7 @@ refuses."""
 import pytest
 import torch
 
+from conftest import spec
 from lgpt.method.maps import Calibration, PortMaps, make_projection, unit_second_moment
 from lgpt.method.per_block import (
     collect_site_calibration,
@@ -13,12 +14,13 @@ from lgpt.method.per_block import (
     site_maps,
     site_norms,
 )
+from lgpt.method.pipeline import transform_model
 from lgpt.method.porting import canonicalize, model_from_state
 from lgpt.plumbing.dataset import BatchLoader
 from lgpt.plumbing.errors import ConfigError, TransformError
 from model import GPT, GPTConfig
 from test_transform import outputs, random_model
-from transform import TransformConfig, transform_model
+from transform import TransformConfig
 
 IDX = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(0))
 ARCHITECTURES = {
@@ -33,7 +35,7 @@ ARCHITECTURES = {
 @pytest.mark.parametrize("width", [16, 24])
 def test_orthonormal_per_site_maps_keep_the_function(arch, width):
     model = random_model(0, **ARCHITECTURES[arch])
-    new, record = transform_model(model, width, kind="orthogonal", porting="per_block", seed=3)
+    new, record = transform_model(model, spec(width, kind="orthogonal", porting="per_block", seed=3))
     assert record["exact"] and record["site_maps"] == 2 * model.config.n_layer + 1
     assert new.config.shortcuts and new.config.n_embd == width and new.config.head == "linear"
     torch.testing.assert_close(outputs(new, IDX), outputs(model, IDX), atol=2e-5, rtol=0)
@@ -43,8 +45,8 @@ def test_orthonormal_per_site_maps_keep_the_function(arch, width):
 
 def test_a_per_block_model_ports_exactly_again_with_one_global_map():
     """S → T·S·T⁺ (porting.port_shortcut): a model with shortcuts grows exactly under residual porting."""
-    once, _ = transform_model(random_model(1, norm_type="rmsnorm"), 16, kind="orthogonal", porting="per_block")
-    twice, record = transform_model(once, 24, kind="orthogonal", porting="residual", seed=5)
+    once, _ = transform_model(random_model(1, norm_type="rmsnorm"), spec(16, kind="orthogonal", porting="per_block"))
+    twice, record = transform_model(once, spec(24, kind="orthogonal", porting="residual", seed=5))
     assert record["exact"]
     torch.testing.assert_close(outputs(twice, IDX), outputs(once, IDX), atol=2e-5, rtol=0)
 
@@ -87,8 +89,7 @@ def test_per_site_calibration_is_each_sites_unit_second_moment(char_data_dir):
 def test_pca_per_block_shrinks_with_one_calibration_per_site(char_data_dir):
     model = random_model(3, vocab_size=65, block_size=16, norm_type="rmsnorm")
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
-    new, record = transform_model(model, 12, kind="pca", porting="per_block", calibration_loader=loader,
-                                  calib_batches=2)
+    new, record = transform_model(model, spec(12, kind="pca", porting="per_block", calib_batches=2), loader)
     assert not record["exact"] and new.config.n_embd == 12
     shortcut_params = 2 * model.config.n_layer * 12 * 12
     assert sum(p.numel() for n, p in new.named_parameters() if ".shortcut_" in n) == shortcut_params
@@ -136,15 +137,15 @@ def test_sequential_calibration_fits_each_site_to_the_model_already_cut(arch, we
     PCA of the states left by the cuts before it (against the naive loop above); independent per-site PCAs differ."""
     model = random_model(5, vocab_size=65, block_size=16, **ARCHITECTURES[arch])
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
-    new, record = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
-                                  calib_batches=2, seed=0, calib_weighting=weighting, sequential_calibration=True)
+    new, record = transform_model(model, spec(10, kind="pca", porting="per_block", calib_batches=2, seed=0,
+                                              calib_weighting=weighting, sequential_calibration=True), loader)
     assert any("in order" in note for note in record["notes"])
     calibration = [loader.get_batch("train", seed=k)[0] for k in range(2)]
     idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
     expected = projected_model_logits(model, calibration, idx, 10, weighting)
     torch.testing.assert_close(outputs(new, idx), expected, atol=1e-4, rtol=1e-4)
-    independent, _ = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
-                                     calib_batches=2, seed=0, calib_weighting=weighting)
+    independent, _ = transform_model(model, spec(10, kind="pca", porting="per_block", calib_batches=2, seed=0,
+                                                 calib_weighting=weighting), loader)
     assert (outputs(independent, idx) - expected).abs().max() > 1e-3
 
 
@@ -155,9 +156,9 @@ def test_sequential_calibration_without_the_vocabulary_fits_site_0_to_the_texts_
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
     calibration = [loader.get_batch("train", seed=k)[0] for k in range(2)]
     idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
-    new, record = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
-                                  calib_batches=2, calib_weighting="raw", sequential_calibration=True,
-                                  calib_vocabulary=False)
+    new, record = transform_model(model, spec(10, kind="pca", porting="per_block", calib_batches=2,
+                                              calib_weighting="raw", sequential_calibration=True,
+                                              calib_vocabulary=False), loader)
     assert record["calib_vocabulary"] is False
     expected = projected_model_logits(model, calibration, idx, 10, "raw", vocabulary=False)
     torch.testing.assert_close(outputs(new, idx), expected, atol=1e-4, rtol=1e-4)
@@ -169,8 +170,8 @@ def test_sequential_calibration_at_full_width_keeps_the_function(char_data_dir):
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
     maps = sequential_site_maps(model, 16, loader, batches=1)
     assert len(maps) == len(site_norms(model.config))
-    new, record = transform_model(model, 16, kind="pca", porting="per_block", calibration_loader=loader,
-                                  calib_batches=1, sequential_calibration=True)
+    new, record = transform_model(model, spec(16, kind="pca", porting="per_block", calib_batches=1,
+                                              sequential_calibration=True), loader)
     assert record["exact"]
     torch.testing.assert_close(outputs(new, IDX), outputs(model, IDX), atol=2e-5, rtol=0)
 
@@ -180,9 +181,9 @@ def test_sequential_calibration_is_refused_outside_per_block_pca():
         with pytest.raises(ConfigError, match="sequential_calibration"):
             TransformConfig(in_dir="x", out_dir="y", width=8, sequential_calibration=True, **options).validate()
     with pytest.raises(TransformError, match="sequential_calibration"):
-        transform_model(random_model(7), 8, kind="orthogonal", sequential_calibration=True)
+        transform_model(random_model(7), spec(8, kind="orthogonal", sequential_calibration=True))
     with pytest.raises(TransformError, match="sequential_calibration"):
-        transform_model(random_model(7), 8, kind="orthogonal", porting="per_block", sequential_calibration=True)
+        transform_model(random_model(7), spec(8, kind="orthogonal", porting="per_block", sequential_calibration=True))
 
 
 def test_shortcuts_start_as_the_identity_when_trained_from_scratch():
@@ -198,10 +199,11 @@ def test_shortcuts_start_as_the_identity_when_trained_from_scratch():
 def test_what_per_block_refuses(options, words, char_data_dir):
     loader = BatchLoader(char_data_dir, 8, 2, "cpu")
     with pytest.raises(TransformError, match=words):
-        transform_model(random_model(4, vocab_size=65), 24 if "n_head" in options else 12, kind="orthogonal",
-                        porting="per_block", calibration_loader=loader, **options)
+        transform_model(random_model(4, vocab_size=65), spec(24 if "n_head" in options else 12, kind="orthogonal",
+                                                             porting="per_block", **options), loader)
     with pytest.raises(TransformError, match="KNN head"):
-        transform_model(random_model(4, head="knn", norm_gain="scalar"), 16, kind="orthogonal", porting="per_block")
+        transform_model(random_model(4, head="knn", norm_gain="scalar"), spec(16, kind="orthogonal",
+                                                                              porting="per_block"))
     with pytest.raises(ConfigError, match="carry_optimizer"):
         TransformConfig(in_dir="x", out_dir="y", width=8, porting="per_block", carry_optimizer=True).validate()
 
@@ -223,23 +225,23 @@ def test_site_groups_are_runs_of_consecutive_sites_as_equal_as_they_come():
 def test_grouped_orthonormal_maps_keep_the_function_with_a_shortcut_only_where_the_map_changes(arch):
     model = random_model(0, **ARCHITECTURES[arch])
     n_layer = model.config.n_layer
-    new, record = transform_model(model, 24, kind="orthogonal", porting="per_block", seed=3, map_groups=3)
+    new, record = transform_model(model, spec(24, kind="orthogonal", porting="per_block", seed=3, map_groups=3))
     assert record["exact"] and record["map_groups"] == 3
     paths = [p for p in range(2 * n_layer) if site_groups(2 * n_layer + 1, 3)[p] != site_groups(2 * n_layer + 1, 3)
              [p + 1]]
     assert new.config.shortcuts == tuple(paths) and len(paths) == 2
     assert sum(p.numel() for n, p in new.named_parameters() if ".shortcut_" in n) == 2 * 24 * 24
     torch.testing.assert_close(outputs(new, IDX), outputs(model, IDX), atol=2e-5, rtol=0)
-    again, _ = transform_model(new, 32, kind="orthogonal", porting="residual", seed=5)  # a partial set ports too
+    again, _ = transform_model(new, spec(32, kind="orthogonal", porting="residual", seed=5))  # a partial set ports too
     torch.testing.assert_close(outputs(again, IDX), outputs(model, IDX), atol=3e-5, rtol=0)
 
 
 def test_a_group_per_site_is_the_per_site_construction(char_data_dir):
     model = random_model(3, vocab_size=65, block_size=16, norm_type="rmsnorm")
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
-    common = dict(kind="pca", porting="per_block", calibration_loader=loader, calib_batches=2)
-    per_site, _ = transform_model(model, 12, **common)
-    groups, _ = transform_model(model, 12, map_groups=2 * model.config.n_layer + 1, **common)
+    common = dict(kind="pca", porting="per_block", calib_batches=2)
+    per_site, _ = transform_model(model, spec(12, **common), loader)
+    groups, _ = transform_model(model, spec(12, map_groups=2 * model.config.n_layer + 1, **common), loader)
     assert groups.config.shortcuts is True
     idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(outputs(groups, idx), outputs(per_site, idx), atol=0, rtol=0)
@@ -298,8 +300,8 @@ def test_grouped_sequential_calibration_fits_each_group_to_the_model_already_cut
     loader = BatchLoader(char_data_dir, 16, 4, "cpu")
     calibration = [loader.get_batch("train", seed=k)[0] for k in range(2)]
     idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
-    new, record = transform_model(model, 10, kind="pca", porting="per_block", calibration_loader=loader,
-                                  calib_batches=2, sequential_calibration=True, map_groups=2)
+    new, record = transform_model(model, spec(10, kind="pca", porting="per_block", calib_batches=2,
+                                              sequential_calibration=True, map_groups=2), loader)
     assert any("in 2 groups, 1 shortcut matrices" in note for note in record["notes"])
     torch.testing.assert_close(outputs(new, idx), grouped_projected_logits(model, calibration, idx, 10, 2),
                                atol=1e-4, rtol=1e-4)
@@ -312,9 +314,9 @@ def test_map_groups_is_refused_without_per_block_maps_and_shortcut_paths_are_che
     with pytest.raises(ConfigError, match="map_groups=-1"):
         TransformConfig(in_dir="x", out_dir="y", width=8, porting="per_block", map_groups=-1).validate()
     with pytest.raises(TransformError, match="map_groups=2 shares per-block maps"):
-        transform_model(random_model(7), 8, kind="orthogonal", map_groups=2)
+        transform_model(random_model(7), spec(8, kind="orthogonal", map_groups=2))
     with pytest.raises(TransformError, match="map_groups must lie in 1 … "):
-        transform_model(random_model(7), 8, kind="orthogonal", porting="per_block", map_groups=99)
+        transform_model(random_model(7), spec(8, kind="orthogonal", porting="per_block", map_groups=99))
     for bad in ((3, 1), (0, 0), (0, 99), (True,), [1, 2]):
         with pytest.raises(ValueError, match="shortcuts must be"):
             GPTConfig(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=7, shortcuts=bad)

@@ -10,6 +10,7 @@ import os
 import pytest
 import torch
 
+from conftest import spec
 from fetch import SMOLLM2_GGUF, cache_path
 from hf_models import shakespeare_text
 from lgpt.plumbing.checkpoint import load_model
@@ -81,12 +82,12 @@ def test_gguf_export_round_trips_bit_for_bit(imported, tmp_path):
 
 def test_a_pca_shrink_with_a_small_calibration_gives_a_working_model(imported, tmp_path):
     """m/d = 0.75 on 2 × 4 × 64 calibration tokens: heads and MLP kept, a loss far below uniform's log V."""
-    from transform import transform_model
+    from lgpt.method.pipeline import transform_model
     model, ckpt = load_model(imported)
     data = str(tmp_path / "data")
     prepare_text(shakespeare_text()[:60_000], data, ckpt["meta"])
     loader = BatchLoader(data, 64, 4, "cpu")
-    small, record = transform_model(model, 432, kind="pca", calibration_loader=loader, calib_batches=2)
+    small, record = transform_model(model, spec(432, kind="pca", calib_batches=2), loader)
     assert small.config.n_embd == 432 and small.config.head_dim == 64 and small.config.kv_heads == 3
     loss = evaluate_loss(small, loader, "val", 4)
     assert math.isfinite(loss) and loss < 0.75 * math.log(49152), loss

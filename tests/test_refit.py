@@ -5,15 +5,16 @@ import math
 import pytest
 import torch
 
-import transform
+from conftest import spec
 from lgpt.method import refit
+from lgpt.method.pipeline import transform_model
 from lgpt.method.porting import canonical_model
 from lgpt.method.roles import residual_roles
 from lgpt.plumbing.checkpoint import load_checkpoint, load_model
 from lgpt.plumbing.configurator import load_config
 from lgpt.plumbing.dataset import BatchLoader
 from lgpt.plumbing.errors import ConfigError, TransformError
-from transform import TransformConfig, transform_checkpoint, transform_model
+from transform import TransformConfig, transform_checkpoint
 from transform import main as transform_main  # the CLI's printing
 
 
@@ -33,9 +34,8 @@ def logits(model, batch):
 def test_refit_of_an_exact_port_changes_nothing(setup, mode):
     """Orthogonal T at m ≥ d ports exactly: each fit's optimum is the ported weights themselves."""
     model, loader = setup
-    plain, _ = transform_model(model, 48, kind="orthogonal", seed=1, calibration_loader=loader)
-    fitted, record = transform_model(model, 48, kind="orthogonal", seed=1, calibration_loader=loader, refit=mode,
-                                     refit_ridge=0.0)
+    plain, _ = transform_model(model, spec(48, kind="orthogonal", seed=1), loader)
+    fitted, record = transform_model(model, spec(48, kind="orthogonal", seed=1, refit=mode, refit_ridge=0.0), loader)
     batch = loader.get_batch("val", 0)[0]
     torch.testing.assert_close(logits(fitted, batch), logits(plain, batch), atol=2e-4, rtol=0)
     if mode == "gains":  # factor 1: the fitted gains are exactly scale_gain's √(d/m)
@@ -51,9 +51,8 @@ def test_the_first_reader_refit_is_the_least_squares_solution(setup):
     """Layer 0's Q/K/V sees an input no earlier refit has touched: its refit equals lstsq on the captured data."""
     model, loader = setup
     batches = refit.calibration_batches(loader, 4, 0)
-    plain, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=4)
-    fitted, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=4, refit="readers",
-                                refit_ridge=0.0)
+    plain, _ = transform_model(model, spec(16, kind="pca", calib_batches=4), loader)
+    fitted, _ = transform_model(model, spec(16, kind="pca", calib_batches=4, refit="readers", refit_ridge=0.0), loader)
     original = canonical_model(model)[0]
     name = "transformer.h.0.attn.c_attn"
     X = torch.cat([refit.module_io(plain, name, b)[0] for b in batches]).double()
@@ -99,9 +98,9 @@ def test_the_block_sequential_refit_equals_the_naive_whole_model_one(setup, mode
     model for every module. Same least-squares problems, so the same weights."""
     model, loader = setup
     batches = refit.calibration_batches(loader, 4, 3)  # the transform's seed picks its calibration batches
-    fitted, record = transform_model(model, 16, kind="gaussian", seed=3, calibration_loader=loader, calib_batches=4,
-                                     refit=mode, refit_ridge=RIDGE)
-    plain, _ = transform_model(model, 16, kind="gaussian", seed=3, calibration_loader=loader, calib_batches=4)
+    fitted, record = transform_model(model, spec(16, kind="gaussian", seed=3, calib_batches=4, refit=mode,
+                                                 refit_ridge=RIDGE), loader)
+    plain, _ = transform_model(model, spec(16, kind="gaussian", seed=3, calib_batches=4), loader)
     naive = naive_sequential_refit(canonical_model(model)[0], plain, record["T"], batches, mode)
     for (name, got), (_, want) in zip(fitted.named_parameters(), naive.named_parameters()):
         torch.testing.assert_close(got, want, atol=1e-5 * (1 + want.abs().max().item()), rtol=1e-3, msg=name)
@@ -110,8 +109,8 @@ def test_the_block_sequential_refit_equals_the_naive_whole_model_one(setup, mode
 
 def test_refit_reduces_the_calibration_loss_of_a_shrink(setup):
     model, loader = setup
-    _, readers = transform_model(model, 16, kind="gaussian", calibration_loader=loader, refit="readers")
-    _, everything = transform_model(model, 16, kind="gaussian", calibration_loader=loader, refit="all")
+    _, readers = transform_model(model, spec(16, kind="gaussian", refit="readers"), loader)
+    _, everything = transform_model(model, spec(16, kind="gaussian", refit="all"), loader)
     for record in (readers, everything):
         c = record["corrections"]
         assert c["calibration_kl_after"] < 0.5 * c["calibration_kl_before"]
@@ -121,21 +120,20 @@ def test_refit_reduces_the_calibration_loss_of_a_shrink(setup):
 
 def test_learned_map_stays_orthonormal_and_never_loses_to_its_start(setup):
     model, loader = setup
-    new, record = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=15, learn_lr=3e-3)
+    new, record = transform_model(model, spec(16, kind="pca", learn_steps=15, learn_lr=3e-3), loader)
     T = record["T"].double()
     torch.testing.assert_close(T @ T.T, torch.eye(16, dtype=torch.float64), atol=1e-6, rtol=0)
     learned = record["corrections"]["learned_map"]
     assert learned["learned"] < learned["initial"]  # 15 steps on a PCA start already help this model
-    again, record_again = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=15,
-                                          learn_lr=3e-3)
+    again, record_again = transform_model(model, spec(16, kind="pca", learn_steps=15, learn_lr=3e-3), loader)
     assert torch.equal(record["T"], record_again["T"])  # deterministic
     # a learning rate so large it wrecks T: the initial map is kept
     # whichever T is kept, it is the better of the two on the calibration loss, and 'initial' means the PCA start
-    _, wrecked = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=3, learn_lr=10.0)
+    _, wrecked = transform_model(model, spec(16, kind="pca", learn_steps=3, learn_lr=10.0), loader)
     kept = wrecked["corrections"]["learned_map"]
     assert kept["kept"] == ("learned" if kept["learned"] <= kept["initial"] else "initial")
     if kept["kept"] == "initial":
-        _, start = transform_model(model, 16, kind="pca", calibration_loader=loader)
+        _, start = transform_model(model, spec(16, kind="pca"), loader)
         torch.testing.assert_close(wrecked["T"], start["T"], atol=1e-5, rtol=0)
 
 
@@ -161,9 +159,9 @@ def test_learned_gains_lower_the_calibration_kl_and_are_in_the_saved_model(setup
     """--learn_gain_lr learns each norm's per-coordinate gain with T: at the same steps the calibration KL ends
     lower than T's alone, and the returned model carries the gains (its KL is the one the learning recorded)."""
     model, loader = setup
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=4, learn_steps=12, learn_lr=3e-3)
-    _, alone = transform_model(model, 16, **options)
-    new, both = transform_model(model, 16, learn_gain_lr=3e-2, **options)
+    options = dict(kind="pca", calib_batches=4, learn_steps=12, learn_lr=3e-3)
+    _, alone = transform_model(model, spec(16, **options), loader)
+    new, both = transform_model(model, spec(16, learn_gain_lr=3e-2, **options), loader)
     learned, plain = both["corrections"]["learned_map"], alone["corrections"]["learned_map"]
     assert learned["kept"] == "learned" and learned["learned"] < plain["learned"]
     low, high = learned["gain_range"]
@@ -171,7 +169,7 @@ def test_learned_gains_lower_the_calibration_kl_and_are_in_the_saved_model(setup
     assert both["learn_gain_lr"] == 3e-2 and "map and norm gains learned" in " ".join(both["notes"])
     original = canonical_model(model)[0]
     batches = refit.calibration_batches(loader, 4, 0)
-    assert transform.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
+    assert refit.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
 
 
 def test_gain_writers_is_a_per_coordinate_gain_on_each_writers_output(setup):
@@ -198,10 +196,10 @@ def test_learned_writer_gains_are_learned_and_in_the_saved_model(setup):
     below the start, and the returned model carries both (its KL is the one the learning recorded). Whether they
     beat the norms' gains alone is the real model's question (results/real_model_tied), not this toy's."""
     model, loader = setup
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=4, learn_steps=12, learn_lr=3e-3,
+    options = dict(kind="pca", calib_batches=4, learn_steps=12, learn_lr=3e-3,
                    learn_gain_lr=3e-2)
-    _, readers = transform_model(model, 16, **options)
-    new, both = transform_model(model, 16, learn_writer_gains=True, **options)
+    _, readers = transform_model(model, spec(16, **options), loader)
+    new, both = transform_model(model, spec(16, learn_writer_gains=True, **options), loader)
     learned, plain = both["corrections"]["learned_map"], readers["corrections"]["learned_map"]
     assert learned["kept"] == "learned" and learned["learned"] < learned["initial"] / 2
     assert learned["learned"] != plain["learned"]
@@ -211,7 +209,7 @@ def test_learned_writer_gains_are_learned_and_in_the_saved_model(setup):
     assert "map and norm and writer gains learned" in " ".join(both["notes"])
     original = canonical_model(model)[0]
     batches = refit.calibration_batches(loader, 4, 0)
-    assert transform.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
+    assert refit.calibration_kl(original, new, batches) == pytest.approx(learned["learned"], rel=1e-3)
 
 
 def test_refit_records_travel_through_the_cli_path(trained_dir, char_data_dir, tmp_path):
@@ -225,12 +223,11 @@ def test_refit_records_travel_through_the_cli_path(trained_dir, char_data_dir, t
 def test_the_record_says_where_the_time_went(setup, trained_dir, char_data_dir, tmp_path, capsys):
     """phase_seconds: each step of the pipeline that ran, in order, adding up to the transform's seconds."""
     model, loader = setup
-    _, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, learn_steps=1,
-                                refit="readers")
+    _, record = transform_model(model, spec(16, kind="pca", calib_batches=2, learn_steps=1, refit="readers"), loader)
     phases = record["phase_seconds"]
     assert list(phases) == ["check", "calibrate", "learn", "port", "refit/tie"]
     assert all(t >= 0 for t in phases.values()) and sum(phases.values()) <= record["seconds"]
-    _, plain = transform_model(model, 16, kind="orthogonal")
+    _, plain = transform_model(model, spec(16, kind="orthogonal"))
     assert list(plain["phase_seconds"]) == ["check", "calibrate", "port"]  # no correction ran: none timed
     transform_main([f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 't'}", "--width=16", "--kind=pca",
           f"--data_dir={char_data_dir}", "--eval_iters=0", "--refit=gains"])
@@ -241,15 +238,15 @@ def test_the_record_says_where_the_time_went(setup, trained_dir, char_data_dir, 
 def test_bad_correction_requests_fail_with_one_clear_error(setup):
     model, loader = setup
     with pytest.raises(TransformError, match="refit='readers' needs calibration data"):
-        transform_model(model, 16, kind="orthogonal", refit="readers")
+        transform_model(model, spec(16, kind="orthogonal", refit="readers"))
     with pytest.raises(TransformError, match="learn_steps must be >= 0"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=-1)
+        transform_model(model, spec(16, kind="pca", learn_steps=-1), loader)
     with pytest.raises(TransformError, match="need porting='residual'"):
-        transform_model(model, 16, kind="gaussian", porting="sandwich", calibration_loader=loader, refit="all")
+        transform_model(model, spec(16, kind="gaussian", porting="sandwich", refit="all"), loader)
     with pytest.raises(TransformError, match=r"shrink \(m < d, or m = d with --learn_label_weight > 0\)"):
-        transform_model(model, 48, kind="orthogonal", calibration_loader=loader, learn_steps=5)
+        transform_model(model, spec(48, kind="orthogonal", learn_steps=5), loader)
     with pytest.raises(TransformError, match="refit='everything' is not one of"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, refit="everything")
+        transform_model(model, spec(16, kind="pca", refit="everything"), loader)
     with pytest.raises(ConfigError, match="learn_steps must be >= 0"):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=-2"])
     with pytest.raises(ConfigError, match="refit='x' is not one of"):
@@ -259,18 +256,18 @@ def test_bad_correction_requests_fail_with_one_clear_error(setup):
     with pytest.raises(ConfigError, match="learn_gain_lr=-1.0 needs learn_steps > 0 and must be >= 0"):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=2", "--learn_gain_lr=-1"])
     with pytest.raises(TransformError, match="learn_gain_lr=0.01 needs learn_steps > 0"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_gain_lr=1e-2)
+        transform_model(model, spec(16, kind="pca", learn_gain_lr=1e-2), loader)
     with pytest.raises(ConfigError, match="learn_writer_gains=True learns the writers' gains at learn_gain_lr"):
         load_config(TransformConfig, ["--out_dir=x", "--width=8", "--learn_steps=2", "--learn_writer_gains=True"])
     with pytest.raises(TransformError, match="add --learn_gain_lr=R"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=2, learn_writer_gains=True)
+        transform_model(model, spec(16, kind="pca", learn_steps=2, learn_writer_gains=True), loader)
 
 
 def test_the_chunked_calibration_kl_equals_the_whole_batch_kl(setup):
-    from transform import calibration_kl
+    from lgpt.method.refit import calibration_kl
     model, loader = setup
     batches = refit.calibration_batches(loader, 2, 0)
-    new, _ = transform_model(model, 16, kind="gaussian", seed=1)
+    new, _ = transform_model(model, spec(16, kind="gaussian", seed=1))
     original = canonical_model(model)[0]
     naive = sum(refit.kl_to_original(torch.log_softmax(logits(original, b).flatten(0, -2), -1), logits(new, b)).item()
                 for b in batches) / 2
@@ -283,11 +280,11 @@ def test_the_learned_map_is_the_same_when_batches_are_split_into_passes(setup, m
     splitting a batch changes nothing but rounding."""
     import functools
 
-    import transform
+    from lgpt.method import pipeline
     model, loader = setup
-    _, whole = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=6, learn_lr=3e-3)
-    monkeypatch.setattr(transform, "learn_map", functools.partial(refit.learn_map, tokens_per_pass=40))
-    _, split = transform_model(model, 16, kind="pca", calibration_loader=loader, learn_steps=6, learn_lr=3e-3)
+    _, whole = transform_model(model, spec(16, kind="pca", learn_steps=6, learn_lr=3e-3), loader)
+    monkeypatch.setattr(pipeline, "learn_map", functools.partial(refit.learn_map, tokens_per_pass=40))
+    _, split = transform_model(model, spec(16, kind="pca", learn_steps=6, learn_lr=3e-3), loader)
     a, b = split["corrections"]["learned_map"], whole["corrections"]["learned_map"]
     assert a["initial"] == pytest.approx(b["initial"], rel=1e-6)  # the same loss, computed in passes
     # Adam's first steps are ≈ lr·sign(g), so rounding in near-zero gradient entries moves T by up to ~lr:
@@ -306,8 +303,8 @@ def test_tie_head_keeps_the_head_tied_and_fits_the_gain_by_least_squares(char_da
     """retie_head's m×m solve (M ⊙ E′ᵀE′)·γ = diag(E′ᵀ·A·M) equals the least-squares fit of the stacked logits
     A·y_t ≈ E′·diag(γ)·y_t; the head shares the embedding; the parameters drop by V·m."""
     model, loader = _tied_model(char_data_dir)
-    untied, _ = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2)
-    tied, record = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True)
+    untied, _ = transform_model(model, spec(16, kind="pca", calib_batches=2), loader)
+    tied, record = transform_model(model, spec(16, kind="pca", calib_batches=2, tie_head=True), loader)
     assert tied.config.head == "tied" and tied.lm_head.weight is tied.transformer.wte.weight
     assert {p.dtype for p in tied.parameters()} == {torch.float32}  # the fit runs in float64, the model does not
     count = sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters())
@@ -328,9 +325,9 @@ def test_tie_head_fitted_to_the_original_is_the_least_squares_fit_of_the_origina
     (naive: the stacked design), its residual is that fit's, measured the same way; with a refit the head is left
     as ported (the tie replaces it) and every block's readers are still refit."""
     model, loader = _tied_model(char_data_dir)
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=2)
-    untied, _ = transform_model(model, 16, **options)
-    tied, record = transform_model(model, 16, tie_head=True, retie_target="original", **options)
+    options = dict(kind="pca", calib_batches=2)
+    untied, _ = transform_model(model, spec(16, **options), loader)
+    tied, record = transform_model(model, spec(16, tie_head=True, retie_target="original", **options), loader)
     original = canonical_model(model)[0]
     batches = refit.calibration_batches(loader, 2, 0)
     ys = torch.cat([refit.module_io(untied, "transformer.ln_f", b)[1] for b in batches]).double()
@@ -348,19 +345,20 @@ def test_tie_head_fitted_to_the_original_is_the_least_squares_fit_of_the_origina
     before = ((target - design @ ones).square().sum() / target.square().sum()).item()
     assert fit["relative_logit_residual_untied_gain"] == pytest.approx(before, rel=1e-4)
     assert record["retie_target"] == "original" and "fitted to the original's logits" in record["notes"][-1]
-    _, refit_record = transform_model(model, 16, tie_head=True, retie_target="original", refit="readers", **options)
+    _, refit_record = transform_model(model, spec(16, tie_head=True, retie_target="original", refit="readers",
+                                                  **options), loader)
     errors = refit_record["corrections"]["relative_errors"]
     assert "lm_head" not in errors and len(errors) == model.config.n_layer * 2
-    _, own = transform_model(model, 16, tie_head=True, refit="readers", **options)
+    _, own = transform_model(model, spec(16, tie_head=True, refit="readers", **options), loader)
     assert "lm_head" in own["corrections"]["relative_errors"] and own["retie_target"] == "head"
 
 
 def test_retie_target_needs_a_head_kept_tied(char_data_dir, trained_dir, tmp_path):
     model, loader = _tied_model(char_data_dir)
     with pytest.raises(TransformError, match="retie_target='original' chooses what a head kept tied is fitted to"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, retie_target="original")
+        transform_model(model, spec(16, kind="pca", retie_target="original"), loader)
     with pytest.raises(TransformError, match="retie_target='logits' chooses"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, tie_head=True, retie_target="logits")
+        transform_model(model, spec(16, kind="pca", tie_head=True, retie_target="logits"), loader)
     for bad in (["--retie_target=original"], ["--tie_head=True", "--retie_target=logits"]):
         with pytest.raises(ConfigError, match="retie_target=.* one of \\('head', 'original'\\) with --tie_head"):
             load_config(TransformConfig, [f"--in_dir={trained_dir}", f"--out_dir={tmp_path / 'x'}", "--width=16",
@@ -372,7 +370,7 @@ def test_tie_head_is_exact_when_the_map_keeps_every_coordinate(char_data_dir):
     """With T = I (truncate at m = d) the fitted gain is the original final gain: the tied model is the original."""
     from test_transform import outputs
     model, loader = _tied_model(char_data_dir)
-    tied, _ = transform_model(model, 24, kind="truncate", calibration_loader=loader, calib_batches=2, tie_head=True)
+    tied, _ = transform_model(model, spec(24, kind="truncate", calib_batches=2, tie_head=True), loader)
     idx = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(outputs(tied, idx), outputs(model, idx), atol=1e-4, rtol=0)
 
@@ -388,10 +386,9 @@ def test_tie_keep_keeps_the_gain_outliers_as_rows_and_lowers_the_logit_residual(
         gain[7], gain[19] = -2.0, -1.0
     assert refit.gain_outliers(model, 2) == (7, 19) and refit.gain_outliers(model, 0) == ()
     with pytest.raises(TransformError, match=r"tie_keep's coordinates\) keeps 17 coordinates as rows of T, more than"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, tie_head=True, tie_keep=17)
-    plain = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True)[1]
-    kept = transform_model(model, 16, kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True,
-                           tie_keep=2)[1]
+        transform_model(model, spec(16, kind="pca", tie_head=True, tie_keep=17), loader)
+    plain = transform_model(model, spec(16, kind="pca", calib_batches=2, tie_head=True), loader)[1]
+    kept = transform_model(model, spec(16, kind="pca", calib_batches=2, tie_head=True, tie_keep=2), loader)[1]
     assert kept["pca_keep"] == [7, 19] and kept["tie_keep"] == 2
     assert kept["T"][:, [7, 19]].abs().max(0).values.min() == 1.0
     before = plain["corrections"]["tied_head"]["relative_logit_residual"]
@@ -407,10 +404,9 @@ def test_a_learned_map_holds_the_kept_and_excluded_coordinates(char_data_dir):
         gain = model.transformer.ln_f.weight
         gain.copy_(1.5 + 0.05 * torch.randn(24, generator=torch.Generator().manual_seed(2)))
         gain[7], gain[19] = -2.0, -1.0
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=2, tie_head=True, tie_keep=2,
-                   pca_exclude=(3,))
-    start = transform_model(model, 16, **options)[1]
-    learned = transform_model(model, 16, learn_steps=8, learn_lr=3e-3, **options)[1]
+    options = dict(kind="pca", calib_batches=2, tie_head=True, tie_keep=2, pca_exclude=(3,))
+    start = transform_model(model, spec(16, **options), loader)[1]
+    learned = transform_model(model, spec(16, learn_steps=8, learn_lr=3e-3, **options), loader)[1]
     T = learned["T"].double()
     torch.testing.assert_close(T @ T.T, torch.eye(16, dtype=torch.float64), atol=1e-6, rtol=0)
     for i in (7, 19):  # one unit entry in the column, and its row zero elsewhere
@@ -444,13 +440,13 @@ def test_tie_head_refuses_what_it_cannot_do(char_data_dir):
     from test_transform import random_model
     model, loader = _tied_model(char_data_dir)
     with pytest.raises(TransformError, match="this model's head is 'linear'"):
-        transform_model(random_model(5, vocab_size=65), 12, kind="pca", calibration_loader=loader, tie_head=True)
+        transform_model(random_model(5, vocab_size=65), spec(12, kind="pca", tie_head=True), loader)
     with pytest.raises(TransformError, match="tie_head needs porting='residual'"):
-        transform_model(model, 16, kind="gaussian", porting="sandwich", tie_head=True, calibration_loader=loader)
+        transform_model(model, spec(16, kind="gaussian", porting="sandwich", tie_head=True), loader)
     with pytest.raises(TransformError, match="tie_head needs calibration data"):
-        transform_model(model, 16, kind="orthogonal", tie_head=True)
+        transform_model(model, spec(16, kind="orthogonal", tie_head=True))
     with pytest.raises(TransformError, match="tie_keep=2 chooses coordinates for a head kept tied: add --tie_head"):
-        transform_model(model, 16, kind="pca", tie_keep=2, calibration_loader=loader)
+        transform_model(model, spec(16, kind="pca", tie_keep=2), loader)
     from transform import TransformConfig
     for options, message in ((dict(tie_keep=2), "add --tie_head=True|with --tie_head=True"),
                              (dict(tie_keep=-1, tie_head=True), "give a count >= 0"),
@@ -483,16 +479,16 @@ def test_learn_decay_scales_both_rates_at_every_step(setup, monkeypatch):
         return step(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.optim.Adam, "step", spy)
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=4, learn_steps=6, learn_lr=3e-3,
+    options = dict(kind="pca", calib_batches=4, learn_steps=6, learn_lr=3e-3,
                    learn_gain_lr=3e-2)
-    _, record = transform_model(model, 16, learn_decay="cosine", **options)
+    _, record = transform_model(model, spec(16, learn_decay="cosine", **options), loader)
     factors = [refit.decay_factor("cosine", t, 6) for t in range(6)]
     assert seen == [pytest.approx([3e-3 * f, 3e-2 * f]) for f in factors]
     learned = record["corrections"]["learned_map"]
     assert learned["kept"] == "learned" and learned["learned"] < learned["initial"]
     assert record["learn_decay"] == "cosine"
     seen.clear()
-    _, constant = transform_model(model, 16, **options)
+    _, constant = transform_model(model, spec(16, **options), loader)
     assert seen == [[3e-3, 3e-2]] * 6 and constant["learn_decay"] == "none"
     assert constant["corrections"]["learned_map"]["learned"] != learned["learned"]
 
@@ -500,7 +496,7 @@ def test_learn_decay_scales_both_rates_at_every_step(setup, monkeypatch):
 def test_learn_decay_needs_a_learned_map_and_a_known_schedule(setup):
     model, loader = setup
     with pytest.raises(TransformError, match="learn_decay='cosine'.*--learn_steps"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_decay="cosine")
+        transform_model(model, spec(16, kind="pca", learn_decay="cosine"), loader)
     with pytest.raises(ConfigError, match="learn_decay='step'.*one of"):
         TransformConfig(out_dir="x", width=16, learn_steps=4, learn_decay="step").validate()
 
@@ -511,9 +507,10 @@ def test_label_weight_mixes_the_texts_next_tokens_into_the_objective(setup, alph
     text's next token (none at a row's last position), against a naive sum over the same batches at the start T."""
     import torch.nn.functional as F
     model, loader = setup
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=2)
-    start, _ = transform_model(model, 16, **options)
-    _, record = transform_model(model, 16, learn_steps=1, learn_lr=1e-9, learn_label_weight=alpha, **options)
+    options = dict(kind="pca", calib_batches=2)
+    start, _ = transform_model(model, spec(16, **options), loader)
+    _, record = transform_model(model, spec(16, learn_steps=1, learn_lr=1e-9, learn_label_weight=alpha,
+                                            **options), loader)
     total = 0.0
     for batch in refit.calibration_batches(loader, 2, 0):
         p = F.log_softmax(logits(model, batch).double(), dim=-1)
@@ -529,7 +526,7 @@ def test_label_weight_mixes_the_texts_next_tokens_into_the_objective(setup, alph
 def test_label_weight_needs_a_learned_map_and_lies_in_0_1(setup):
     model, loader = setup
     with pytest.raises(TransformError, match="learn_label_weight=0.5 .*--learn_steps=N"):
-        transform_model(model, 16, kind="pca", calibration_loader=loader, learn_label_weight=0.5)
+        transform_model(model, spec(16, kind="pca", learn_label_weight=0.5), loader)
     with pytest.raises(ConfigError, match=r"learn_label_weight=1.5 .*\[0, 1\]"):
         TransformConfig(out_dir="x", width=16, learn_steps=4, learn_label_weight=1.5).validate()
 
@@ -540,12 +537,12 @@ def test_a_map_learns_at_the_same_width_only_with_the_texts_labels(setup):
     objective; m > d is refused either way."""
     model, loader = setup
     d = model.config.n_embd
-    options = dict(kind="pca", calibration_loader=loader, calib_batches=2, learn_steps=3, learn_gain_lr=1e-2)
+    options = dict(kind="pca", calib_batches=2, learn_steps=3, learn_gain_lr=1e-2)
     with pytest.raises(TransformError, match=rf"m < d, or m = d with --learn_label_weight > 0\), got width={d}"):
-        transform_model(model, d, **options)
+        transform_model(model, spec(d, **options), loader)
     with pytest.raises(TransformError, match=rf"got width={d + 8}"):
-        transform_model(model, d + 8, learn_label_weight=0.5, **options)
-    new, record = transform_model(model, d, learn_label_weight=0.5, **options)
+        transform_model(model, spec(d + 8, learn_label_weight=0.5, **options), loader)
+    new, record = transform_model(model, spec(d, learn_label_weight=0.5, **options), loader)
     learned = record["corrections"]["learned_map"]
     assert learned["kept"] == "learned" and learned["learned"] < learned["initial"]
     T = record["T"].double()

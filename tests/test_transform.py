@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, spec
 from lgpt.method.maps import (
     KINDS,
     Calibration,
@@ -18,12 +18,13 @@ from lgpt.method.maps import (
     make_projection,
     pseudo_inverse,
 )
+from lgpt.method.pipeline import transform_model
 from lgpt.method.porting import canonical_model, canonicalize, port_model
 from lgpt.plumbing.checkpoint import load_checkpoint, load_model
 from lgpt.plumbing.dataset import BatchLoader, evaluate_loss
 from lgpt.plumbing.errors import ConfigError, TransformError
 from model import GPT, GPTConfig
-from transform import TransformConfig, transform_model
+from transform import TransformConfig
 
 
 def random_model(seed: int, **kw) -> GPT:
@@ -69,8 +70,8 @@ def test_head_porting_with_orthogonal_T_is_exact_for_m_at_least_d(variant, extra
     idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(seed))
     ref = outputs(model, idx)
     width = 16 + extra
-    new, record = transform_model(model, width, kind="orthogonal", porting="residual", norms="fold", seed=seed,
-                                  grow_noise=grow_noise if width > 16 else 0.0)
+    new, record = transform_model(model, spec(width, kind="orthogonal", porting="residual", norms="fold", seed=seed,
+                                              grow_noise=grow_noise if width > 16 else 0.0))
     assert new.config.n_embd == width
     assert new.config.head_dim == model.config.head_dim and new.config.mlp_hidden == model.config.mlp_hidden
     out = outputs(new, idx)
@@ -105,13 +106,14 @@ def test_sandwich_mixes_heads_even_at_the_same_width(trained_dir, char_data_dir)
     d = model.config.n_embd
     idx, _ = loader.get_batch("val", seed=0)
     ref = outputs(model, idx).log_softmax(-1)
-    head, _ = transform_model(model, d, kind="orthogonal", porting="residual", norms="fold", seed=3)
-    sandwich, _ = transform_model(model, d, kind="orthogonal", porting="sandwich", norms="fold", seed=3)
+    head, _ = transform_model(model, spec(d, kind="orthogonal", porting="residual", norms="fold", seed=3))
+    sandwich, _ = transform_model(model, spec(d, kind="orthogonal", porting="sandwich", norms="fold", seed=3))
     assert torch.allclose(outputs(head, idx).log_softmax(-1), ref, atol=5e-5)
     assert (outputs(sandwich, idx).log_softmax(-1) - ref).abs().max() > 0.1
     before = evaluate_loss(model, loader, "val", eval_iters=5)
     assert evaluate_loss(sandwich, loader, "val", eval_iters=5) > before + 2e-3  # (a tiny model: small effect)
-    identity, _ = transform_model(model, d, kind="truncate", porting="sandwich", norms="fold")  # T = I: nothing to mix
+    identity, _ = transform_model(model, spec(d, kind="truncate", porting="sandwich",
+                                              norms="fold"))  # T = I: nothing to mix
     assert torch.allclose(outputs(identity, idx).log_softmax(-1), ref, atol=5e-5)
 
 
@@ -180,7 +182,7 @@ def test_the_hadamard_rotation_is_exact_and_spreads_a_coordinate_evenly():
     assert torch.allclose(T[:, 5].abs(), torch.full((12,), 12 ** -0.5, dtype=torch.float64))  # |T·e_k| = 1/√d each
     assert not torch.equal(T, make_projection("hadamard", 12, 12, seed=4)[0])  # the signs are the seed's
     model = random_model(0, n_embd=12, n_head=2)
-    new, record = transform_model(model, 12, kind="hadamard", seed=1)
+    new, record = transform_model(model, spec(12, kind="hadamard", seed=1))
     assert record["exact"]
     idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(outputs(new, idx), outputs(model, idx), atol=2e-5, rtol=0)
@@ -221,8 +223,9 @@ def test_pseudo_inverse_rejects_rank_deficient_maps():
 
 def test_grow_symmetry_breaking_lets_readers_see_new_directions():
     model = random_model(0)
-    plain, rec = transform_model(model, 32, kind="orthogonal", porting="residual", norms="fold", seed=0)
-    broken, _ = transform_model(model, 32, kind="orthogonal", porting="residual", norms="fold", seed=0, grow_noise=0.5)
+    plain, rec = transform_model(model, spec(32, kind="orthogonal", porting="residual", norms="fold", seed=0))
+    broken, _ = transform_model(model, spec(32, kind="orthogonal", porting="residual", norms="fold", seed=0,
+                                            grow_noise=0.5))
     T = rec["T"].double()
     outside = torch.eye(32, dtype=torch.float64) - T @ T.T  # projector on the new, empty directions
     W_plain = plain.transformer.h[0].attn.c_attn.weight.double()
@@ -236,8 +239,7 @@ def test_pca_shrink_beats_random_shrink(trained_dir, char_data_dir):
     loader = BatchLoader(char_data_dir, model.config.block_size, 8)
     losses = {}
     for kind in ("pca", "gaussian", "orthogonal"):
-        new, _ = transform_model(model, 16, kind=kind, porting="residual", norms="fold", seed=0,
-                                 calibration_loader=loader)
+        new, _ = transform_model(model, spec(16, kind=kind, porting="residual", norms="fold", seed=0), loader)
         losses[kind] = evaluate_loss(new, loader, "val", eval_iters=10)
     assert losses["pca"] < losses["orthogonal"] and losses["pca"] < losses["gaussian"]
 
@@ -265,7 +267,7 @@ def test_cli_writes_a_checkpoint_every_script_can_load(trained_dir, tmp_path):
 def test_transformed_model_shares_no_storage_with_the_source():
     model = random_model(0, bias=True)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    new, _ = transform_model(model, 16, kind="orthogonal", porting="residual", norms="fold")
+    new, _ = transform_model(model, spec(16, kind="orthogonal", porting="residual", norms="fold"))
     with torch.no_grad():
         for p in new.parameters():
             p.add_(1.0)
@@ -277,12 +279,13 @@ def test_keep_layernorm_is_exact_and_checked():
         model = random_model(3, norm_gain="scalar" if placement == "peri" else "vector", norm_placement=placement)
         idx = torch.randint(0, 11, (2, 8))
         for width in (16, 21, 40):
-            new, _ = transform_model(model, width, kind="orthogonal", porting="residual", norms="fold", seed=width,
-                                     keep_layernorm=True)
+            new, _ = transform_model(model, spec(width, kind="orthogonal", porting="residual", norms="fold", seed=width,
+                                                 keep_layernorm=True))
             assert new.config.norm_type == "layernorm"
             assert torch.allclose(outputs(new, idx), outputs(model, idx), atol=5e-5)
     with pytest.raises(TransformError, match="keep_layernorm needs"):
-        transform_model(random_model(0), 8, kind="orthogonal", porting="residual", norms="fold", keep_layernorm=True)
+        transform_model(random_model(0), spec(8, kind="orthogonal", porting="residual", norms="fold",
+                                              keep_layernorm=True))
 
 
 def test_port_model_applies_a_given_map_by_the_formulas():
@@ -312,12 +315,12 @@ def test_port_model_applies_a_given_map_by_the_formulas():
 def test_porting_head_is_an_alias_of_residual():
     model = random_model(2)
     idx = torch.randint(0, 11, (2, 8))
-    new, record = transform_model(model, 20, kind="orthogonal", porting="head", norms="fold", seed=1)
-    same, _ = transform_model(model, 20, kind="orthogonal", porting="residual", norms="fold", seed=1)
+    new, record = transform_model(model, spec(20, kind="orthogonal", porting="head", norms="fold", seed=1))
+    same, _ = transform_model(model, spec(20, kind="orthogonal", porting="residual", norms="fold", seed=1))
     assert record["porting"] == "residual" and record["exact"]
     assert torch.equal(outputs(new, idx), outputs(same, idx))
     with pytest.raises(TransformError, match="porting='heads' is not one of"):
-        transform_model(model, 20, porting="heads")
+        transform_model(model, spec(20, porting="heads"))
     with pytest.raises(TransformError, match="norms='fodl' is not one of"):
         canonicalize(model.state_dict(), model.config, "fodl")
 
@@ -329,7 +332,7 @@ def test_porting_head_is_an_alias_of_residual():
 def test_paper_code_maps_every_axis_of_length_d_by_shape():
     model = random_model(4, bias=True, head="linear")  # LayerNorm with per-dimension gains and biases
     d, m = 16, 12
-    new, record = transform_model(model, m, kind="gaussian", porting="paper_code", seed=5)
+    new, record = transform_model(model, spec(m, kind="gaussian", porting="paper_code", seed=5))
     T = make_projection("gaussian", d, m, seed=5)[0].float()
     old, sd = model.state_dict(), new.state_dict()
     b = "transformer.h.0"
@@ -355,14 +358,14 @@ def test_paper_code_maps_every_axis_of_length_d_by_shape():
 
 def test_paper_code_orthogonal_map_is_q_transpose_over_sqrt_m():
     model = random_model(1)
-    _, record = transform_model(model, 8, kind="orthogonal", porting="paper_code", seed=2)
+    _, record = transform_model(model, spec(8, kind="orthogonal", porting="paper_code", seed=2))
     T = record["T"].double()
     torch.testing.assert_close(T @ T.T, torch.eye(8, dtype=torch.float64) / 8, atol=1e-6, rtol=0)
     torch.testing.assert_close(T * math.sqrt(8), make_projection("orthogonal", 16, 8, seed=2)[0], atol=1e-6, rtol=0)
 
 
 def test_paper_code_tied_head_stays_tied():
-    new, _ = transform_model(random_model(2, head="tied"), 12, kind="gaussian", porting="paper_code")
+    new, _ = transform_model(random_model(2, head="tied"), spec(12, kind="gaussian", porting="paper_code"))
     assert new.lm_head.weight.data_ptr() == new.transformer.wte.weight.data_ptr()
 
 
@@ -374,25 +377,25 @@ def test_restoring_the_attention_scale_makes_a_one_head_orthogonal_sandwich_grow
         model.lm_head.weight.mul_(20)
     idx = torch.randint(0, 11, (2, 8))
     ref = outputs(model, idx).log_softmax(-1)
-    plain, _ = transform_model(model, 32, kind="orthogonal", porting="sandwich", seed=1)
-    restored, record = transform_model(model, 32, kind="orthogonal", porting="sandwich", seed=1,
-                                       restore_attn_scale=True)
+    plain, _ = transform_model(model, spec(32, kind="orthogonal", porting="sandwich", seed=1))
+    restored, record = transform_model(model, spec(32, kind="orthogonal", porting="sandwich", seed=1,
+                                                   restore_attn_scale=True))
     assert (outputs(plain, idx).log_softmax(-1) - ref).abs().max() > 1e-3  # the scale update alone changes it
     torch.testing.assert_close(outputs(restored, idx).log_softmax(-1), ref, atol=1e-4, rtol=0)
     assert record["restore_attn_scale"] and any("attention scale restored" in n for n in record["notes"])
     # the paper's code is not exact even then: its readers get Tᵀ ≠ T⁺ for Qᵀ/√m, and it folds nothing
-    code, _ = transform_model(model, 32, kind="orthogonal", porting="paper_code", seed=1, restore_attn_scale=True)
+    code, _ = transform_model(model, spec(32, kind="orthogonal", porting="paper_code", seed=1, restore_attn_scale=True))
     assert (outputs(code, idx).log_softmax(-1) - ref).abs().max() > 1e-2
 
 
 def test_paper_code_and_attention_scale_bad_requests():
     model = random_model(0)
     with pytest.raises(TransformError, match="paper's code, whose maps are"):
-        transform_model(model, 8, kind="srht", porting="paper_code")
+        transform_model(model, spec(8, kind="srht", porting="paper_code"))
     with pytest.raises(TransformError, match="restore_attn_scale applies to porting='sandwich' or 'paper_code'"):
-        transform_model(model, 8, kind="orthogonal", porting="residual", restore_attn_scale=True)
+        transform_model(model, spec(8, kind="orthogonal", porting="residual", restore_attn_scale=True))
     with pytest.raises(TransformError, match="porting='paper_code' re-splits the heads"):
-        transform_model(model, 9, kind="gaussian", porting="paper_code")
+        transform_model(model, spec(9, kind="gaussian", porting="paper_code"))
 
 
 def test_rescale_gains_off_keeps_gains_and_eps_and_breaks_exactness():
@@ -401,8 +404,8 @@ def test_rescale_gains_off_keeps_gains_and_eps_and_breaks_exactness():
     model = random_model(3)
     idx = torch.randint(0, 11, (2, 8))
     canon, _ = canonical_model(model)
-    kept, record_kept = transform_model(model, 32, kind="orthogonal", rescale_gains=False)
-    scaled, record = transform_model(model, 32, kind="orthogonal")
+    kept, record_kept = transform_model(model, spec(32, kind="orthogonal", rescale_gains=False))
+    scaled, record = transform_model(model, spec(32, kind="orthogonal"))
     assert record["exact"] and not record_kept["exact"] and record_kept["rescale_gains"] is False
     assert torch.allclose(outputs(scaled, idx), outputs(model, idx), atol=1e-4)
     assert not torch.allclose(outputs(kept, idx), outputs(model, idx), atol=1e-2)
@@ -415,7 +418,7 @@ def test_rescale_gains_off_keeps_gains_and_eps_and_breaks_exactness():
 
 def test_rescale_gains_off_is_refused_for_paper_code():
     with pytest.raises(TransformError, match="rescale_gains=False applies to porting='residual' or 'sandwich'"):
-        transform_model(random_model(0), 12, kind="gaussian", porting="paper_code", rescale_gains=False)
+        transform_model(random_model(0), spec(12, kind="gaussian", porting="paper_code", rescale_gains=False))
 
 
 def test_raw_calibration_weighting_is_the_plain_second_moment(char_data_dir):
@@ -490,8 +493,8 @@ def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
     model = random_model(6, vocab_size=65, block_size=16)
     loader = BatchLoader(char_data_dir, 16, 2, "cpu")
     for porting in ("residual", "per_block"):
-        new, record = transform_model(model, 10, kind="pca", porting=porting, calibration_loader=loader,
-                                      calib_batches=1, pca_exclude=(7, 0, 7))  # sorted and de-duplicated
+        new, record = transform_model(model, spec(10, kind="pca", porting=porting, calib_batches=1,
+                                                  pca_exclude=(7, 0, 7)), loader)  # sorted and de-duplicated
         assert record["pca_exclude"] == [0, 7] and record["T"][:, [0, 7]].abs().max() < 1e-6
         assert torch.isfinite(outputs(new, torch.randint(0, 65, (2, 8)))).all()
     cases = [(dict(width=10, pca_exclude=(16,)), "outside this model's residual stream"),
@@ -503,13 +506,13 @@ def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
              (dict(width=2, pca_keep=(1, 2, 3)), r"keeps 3 coordinates as rows of T, more than its m=2"),
              (dict(width=10, pca_keep=(1,), kind="gaussian"), "pca_keep chooses coordinates of a PCA map's range")]
     for options, message in cases:
-        options = dict(dict(kind="pca", calibration_loader=loader, calib_batches=1), **options)
+        options = dict(dict(kind="pca", calib_batches=1), **options)
         with pytest.raises(TransformError, match=message):
-            transform_model(model, options.pop("width"), **options)
+            transform_model(model, spec(**options), loader)
     for options in (dict(kind="orthogonal"), dict(kind="pca", map_file="T.pt")):
         with pytest.raises(ConfigError, match="pca_exclude keeps coordinates out of a PCA map's range"):
             TransformConfig(in_dir="x", out_dir="y", width=8, pca_exclude=(1,), **options).validate()
         with pytest.raises(ConfigError, match="pca_keep keeps coordinates in a PCA map's range"):
             TransformConfig(in_dir="x", out_dir="y", width=8, pca_keep=(1,), **options).validate()
-    new, record = transform_model(model, 10, kind="pca", calibration_loader=loader, calib_batches=1, pca_keep=(9, 4, 9))
+    new, record = transform_model(model, spec(10, kind="pca", calib_batches=1, pca_keep=(9, 4, 9)), loader)
     assert record["pca_keep"] == [4, 9] and record["T"][:, [4, 9]].abs().max(0).values.min() == 1.0

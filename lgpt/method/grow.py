@@ -28,11 +28,13 @@ one g/g' times, so every old query head still reads its own), the rest grown as 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from lgpt.method.roles import residual_roles
 from lgpt.plumbing.errors import TransformError
 from model import GATED_MLPS, GPTConfig, GrowthRamp, null_projector
 
@@ -237,3 +239,76 @@ def masked_growth(sd: dict, embeddings: tuple[str, ...], writers: dict[str, int]
         if f"{writer}.bias" in sd:
             tensors.append((f"{writer}.bias", "rows", None))
     return GrowthRamp(null, tensors, iters)
+
+
+def check_orthonormal_growth(T: torch.Tensor, kind: str, reader_std: float, mask_iters: int) -> None:
+    """Fresh readers N·(I − T·Tᵀ) and MSG's masks A_c = T·Tᵀ + c·(I − T·Tᵀ) are exact only when T·Tᵀ projects onto
+    range(T), i.e. TᵀT = I (orthonormal columns); with any other T the new parts show through at the switch."""
+    if not (reader_std > 0 or mask_iters > 0):
+        return
+    gram = T.T @ T
+    if not torch.allclose(gram, torch.eye(len(gram), dtype=gram.dtype, device=gram.device), atol=1e-6):
+        raise TransformError(f"grow_reader_std and grow_mask_iters need a map with orthonormal columns (TᵀT = I); "
+                             f"kind={kind!r} has none, so the model would change at the switch: use "
+                             "--kind=orthogonal or --kind=truncate")
+
+
+def preserve_rms(sd: dict, cfg: GPTConfig, d: int, m: int) -> str:
+    """SPARKLING's RMS-scale consistency (Yu et al., 2026), kept exact: embeddings and writers × a = √(m/d), so the
+    stream a·T·h has the per-coordinate RMS h had at width d. An RMSNorm is blind to a (the gains keep g·√(d/m)),
+    and its mean of squares is unchanged, so ε goes back to its width-d value (port_weights made it ε·d/m)."""
+    a = math.sqrt(m / d)
+    roles = residual_roles(cfg)
+    for name in roles.embeddings:
+        sd[name] = sd[name] * a
+    for writer in roles.writers:
+        for name in (f"{writer}.weight", f"{writer}.bias"):
+            if name in sd:
+                sd[name] = sd[name] * a
+    cfg.norm_eps = cfg.norm_eps * m / d
+    return f"RMS kept: the stream × √(m/d) = {a:.4f} (embeddings, writers), norm ε as at width d"
+
+
+def grow(sd: dict, cfg: GPTConfig, old: GPTConfig, T: torch.Tensor, seed: int, notes: list[str], *, n_head: int,
+         n_kv_head: int, mlp_hidden: int, grow_mode: str, clone_noise: float, n_layer: int, depth_mode: str,
+         reader_std: float, mask_iters: int, rms_preserve: bool) -> GrowthRamp | None:
+    """Everything after the port that grows (in place, notes appended): the RMS-keeping scale, fresh readers of the
+    new directions, new heads / neurons / blocks, and MSG's masked new parts (the masks returned, or None)."""
+    d, m = T.shape[1], T.shape[0]
+    if rms_preserve:
+        notes.append(preserve_rms(sd, cfg, d, m))
+    if reader_std > 0:
+        fresh_null_readers(sd, residual_roles(cfg).readers, T, reader_std, seed)
+        notes.append(f"readers read the new directions with fresh N(0, {reader_std}²) weights")
+    notes += grow_units(sd, cfg, old, n_head, n_kv_head, mlp_hidden, grow_mode, clone_noise, seed, n_layer, depth_mode)
+    if not mask_iters:
+        return None
+    writers = {w: old.n_head * old.head_dim if w.endswith("attn.c_proj") else old.mlp_hidden
+               for w in residual_roles(cfg).writers}
+    notes.append(f"MSG masks: the new parts start at the scratch scale behind masks (closed) that training opens over "
+                 f"{mask_iters} steps")
+    return masked_growth(sd, residual_roles(cfg).embeddings, writers, cfg.n_layer, T, mask_iters, seed)
+
+
+def grow_units(sd: dict, cfg: GPTConfig, old: GPTConfig, n_head: int, n_kv_head: int, mlp_hidden: int,
+               grow_mode: str, clone_noise: float, seed: int, n_layer: int, depth_mode: str) -> list[str]:
+    """Head, MLP and depth growth of a ported (state_dict, config), in place (grow.py); the notes it makes."""
+    notes = []
+    if n_head or n_kv_head or mlp_hidden:
+        growth = weight_growth(grow_mode, clone_noise, torch.Generator().manual_seed(seed + 2))
+        grow_heads(sd, cfg, n_head, growth, n_kv_head)
+        grow_mlp(sd, cfg, mlp_hidden, growth)
+        notes.append(f"grown ({grow_mode}): n_head {old.n_head} → {cfg.n_head}, n_kv_head {old.kv_heads} → "
+                     f"{cfg.kv_heads}, mlp_hidden {old.mlp_hidden} → {cfg.mlp_hidden}")
+    if n_layer > old.n_layer:
+        grow_depth(sd, cfg, n_layer, depth_mode)
+        notes.append(f"grown in depth ({depth_mode}): n_layer {old.n_layer} → {n_layer}"
+                     + (" (G_stack: copies keep their writers, the function changes)" if depth_mode == "gstack"
+                        else " (new blocks: copies with zero writers)"))
+    return notes
+
+
+def regroups_heads(cfg: GPTConfig, n_head: int, n_kv_head: int) -> bool:
+    """Whether head growth changes how many query heads share a key/value head (copies of key/value heads)."""
+    heads = n_head or cfg.n_head
+    return heads // grown_kv_heads(cfg, heads, n_kv_head) != cfg.n_head // cfg.kv_heads

@@ -18,6 +18,7 @@ The price is parameters: 2·L shortcut matrices of m² each, and an untied head 
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 
@@ -26,11 +27,13 @@ from lgpt.method.maps import (
     Calibration,
     Coordinates,
     PortMaps,
+    calibration_points,
+    jl_min_width,
     make_projection,
     unit_second_moment,
     vocabulary_moment,
 )
-from lgpt.method.porting import port_embedding, port_reader, port_writer, scale_gain
+from lgpt.method.porting import canonicalize, model_from_state, port_embedding, port_reader, port_writer, scale_gain
 from lgpt.plumbing.dataset import BatchLoader
 from lgpt.plumbing.errors import TransformError
 from lgpt.plumbing.logger import progress
@@ -241,3 +244,48 @@ def port_per_block(sd: dict, cfg: GPTConfig, maps: list[tuple[torch.Tensor, torc
     cfg.norm_eps = cfg.norm_eps * d / m
     return out, cfg
 
+
+def port_per_block_model(model: GPT, m: int, kind: str, norms: str, seed: int, loader: BatchLoader | None,
+                         calib_batches: int, damping: float, started: float, jl: tuple[float, float],
+                         weighting: str = "unit", sequential: bool = False, vocabulary: bool = True,
+                         coordinates: Coordinates = NO_COORDINATES, groups: int = 0) -> tuple[GPT, dict]:
+    """``pipeline.transform_model`` for porting='per_block', its spec already checked (spec.check_spec: no map
+    file, sequential only with kind='pca'): canonicalize, one map per site or per group of ``groups`` (PCA
+    calibrated per site on the original's states, or ``sequential``ly on the already cut model's), port; the
+    record's T is site 0's map, ``site_maps`` counts the sites and ``map_groups`` the distinct maps; ``started``:
+    the transform's perf_counter start (the record's seconds)."""
+    d = model.config.n_embd
+    sd, cfg, notes = canonicalize(model.state_dict(), model.config, norms)
+    canonical = model_from_state(dict(sd), cfg)
+    calibrations = None
+    if sequential:  # transform_model has checked that kind='pca' has calibration data
+        maps = sequential_site_maps(canonical, m, loader, calib_batches, seed, weighting, damping, vocabulary,
+                                    coordinates, groups)
+        notes.append("per-site PCA calibrated in order (SliceGPT's): each on the states of the model cut before it")
+    else:
+        calibrations = (collect_site_calibration(canonical, loader, calib_batches, seed, weighting, vocabulary)
+                        if kind == "pca" else None)
+        maps = site_maps(kind, d, m, len(site_norms(cfg)), seed, calibrations, damping, coordinates, groups)
+    device = model.transformer.wte.weight.device
+    maps = [(T.to(device), Tp.to(device)) for T, Tp in maps]
+    new_sd, new_cfg = port_per_block(sd, cfg, maps)
+    shortcuts = sum(new_cfg.has_shortcut(i, j) for i in range(cfg.n_layer) for j in (1, 2))
+    notes.append(f"per-block maps (SliceGPT): {len(maps)} sites" + (f" in {groups} groups" if groups else "")
+                 + f", {shortcuts} shortcut matrices of {m}×{m}; the head is untied")
+    eye = torch.eye(d, dtype=torch.float64, device=device)
+    orthonormal = m >= d and all(torch.allclose(T.T @ T, eye, atol=1e-9) for T, _ in maps)
+    n_points = (calibrations[0].count if calibrations
+                else calibration_points(model.config, loader, calib_batches, vocabulary))
+    T, T_pinv = maps[0]
+    record = {"kind": kind, "d": d, "m": m, "seed": seed, "porting": "per_block", "norms": norms,
+              "restore_attn_scale": False, "rescale_gains": True, "grow_noise": 0.0, "grow_reader_std": 0.0,
+              "rms_preserve": False, "jl_eps": jl[0], "jl_delta": jl[1], "jl_points": n_points,
+              "jl_min_width": jl_min_width(n_points, *jl),
+              "exact": orthonormal and norms == "fold" and not any(n.startswith("APPROX") for n in notes),
+              "notes": notes, "refit": "none", "learn_steps": 0, "learn_hold": False, "corrections": {},
+              "site_maps": len(maps), "map_groups": groups,
+              "calib_vocabulary": vocabulary, "pca_exclude": list(coordinates.exclude),
+              "pca_keep": list(coordinates.keep), "tie_keep": 0,
+              "seconds": time.perf_counter() - started, "T": T.float().cpu(), "T_pinv": T_pinv.float().cpu(),
+              "growth_ramp": None}
+    return model_from_state(new_sd, new_cfg), record

@@ -467,3 +467,43 @@ def orthonormal_rows(T: torch.Tensor) -> torch.Tensor:
 def calibration_batches(loader, batches: int, seed: int) -> list[torch.Tensor]:
     """``batches`` training batches (inputs only), fixed by ``seed``: the same text every correction sees."""
     return [loader.get_batch("train", seed=seed + 10_000 + k)[0] for k in range(batches)]
+
+
+@torch.no_grad()
+def calibration_kl(original: GPT, new: GPT, batches: list[torch.Tensor], chunk: int = 256) -> float:
+    """Mean over the calibration batches of KL(original ‖ new) per token, the heads applied ``chunk`` positions at
+    a time (a 50k vocabulary would otherwise hold several (tokens × vocabulary) tensors at once)."""
+    total = 0.0
+    for b in batches:
+        h_original, h_new = original(b, features=True)[0].flatten(0, -2), new(b, features=True)[0].flatten(0, -2)
+        total += sum(kl_to_original(torch.log_softmax(original.lm_head(h_original[i:i + chunk]).float(), -1),
+                                    new.lm_head(h_new[i:i + chunk])).item() * len(h_original[i:i + chunk])
+                     for i in range(0, len(h_original), chunk)) / len(h_original)
+    return total / len(batches)
+
+
+def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Tensor], refit: str,
+                ridge: float, tie_head: bool, corrections: dict, notes: list[str], retie_target: str = "head") -> GPT:
+    """``fit_gains`` or ``refit_layers`` on ``new`` (in place), then ``retie_head`` (fitted to the untied head's
+    logits, or with ``retie_target='original'`` to the original's: the refit then leaves the head, which the tie
+    replaces); ``corrections`` gets what was fitted and the calibration KL(original ‖ new) before and after,
+    ``notes`` a line each. Returns the model."""
+    to_original = tie_head and retie_target == "original"
+    if refit != "none":
+        before = calibration_kl(original, new, batches)
+        if refit == "gains":
+            corrections["gain_factors"] = fit_gains(original, new, batches)
+        else:
+            corrections["relative_errors"] = refit_layers(original, new, T, batches, refit, ridge,
+                                                          head=not to_original)
+        corrections.update(calibration_kl_before=before, calibration_kl_after=calibration_kl(original, new, batches))
+        notes.append(f"refit={refit}: calibration KL {before:.4f} → {corrections['calibration_kl_after']:.4f}")
+    if tie_head:  # its record is the logit residual (a calibration KL would cost two more passes of both models)
+        new, corrections["tied_head"] = retie_head(new, batches, original=original if to_original else None)
+        fit = corrections["tied_head"]
+        notes.append("head tied back with a fitted final-norm gain" + (" (fitted to the original's logits)"
+                                                                        if to_original else "")
+                     + ": relative logit residual "
+                     f"{fit['relative_logit_residual_untied_gain']:.3f} (gain 1) → "
+                     f"{fit['relative_logit_residual']:.3f}")
+    return new

@@ -231,6 +231,9 @@ def field_docs(cls: type) -> dict[str, FieldDoc]:
             else:
                 docs[name] = FieldDoc(name, group, comment)
             previous = name
+        for line in range(previous_end + 1, len(lines) + 1):  # the last field's continuation lines, if any
+            if line in comments and raw[line].startswith("#  ") and previous is not None:
+                docs[previous].comment += " " + comments[line]
     return docs
 
 
