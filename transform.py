@@ -53,8 +53,8 @@ from lgpt.plumbing.dataset import (
     window_size,
 )
 from lgpt.plumbing.devices import announce_threads, resolve_device
-from lgpt.plumbing.errors import ConfigError
-from model import raw_state_dict
+from lgpt.plumbing.errors import ConfigError, TransformError
+from model import GPTConfig, raw_state_dict
 
 
 @dataclass
@@ -83,6 +83,9 @@ class EvaluationAndSystem:
     eval_reference: bool = True  # also evaluate the untransformed model (the "before" loss)
     device: str = "cpu"  # where the transform and its evaluation run: 'cpu' | 'cuda' | 'cuda:N' | 'mps' | 'auto'
     overwrite: bool = False  # replace a checkpoint already in out_dir (never the input checkpoint itself)
+    allow_broken: bool = False  # write the model even when it ends worse than a uniform guess (val loss above
+    #                             log V), or approximate where the options ask for an exact map (an orthonormal
+    #                             map at m ≥ d, residual porting, folded norms, nothing learned)
 
 
 @dataclass
@@ -155,6 +158,8 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
             record["val_loss_before"] = evaluate_loss(model, loader, "val", cfg.eval_iters)
         record["val_loss_after"] = evaluate_loss(new_model, loader, "val", cfg.eval_iters)
         record["val_loss_basis"] = loss_basis(loader, cfg.eval_iters)
+    if not cfg.allow_broken:
+        check_not_broken(cfg, record, model.config)
     out = {"model": raw_state_dict(new_model), "model_args": new_model.config.to_dict(),
            "config": dict(ckpt.get("config") or {}, **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
            "iter_num": 0, "source_iter_num": ckpt.get("iter_num", 0),  # finetune.py --init_state goes on from it
@@ -166,6 +171,35 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         out["complete"] = False
     save_checkpoint(out, cfg.out_dir)
     return record
+
+
+EXACT_KINDS = ("orthogonal", "hadamard", "truncate", "pca")  # orthonormal maps at m ≥ d
+
+
+def asks_for_exact(cfg: TransformConfig, d: int) -> bool:
+    """Whether the options ask for the same function: an orthonormal map at m ≥ d, ported by our residual rule with
+    the norms folded, nothing learned, refit or tied, no non-exact depth growth."""
+    return (cfg.width >= d and cfg.kind in EXACT_KINDS and not cfg.map_file and cfg.porting in ("residual", "head")
+            and cfg.norms == "fold" and cfg.rescale_gains and cfg.refit == "none" and cfg.learn_steps == 0
+            and not cfg.tie_head and cfg.depth_mode != "gstack")
+
+
+def check_not_broken(cfg: TransformConfig, record: dict, old: GPTConfig) -> None:
+    """Refuse, before anything is written, a transformed model worse than a uniform guess over its vocabulary
+    (val loss above log V: it has lost what the model knew) and an approximate result where the options ask for
+    an exact one — both were written with exit 0 (a peri-LN Gemma 3 grown by an orthogonal map: 6.0 → 294.6)."""
+    uniform = math.log(old.vocab_size)
+    after = record.get("val_loss_after")
+    if after is not None and not after <= uniform:
+        raise TransformError(f"the transformed model's val loss {after:.4f} is above a uniform guess's log V = "
+                             f"{uniform:.4f}: the transform broke the model, and nothing was written "
+                             f"({'; '.join(record['notes'][:2]) or 'no note'}). Pass --allow_broken=True to write "
+                             "it anyway")
+    if asks_for_exact(cfg, old.n_embd) and not record["exact"]:
+        why = next((n for n in record["notes"] if n.startswith("APPROX")), "a step that is not exact")
+        raise TransformError(f"these options ask for the same function (an orthonormal map at m ≥ d, residual "
+                             f"porting, norms folded), but the result is approximate ({why}); nothing was written. "
+                             "Pass --allow_broken=True to write it anyway")
 
 
 def jl_line(record: dict) -> str:

@@ -42,8 +42,8 @@ RESULTS = os.path.join(ROOT, "results")
 MARKER = "done.json"
 # settings that change where a run writes or how it reports, never what it computes: outside the cache key
 # (eval_train: the train-split evaluations no experiment reads; the val numbers are the same without them)
-NOT_IN_KEY = {"out_dir", "overwrite", "progress_bar", "wandb_log", "wandb_project", "wandb_run_name", "eval_reference",
-              "eval_train"}
+NOT_IN_KEY = {"out_dir", "overwrite", "allow_broken", "progress_bar", "wandb_log", "wandb_project", "wandb_run_name",
+              "eval_reference", "eval_train"}
 
 
 class NotCached(Exception):
@@ -278,7 +278,8 @@ def transformed(s: Setting, src: str, width: int, kind: str, porting: str = "res
                 seed: int = 0, **options) -> tuple[str, dict]:
     """``src`` transformed; the record holds the zero-shot val loss on the full val split."""
     cfg = TransformConfig(in_dir=src, out_dir="", width=width, kind=kind, porting=porting, norms=norms, seed=seed,
-                          eval_iters=None, eval_reference=False, device=s.device, overwrite=True, **options)
+                          eval_iters=None, eval_reference=False, device=s.device, overwrite=True,
+                          allow_broken=True, **options)  # experiments measure broken models too (random maps)
 
     def build(out: str) -> dict:
         cfg.out_dir = out

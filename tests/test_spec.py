@@ -104,6 +104,7 @@ def test_check_spec_rejects_bad_requests_against_the_model(options, message):
     (dict(pca_keep=(1,)), "pca_keep keeps coordinates in a PCA map's range"),
     (dict(tie_keep=-1, tie_head=True, kind="pca"), "give a count >= 0"),
     (dict(learn_decay="cosine"), "learn_decay='cosine'.*--learn_steps"),
+    (dict(pca_damping=-1e-3, kind="pca"), "pca_damping must be >= 0"),  # once inverted --pca_exclude silently
 ])
 def test_check_settings_rejects_bad_options_alone(options, message):
     with pytest.raises(ConfigError, match=message):

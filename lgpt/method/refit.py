@@ -415,6 +415,9 @@ def learn_map(original: GPT, T_init: torch.Tensor, port, batches: list[torch.Ten
         for part in parts(k):  # the port is rebuilt per pass: each backward frees its own graph
             (kl_of_rows(assembled(holder.weight), k, part, gains_of(log_gains)) / batches[k].numel()).backward()
         optimizer.step()
+    if not (torch.isfinite(holder.weight).all() and all(torch.isfinite(s).all() for s in log_gains.values())):
+        losses.update(learned=float("nan"), kept="initial", diverged=True)  # the promise: never worse than the start
+        return start, None, losses
     # float64 retraction of the learned block: T orthonormal to rounding, the held columns exactly as they started
     learned = assembled(orthonormal_rows(holder.weight.detach()))
     gains = gains_of({norm: s.detach() for norm, s in log_gains.items()})

@@ -202,9 +202,9 @@ def check_settings(spec: TransformSpec, error: type[Exception], map_file: bool =
         raise error("learn_hold=False chooses what a learned map may change: add --learn_steps=N or drop "
                     "--learn_hold")
     for name in ("grow_noise", "n_head", "n_kv_head", "mlp_hidden", "clone_noise", "learn_steps", "refit_ridge",
-                 "n_layer", "grow_reader_std", "grow_mask_iters"):
-        if s[name] < 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T)
-            raise error(f"{name} must be >= 0, got {s[name]}")
+                 "n_layer", "grow_reader_std", "grow_mask_iters", "pca_damping"):
+        if not s[name] >= 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T); NaN fails too
+            raise error(f"{name} must be >= 0, got {s[name]}")  # a negative damping would invert --pca_exclude
     if spec.calib.calib_batches <= 0:
         raise error(f"calib_batches must be a positive integer, got {spec.calib.calib_batches}")
     check_pca_options(spec, error, map_file)
