@@ -1,6 +1,6 @@
 """
 How exactly a Gemma 3 GGUF of ours is read by llama.cpp and by transformers (no real Gemma weights install offline):
-a random-weight Gemma3ForCausalLM built as tests/test_gemma3.py builds it (6 blocks, every 6th global, a 6-token
+a random-weight Gemma3ForCausalLM built as tests/formats/test_gemma3.py builds it (6 blocks, every 6th global, a 6-token
 window shorter than the text, head_dim 256, weights far from uniform) with a Gemma-style tokenizer (transformers'
 GemmaTokenizer, 640 tokens), imported with convert.py --from_hf and written with --to_gguf (f32).
 

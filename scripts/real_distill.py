@@ -11,7 +11,7 @@ learning rate in ``LRS`` (the tuning effort: those values, nothing else). The co
 itself with the identical recipe — not results/real_model_recovery's control, which finetunes on the LM loss, another
 recipe. A model equal to its teacher has a zero KL gradient (exactly: distill.teacher_kl), so AdamW without weight
 decay takes no step and the control is the original bit for bit at every rate and data order
-(tests/test_distill.py); it is run once, at the chosen rate, and its weights are compared with the original's.
+(tests/method/test_distill.py); it is run once, at the chosen rate, and its weights are compared with the original's.
 
 At the rate whose distilled model ends lowest on the whole val split, two more data orders (``DATA_SEEDS``: n = 3),
 and the same tied map with the least-squares readers refit (``--refit=readers``, results/real_model_tied's best

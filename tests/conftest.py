@@ -7,7 +7,10 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
 sys.path.insert(0, ROOT)
+# tests by room (method, formats, commands, lab); a test may import helpers from another room's test file
+sys.path[1:1] = [TESTS] + [os.path.join(TESTS, room) for room in ("method", "formats", "commands", "lab")]
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")

@@ -282,7 +282,7 @@ def test_every_config_value_set_to_something_impossible_is_refused_in_one_line_o
     assert not failures, "\n".join(["FAIL"] + failures)
 
 
-if __name__ == "__main__":  # python tests/test_fuzz.py TRAINED_DIR DATA_DIR: every failure, one per line
+if __name__ == "__main__":  # python tests/commands/test_fuzz.py TRAINED_DIR DATA_DIR: every failure, one per line
     import sys
 
     class _Capsys:

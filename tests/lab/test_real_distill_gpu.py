@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import real_distill_gpu as gpu  # noqa: E402
 
@@ -136,7 +137,7 @@ def small_gguf(tmp_path_factory):
     convert(ConvertConfig(from_hf=hf, out_dir=str(root_dir / "ours")))
     convert(ConvertConfig(to_gguf=str(root_dir / "model.gguf"), in_dir=str(root_dir / "ours")))
     convert(ConvertConfig(from_gguf=str(root_dir / "model.gguf"), out_dir=str(root_dir / "imported")))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for name, (first, last) in (("shakespeare", (0, 120_000)), ("novel", (0, 120_000)), ("mix", (120_000, 200_000))):
         corpus = root_dir / f"{name}.txt"  # tokenized as on the CPU machine: with the GGUF's tokenizer as imported
         corpus.write_text(shakespeare_text()[first:last])

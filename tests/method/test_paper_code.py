@@ -17,7 +17,7 @@ import torch
 from lgpt.plumbing.checkpoint import load_checkpoint, model_from_checkpoint
 from lgpt.plumbing.dataset import BatchLoader, evaluate_loss
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REFERENCE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "paper_jl")
 SCRIPT = os.path.join(REFERENCE, "jl_transform_ckpt.py")
 JL_TYPES = ("gaussian", "sign", "sparse", "srht", "qr")  # every projection kind of the script

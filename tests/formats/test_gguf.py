@@ -3,7 +3,7 @@
 Every model is a small Llama / Qwen2 built here with far-from-uniform weights and a BPE tokenizer trained here:
 our export must load in transformers with our log-probs and our tokenization, our import of a file must equal
 transformers' import of the same file, and a round trip through f32 must give back the same weights bit for bit.
-The real model (SmolLM2-135M, fetched by fetch.py) is tested in tests/test_real_model.py.
+The real model (SmolLM2-135M, fetched by fetch.py) is tested in tests/formats/test_real_model.py.
 """
 import importlib
 import os

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMANDS = {"train", "transform", "finetune", "eval_geometry", "sample", "convert", "fetch", "prepare"}
 TOP_LEVEL = COMMANDS | {"model"}
 

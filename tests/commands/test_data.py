@@ -65,7 +65,7 @@ def test_openwebtext_prepare_on_local_text(tmp_path):
     if not os.environ.get("TIKTOKEN_CACHE_DIR"):
         pytest.skip("needs TIKTOKEN_CACHE_DIR offline")
     import importlib.util
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     spec = importlib.util.spec_from_file_location("owt", os.path.join(root, "data", "openwebtext", "prepare.py"))
     owt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(owt)

@@ -228,7 +228,7 @@ def test_model_imports_nothing_from_the_project():
     import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ours = {f[:-3] for f in os.listdir(root) if f.endswith(".py")} - {"model"}
     code = "import sys, model; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
