@@ -62,7 +62,8 @@ def test_paper_code_transform_runs_on_cuda(char_data_dir, tmp_path, kind):
     from train import TrainConfig, train  # n_embd 40 ≠ the vocabulary (32): the paper's code maps axes by shape
     train(load_config(TrainConfig, TINY_MODEL + [f"--data_dir={char_data_dir}", f"--out_dir={tmp_path / 'a'}",
                                                  "--n_embd=40", "--max_iters=2", "--eval_interval=2"]))
-    record = transform(tmp_path / "a", tmp_path / "t", f"--kind={kind}", "--width=24", "--porting=paper_code")
+    record = transform(tmp_path / "a", tmp_path / "t", f"--kind={kind}", "--width=24", "--porting=paper_code",
+                       "--allow_broken=True")  # 2 training steps: the paper's rule can end just above log V
     assert torch.isfinite(torch.tensor(record["val_loss_after"]))
 
 

@@ -24,7 +24,7 @@ from model import GPTConfig
 from transform import TransformConfig
 
 COMMAND_OPTIONS = {"in_dir", "out_dir", "map_file", "carry_optimizer", "data_dir", "calib_batch_size", "block_size",
-                   "eval_iters", "eval_reference", "device", "overwrite"}  # the command's own: not the transform's
+                   "eval_iters", "eval_reference", "device", "overwrite", "allow_broken"}  # the command's own
 
 
 def test_transform_model_takes_at_most_four_parameters():
