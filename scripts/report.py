@@ -80,10 +80,14 @@ def read_json(path: str):
         return _CACHE[path][1]
     try:
         with open(path) as f:
-            payload = _track(json.load(f), rel)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{rel}: not a results record ({e.__class__.__name__}: {e}); restore it with git or "
-                           "re-run its script") from None
+            raw = json.load(f)
+    except (ValueError, OSError, RecursionError) as e:  # not JSON, not a file, nested past the parser's depth
+        raise ResultsError(f"{rel}: not a results record ({e.__class__.__name__}: {str(e)[:120]}); restore it with "
+                           "git or re-run its script") from None
+    if not isinstance(raw, dict):
+        raise ResultsError(f"{rel}: holds a {type(raw).__name__}, not a results record; restore it with git or "
+                           "re-run its script")
+    payload = _track(raw, rel)
     _CACHE[path] = (stamp, payload)
     return payload
 

@@ -283,7 +283,7 @@ def pipeline(tokenizer, tmp_path_factory):
     prepare(PrepareConfig(tokenizer_from=str(root / "ours"), out_dir=str(root / "data")))
     transform_checkpoint(TransformConfig(in_dir=str(root / "ours"), out_dir=str(root / "m48"), width=48, kind="pca",
                                          data_dir=str(root / "data"), eval_iters=2, calib_batches=2, block_size=32,
-                                         allow_broken=True))  # random weights: a shrink of them is no better than chance
+                                         allow_broken=True))  # random weights: their shrink is no better than chance
     finetune(load_config(FinetuneConfig, [
         f"--in_dir={root / 'm48'}", f"--out_dir={root / 'ft'}", f"--data_dir={root / 'data'}", "--distill=True",
         "--max_iters=4", "--eval_interval=2", "--eval_iters=2", "--batch_size=2", "--block_size=32",

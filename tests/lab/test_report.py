@@ -232,6 +232,18 @@ def test_a_results_file_that_is_not_a_record_is_one_line(repo, content):
     assert sum(line.startswith("results/heads/results.json:") for line in done.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("where, damage", [
+    ("bench/results/transform_speed.json", lambda p: p.write_text("[]")),  # once dropped its table with exit 0
+    ("results/heads/results.json", lambda p: p.write_text("[" * 100_000 + "]" * 100_000)),  # once RecursionError
+    ("results/heads/results.json", lambda p: (p.unlink(), p.mkdir())),  # once IsADirectoryError
+])
+def test_damaged_results_and_benchmarks_are_named_in_one_line(repo, where, damage):
+    damage(repo / where)
+    done = check(repo)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert any(line.startswith(f"{where}:") for line in done.stderr.splitlines()), done.stderr[-2000:]
+
+
 def test_a_missing_results_file_is_named(repo):
     os.remove(repo / "results" / "quantization" / "results.json")
     done = check(repo)
