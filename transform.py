@@ -186,11 +186,14 @@ def asks_for_exact(cfg: TransformConfig, d: int) -> bool:
 
 def check_not_broken(cfg: TransformConfig, record: dict, old: GPTConfig) -> None:
     """Refuse, before anything is written, a transformed model worse than a uniform guess over its vocabulary
-    (val loss above log V: it has lost what the model knew) and an approximate result where the options ask for
-    an exact one — both were written with exit 0 (a peri-LN Gemma 3 grown by an orthogonal map: 6.0 → 294.6)."""
+    (val loss above log V: it has lost what the model knew; not when the input was already there, measured by
+    eval_reference) and an approximate result where the options ask for an exact one — both were written with
+    exit 0 (a peri-LN Gemma 3 grown by an orthogonal map: 6.0 → 294.6)."""
     uniform = math.log(old.vocab_size)
-    after = record.get("val_loss_after")
-    if after is not None and not after <= uniform:
+    after, before = record.get("val_loss_after"), record.get("val_loss_before")
+    if before is not None and not before <= uniform:  # already at or past chance: the transform did not break it
+        record["notes"].append(f"the input model's val loss {before:.4f} was already above log V = {uniform:.4f}")
+    elif after is not None and not after <= uniform:
         raise TransformError(f"the transformed model's val loss {after:.4f} is above a uniform guess's log V = "
                              f"{uniform:.4f}: the transform broke the model, and nothing was written "
                              f"({'; '.join(record['notes'][:2]) or 'no note'}). Pass --allow_broken=True to write "

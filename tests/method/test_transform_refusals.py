@@ -40,6 +40,9 @@ def test_a_result_worse_than_a_uniform_guess_is_refused_unless_allowed(trained_d
     assert not os.path.exists(tmp_path / "a" / "ckpt.pt")
     record = transform_checkpoint(TransformConfig(out_dir=str(tmp_path / "b"), allow_broken=True, **args))
     assert record["val_loss_after"] > uniform and os.path.exists(tmp_path / "b" / "ckpt.pt")
+    monkeypatch.setattr(transform, "evaluate_loss", lambda model, *a, **k: real(model, *a, **k) + uniform)
+    record = transform_checkpoint(TransformConfig(out_dir=str(tmp_path / "c"), **args))  # the input was there too
+    assert any("was already above log V" in note for note in record["notes"]) and (tmp_path / "c" / "ckpt.pt").exists()
 
 
 def test_an_approximate_result_where_exact_was_asked_is_refused(char_data_dir, trained_dir, tmp_path):
