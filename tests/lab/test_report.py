@@ -89,6 +89,17 @@ def test_verdict_agrees_with_scipy_welch_and_paired():
     assert w["word"] == ("higher" if w["p"] < 0.05 else "no difference")
 
 
+def test_a_control_that_is_exact_is_tested_one_sample_not_as_borrowed_pairs():
+    """Distillation's control stays the original bit for bit: one value, not a sample. The arms are tested against
+    it by a one-sample t (scipy's), not by pairing copies of it; one arm alone is not tested."""
+    from scipy import stats
+    a = [3.9275, 3.9180, 3.9366]
+    v = report.verdict_against_exact(a, 3.7584)
+    assert v["test"].startswith("one-sample t") and v["n"] == (3, 1) and v["word"] == "higher"
+    assert math.isclose(v["p"], stats.ttest_1samp(a, 3.7584).pvalue, rel_tol=1e-12)
+    assert report.verdict_against_exact([3.9], 3.7584)["word"] == "not tested"
+
+
 @pytest.mark.parametrize("a, b, paired, word", [
     ([1.0, 1.1, 1.2], [2.0, 2.1, 2.2], True, "lower"),  # a constant paired shift
     ([2.0, 2.1, 2.3], [1.0, 1.1, 1.2], False, "higher"),
