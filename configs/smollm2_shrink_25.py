@@ -1,4 +1,5 @@
-# SmolLM2-135M → −25% parameters (m = 432 of d = 576, the head kept tied): the recommended recipe.
+# SmolLM2-135M → −25% parameters (m = 432 of d = 576, the head kept tied): the learned-map recipe (T and the norms'
+# gains learned on the KL to the original; docs/findings.md says what it costs against distillation).
 #   python fetch.py --what=smollm2 --out_dir=out-smollm2
 #   python prepare.py --tokenizer_from=out-smollm2 --out_dir=data/shakespeare_smollm2
 #   python transform.py configs/smollm2_shrink_25.py --in_dir=out-smollm2 --out_dir=out-smollm2-m432
@@ -16,3 +17,4 @@ block_size = 256
 calib_batches = 8
 calib_batch_size = 16
 data_dir = "data/shakespeare_smollm2"  # the calibration text: calibrate on text like the text to be served
+eval_reference = False  # the original's val loss is in results/; evaluating it again costs ~5 min on one core
