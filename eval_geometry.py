@@ -4,8 +4,8 @@ What a width transform (and a finetune after it) did to a model's geometry.
     python eval_geometry.py --ref_dir=out-shakespeare-char --in_dir=out-m96 --out_dir=geom-m96
     python eval_geometry.py --ref_dir=out-shakespeare-char --out_dir=geom-ref      # one model alone
 
-Writes out_dir/metrics.json (schema in the README), PNG figures, and logs both to wandb (offline unless
-WANDB_MODE says otherwise). Definitions of every metric are in geometry.py's docstrings.
+Writes out_dir/metrics.json (schema in docs/finetune_and_geometry.md), PNG figures, and logs both to wandb
+(offline unless WANDB_MODE says otherwise). Definitions of every metric are in geometry.py's docstrings.
 
 Reference basis: the transform maps the residual stream of the canonical model (transform.py step 1);
 with norms=fold on a LayerNorm model that stream is the original one centred (h − mean(h)·1), which has

@@ -54,7 +54,7 @@ from train import Evaluator, TrainConfig, train
 
 @dataclass
 class FinetuneConfig(TrainConfig):
-    """TrainConfig with finetuning defaults (tuned on the small CPU configs; see README)."""
+    """TrainConfig with finetuning defaults (tuned on the small CPU configs; docs/finetune_and_geometry.md)."""
     HELP_OMITS: ClassVar[tuple[str, ...]] = ()
     # finetuning
     in_dir: str = ""  # the checkpoint to finetune (required, unless init_from is a GPT-2 name)

@@ -98,7 +98,7 @@ class Setting:
             self.base.append(os.path.join(ROOT, "configs", "gpu.py"))
         self.device = "cpu" if quick else ("cuda" if torch.cuda.is_available() else "cpu")
         self.seeds = (0, 1, 2) if quick else (0, 1, 2, 3, 4)
-        # QUICK's budget: everything from an empty cache in under 90 min on 2 cores (README, "What it costs")
+        # QUICK's budget: everything from an empty cache in under 90 min on 2 cores (docs/reference.md, experiments)
         self.finetune_iters = 100 if quick else 1000
         self.finetune_eval_interval = 10 if quick else 50
         self.finetune_eval_iters = 20 if quick else 50

@@ -1,6 +1,6 @@
 """
 A real model's massive activations and attention sinks (SmolLM2-135M, issue #43), and what a width map keeps of
-them — measured, so that RESULTS can name them instead of describing them.
+them — measured, so that the tables can name them instead of describing them.
 
     python scripts/massive_activations.py            (after scripts/real_model.sh has built its models)
 

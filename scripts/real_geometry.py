@@ -12,7 +12,7 @@ the full-split losses are results/real_model's), run in its own process on one t
 - ``hadamard_m576``: the Hadamard rotation at m = d (the quantization study's; exact, so AE ≈ 0 and the
   weights' kurtosis is what changes).
 Its metrics.json and PNG figures are copied to results/real_model_geometry/eval_geometry/NAME/, and
-results/real_model_geometry/eval_geometry.json gathers the numbers the RESULTS section shows.
+results/real_model_geometry/eval_geometry.json gathers the numbers its table shows.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def report(name: str, ref: str, data_dir: str, new: str | None = None) -> dict:
 
 
 def summary(metrics: dict) -> dict:
-    """The numbers RESULTS shows from one metrics.json."""
+    """The numbers results/real_model_geometry/table.md shows from one metrics.json."""
     ref = metrics["models"]["ref"]
     out = {"loss": {k: v["val_loss"] for k, v in metrics["loss"].items()}, "loss_basis": metrics["loss_basis"],
            "ref_intrinsic_dimension": ref["intrinsic_dimension"], "ref_twonn": ref["twonn_dimension"],

@@ -70,8 +70,8 @@ Text distance (``--part=distance``, token counts only, seconds): each calibratio
 divergence to each evaluated text (its whole val split), from the 32,768 tokens a map calibrates on (seed 0): does
 the distance order the zero-shot losses?
 Timing (``--part=timing``, alone on the machine): the best −25% row (the learned map) built again on both cores
-(``--threads=2``), the whole CLI run timed, with the seconds per phase its record gives; then the recipe the GUIDE
-gives (the map learned with its norm gains) the same way (``gains_recipe_timing``); each only where the results
+(``--threads=2``), the whole CLI run timed, with the seconds per phase its record gives; then the recipe
+configs/smollm2_shrink_25.py gives (the map learned with its norm gains) the same way (``gains_recipe_timing``); each only where the results
 lack it.
 Losses: the whole val splits of tinyshakespeare and Botchan, 256-token windows, one thread per process; n = 1
 (the maps are deterministic). Writes results/real_model_tied/results.json after every model; ``--part=missing``

@@ -13,7 +13,8 @@ residual path carries a shortcut matrix (``GPTConfig.shortcuts``):
 readers with its site's T_s⁺, its writers with the next site's T_{s+1}, the head with T_{2L}⁺ (so a tied head is
 untied). With orthonormal columns (m ≥ d) every T_s⁺·T_s = I and the model is the same function; for m < d each
 site keeps its own top-m principal directions (``kind='pca'``: one calibration per site), which a global map cannot.
-The price is parameters: 2·L shortcut matrices of m² each, and an untied head — the table in RESULTS says how much.
+The price is parameters: 2·L shortcut matrices of m² each, and an untied head — results/real_model/table.md
+says how much.
 """
 from __future__ import annotations
 

@@ -921,8 +921,8 @@ def test_the_tied_heads_whole_run_writes_every_part_the_report_reads(monkeypatch
 
 
 def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, monkeypatch):
-    """--part=timing builds the best −25% row and the GUIDE's recipe again with --threads=2 and saves each beside the
-    rows, which it keeps; what is saved is not built again."""
+    """--part=timing builds the best −25% row and configs/smollm2_shrink_25.py's recipe again with --threads=2 and
+    saves each beside the rows, which it keeps; what is saved is not built again."""
     import json
 
     import real_tied_head
@@ -941,7 +941,7 @@ def test_the_tied_heads_timing_part_times_the_recipe_on_both_cores(tmp_path, mon
     monkeypatch.setattr(real_tied_head, "save", lambda payload, *a: saved.append(payload) or results.write_text(
         json.dumps(payload)))
     real_tied_head.main()
-    (m, kw), (m2, kw2) = calls  # the best row, then the GUIDE's recipe (its norm gains learned too)
+    (m, kw), (m2, kw2) = calls  # the best row, then the configs/ recipe (its norm gains learned too)
     assert m == m2 == real_tied_head.M and kw["threads"] == kw2["threads"] == 2 and real_tied_head.LEARN in kw["extra"]
     assert real_tied_head.GAINS not in kw["extra"] and real_tied_head.GAINS in kw2["extra"]
     assert saved[-1]["rows"] == [{"m": 1}] and saved[-1]["recipe_timing"]["threads"] == 2
