@@ -71,8 +71,8 @@ divergence to each evaluated text (its whole val split), from the 32,768 tokens 
 the distance order the zero-shot losses?
 Timing (``--part=timing``, alone on the machine): the best −25% row (the learned map) built again on both cores
 (``--threads=2``), the whole CLI run timed, with the seconds per phase its record gives; then the recipe
-configs/smollm2_shrink_25.py gives (the map learned with its norm gains) the same way (``gains_recipe_timing``); each only where the results
-lack it.
+configs/smollm2_shrink_25.py gives (the map learned with its norm gains) the same way
+(``gains_recipe_timing``); each only where the results lack it.
 Losses: the whole val splits of tinyshakespeare and Botchan, 256-token windows, one thread per process; n = 1
 (the maps are deterministic). Writes results/real_model_tied/results.json after every model; ``--part=missing``
 builds only the rows that results/real_model_tied/results.json lacks and adds them to it (the rest kept as is).
