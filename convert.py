@@ -532,6 +532,23 @@ def check_export_dir(to_hf: str, overwrite: bool, in_dir: str = "") -> None:
     check_writable_dir(to_hf)
 
 
+# what an export of ours writes into its folder: on --overwrite, those the new export does not write again go (an
+# old lm_eval/ task beside a new model would score it on the old data); nothing else in the folder is touched
+EXPORT_NAMES = ("config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
+                "added_tokens.json", "lm_eval")
+
+
+def remove_stale_export_files(folder: str, written: set[str]) -> None:
+    """Remove the files of an earlier export in ``folder`` that this export did not write again."""
+    import shutil
+    for name in EXPORT_NAMES:
+        path = os.path.join(folder, name)
+        if name in written or not os.path.lexists(path):
+            continue
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+
+
 def check_gemma3_gguf(config: GPTConfig) -> None:
     """What a Gemma 3 GGUF cannot say: llama.cpp scales attention by 1/√head_dim (the 270M–12B models' value) and
     has no key for another; a layer pattern or local RoPE base other than llama.cpp's fixed ones (every 6th block
@@ -561,8 +578,8 @@ def check_complete_for_export(ckpt: dict, cfg: ConvertConfig) -> None:
 def check_export_file(path: str, overwrite: bool, in_dir: str = "") -> None:
     """Before any work: ``path`` can be written as a new file (an existing one only with ``overwrite``, and never
     the input checkpoint itself, whatever the flags)."""
-    if os.path.isdir(path):
-        raise ConversionError(f"--to_gguf='{path}' is a directory; give a file path such as model.gguf")
+    if os.path.isdir(path) or path.endswith(os.sep):
+        raise ConversionError(f"--to_gguf='{path}' is a directory path; give a file path such as model.gguf")
     if in_dir and os.path.exists(path) and os.path.exists(checkpoint_path(in_dir)) and \
             os.path.samefile(path, checkpoint_path(in_dir)):
         raise ConversionError(f"--to_gguf='{path}' is the input checkpoint; an export never writes over its input: "
@@ -593,6 +610,8 @@ def convert(cfg: ConvertConfig) -> str:
             export_tokenizer(ckpt.get("meta"), staging)
             if cfg.lm_eval_task:
                 write_lm_eval_task(ckpt, data_dir, staging, final_dir=cfg.to_hf)
+            written = set(os.listdir(staging))
+        remove_stale_export_files(cfg.to_hf, written)
         return cfg.to_hf
     check_output_dir(cfg.out_dir, cfg.from_nanogpt or cfg.from_gguf, cfg.overwrite)
     if cfg.from_hf:

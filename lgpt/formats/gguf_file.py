@@ -151,6 +151,8 @@ MAX_WIDTH = 1 << 16
 MAX_HEADS = 1 << 10
 MAX_LAYERS = 1 << 10
 MAX_VOCAB = 1 << 22
+MAX_ROPE = 1 << 28  # context × head_dim: a 1M context at head_dim 256 (1 GiB of float32 tables)
+MAX_EMBEDDING = 1 << 31  # vocab × width: Gemma 3 27B's 262,144 × 5,376 fits
 
 
 def bounded(reader, path: str, key: str, low: float, high: float, kind: type = int, default=None,
@@ -211,12 +213,19 @@ def gguf_config(reader, path: str):
                for v in [bounded(reader, path, f"tokenizer.ggml.{'padding' if k == 'pad' else k}_token_id", 0,
                                  vocab - 1)] if v is not None}
     tied = not any(t.name == "output.weight" for t in reader.tensors)
+    context = need("context_length", 1, MAX_CONTEXT)
+    # tables built from products of the claims: RoPE's (context × head_dim), the embeddings (vocab × d)
+    for what, size, most in (("context_length × key_length (the RoPE tables)", context * head_dim, MAX_ROPE),
+                             ("vocab × embedding_length (the embeddings)", vocab * d, MAX_EMBEDDING)):
+        if size > most:
+            raise ConversionError(f"'{path}': {what} = {size:,} values, more than the {most:,} we build from a "
+                                  "GGUF header; the file is damaged or not a model we read")
     if vocab > MAX_VOCAB:
         raise ConversionError(f"'{path}': its token list holds {vocab} tokens, more than the {MAX_VOCAB} we read")
     common = dict(hidden_size=d, intermediate_size=need("feed_forward_length", 1, MAX_WIDTH * 16),
                   num_hidden_layers=need("block_count", 1, MAX_LAYERS), num_attention_heads=n_head,
                   num_key_value_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
-                  max_position_embeddings=need("context_length", 1, MAX_CONTEXT),
+                  max_position_embeddings=context,
                   rms_norm_eps=float32_value(need("attention.layer_norm_rms_epsilon", 1e-12, 1.0, float)),
                   rope_parameters={"rope_type": "default",
                                    "rope_theta": float32_value(may("rope.freq_base", 10000.0, 1.0, 1e9, float))},

@@ -164,6 +164,20 @@ def remove_made_dirs(made: list[str]) -> None:
             return
 
 
+def move_in(source: str, path: str) -> None:
+    """Move ``source`` to ``path``: a file replaces the file there; a folder merges into a folder there, file by
+    file, so nothing already inside it that the result does not hold is removed (a training run's wandb/ logs
+    beside a geometry report written into its folder)."""
+    if os.path.isdir(source) and not os.path.islink(source) and os.path.isdir(path) and not os.path.islink(path):
+        for name in os.listdir(source):
+            move_in(os.path.join(source, name), os.path.join(path, name))
+        return
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise CheckpointError(f"'{path}' is a folder this command did not make, where its result has a file; "
+                              "nothing of it was replaced: choose another output folder")
+    os.replace(source, path)
+
+
 @contextmanager
 def staged_dir(target: str, marker: str) -> Iterator[str]:
     """Write a whole result into a staging folder inside ``target`` (yielded; inside, so the final moves never
@@ -187,10 +201,7 @@ def staged_dir(target: str, marker: str) -> Iterator[str]:
         if os.path.lexists(os.path.join(target, marker)):
             os.remove(os.path.join(target, marker))
         for name in sorted(os.listdir(staging), key=lambda name: name == marker):
-            path = os.path.join(target, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            os.replace(os.path.join(staging, name), path)
+            move_in(os.path.join(staging, name), os.path.join(target, name))
         done = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -508,7 +519,8 @@ def is_complete(path_or_dir: str) -> bool:
         ckpt = read_checkpoint_file(path)
     except Exception:  # noqa: BLE001 - cut off or not a checkpoint (torch raises RuntimeError, EOFError, pickle's)
         return False  # a damaged file is not a complete run
-    return isinstance(ckpt, dict) and ckpt.get("complete", True) is not False
+    return (isinstance(ckpt, dict) and all(k in ckpt for k in REQUIRED_KEYS)  # a dict of something else is no run
+            and ckpt.get("complete", True) is not False)
 
 
 if __name__ == "__main__":  # for shell scripts: exit 0 iff DIR holds a complete run

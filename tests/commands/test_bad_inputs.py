@@ -829,3 +829,28 @@ raise SystemExit(run_cli(eval_geometry.main, ["--ref_dir={ctx.trained}", "--in_d
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 130 and "SIGTERM" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert os.listdir(tmp_path) == []  # no out_dir with figures and no metrics.json, no staging directory
+
+
+def test_a_staged_result_merges_into_folders_it_did_not_make(tmp_path):
+    """eval_geometry into a training run's folder once replaced the run's wandb/ logs with its own (rmtree of a
+    folder it did not make); a folder of the result now merges in, and a file never replaces a folder."""
+    from lgpt.plumbing.checkpoint import staged_dir
+    from lgpt.plumbing.errors import CheckpointError
+    (tmp_path / "run" / "wandb" / "offline-run-1").mkdir(parents=True)
+    (tmp_path / "run" / "wandb" / "offline-run-1" / "log").write_text("the training run's")
+    with staged_dir(str(tmp_path / "run"), "metrics.json") as staging:
+        os.makedirs(os.path.join(staging, "wandb", "offline-run-2"))
+        open(os.path.join(staging, "wandb", "offline-run-2", "log"), "w").write("the report's")
+        open(os.path.join(staging, "metrics.json"), "w").write("{}")
+    assert sorted(os.listdir(tmp_path / "run" / "wandb")) == ["offline-run-1", "offline-run-2"]
+    assert (tmp_path / "run" / "wandb" / "offline-run-1" / "log").read_text() == "the training run's"
+    with pytest.raises(CheckpointError, match="did not make"), staged_dir(str(tmp_path / "run"), "x") as staging:
+        open(os.path.join(staging, "wandb"), "w").write("a file where a folder is")
+    assert (tmp_path / "run" / "wandb" / "offline-run-1" / "log").exists()
+
+
+def test_a_dict_that_is_not_a_checkpoint_is_not_a_complete_run(tmp_path):
+    from lgpt.plumbing.checkpoint import is_complete
+    (tmp_path / "bogus").mkdir()
+    torch.save({"hello": 1}, tmp_path / "bogus" / "ckpt.pt")
+    assert not is_complete(str(tmp_path / "bogus"))

@@ -32,17 +32,22 @@ def module_files(root: str = ROOT) -> dict[str, str]:
     return files
 
 
-def imports_of(path: str, known: set[str]) -> set[str]:
+def imports_of(path: str, known: set[str], dotted: str = "") -> set[str]:
     """The repo modules a file imports anywhere in its text (``from lgpt.method import maps`` counts as
-    lgpt.method.maps; a lab script's ``import harness`` as scripts.harness)."""
+    lgpt.method.maps; a lab script's ``import harness`` as scripts.harness; ``from ..formats import gguf_file`` in
+    the module ``dotted`` as lgpt.formats.gguf_file)."""
     with open(path) as f:
         tree = ast.parse(f.read())
+    package = dotted.split(".") if path.endswith("__init__.py") else dotted.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the importer's package, one level up per dot past the first
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
         else:
             continue
         for name in names:
@@ -55,7 +60,7 @@ def imports_of(path: str, known: set[str]) -> set[str]:
 def import_graph(root: str = ROOT) -> dict[str, set[str]]:
     files = module_files(root)
     known = set(files)
-    return {name: imports_of(path, known) - {name} for name, path in files.items()}
+    return {name: imports_of(path, known, name) - {name} for name, path in files.items()}
 
 
 def room(module: str) -> str:
@@ -144,6 +149,8 @@ def test_the_top_level_is_the_model_and_the_commands():
     ("lgpt/formats/llama.py", "from lgpt.method import porting", "the method and the formats"),
     ("lgpt/method/porting.py", "def f():\n    from lgpt.formats.gguf_file import y", "the method and the formats"),
     ("lgpt/method/maps.py", "import harness", "the library never imports scripts/"),
+    ("lgpt/method/porting.py", "from ..formats import gguf_file", "the method and the formats"),  # relative
+    ("lgpt/plumbing/checkpoint.py", "from ..method.grow import x", "plumbing never imports the method"),
 ])
 def test_a_broken_rule_is_named(tmp_path, importer, imported, why):
     """The checker itself: a tree with one forbidden import (lazy ones too) is caught, with the rule's words."""

@@ -311,3 +311,15 @@ def test_a_staged_export_stages_inside_its_target(tmp_path):
     with pytest.raises(RuntimeError), staged_dir(str(tmp_path / "new" / "u"), "config.json"):
         raise RuntimeError("stopped")
     assert os.listdir(tmp_path) == ["t"]
+
+
+def test_an_overwritten_export_keeps_nothing_of_the_old_one(tmp_path, trained_dir, char_data_dir):
+    """--to_hf --overwrite once left the old export's lm_eval/ task beside the new model (lm_eval would score the
+    new model on the old data); the new export's own files only, and the user's other files stay."""
+    out = tmp_path / "hf"
+    convert(ConvertConfig(in_dir=trained_dir, to_hf=str(out), lm_eval_task=True, data_dir=char_data_dir))
+    assert (out / "lm_eval").is_dir()
+    (out / "README.md").write_text("my notes")  # the user's own file beside the export
+    convert(ConvertConfig(in_dir=trained_dir, to_hf=str(out), overwrite=True))
+    assert not (out / "lm_eval").exists() and (out / "config.json").exists()
+    assert (out / "README.md").read_text() == "my notes"

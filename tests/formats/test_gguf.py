@@ -141,7 +141,7 @@ def test_a_shrunk_model_exports_and_transformers_reads_its_head_size(ours, idx, 
 
 
 def write_file(path: str, arch: str = "llama", drop: str = "", tensors: dict | None = None,
-               claims: dict | None = None) -> str:
+               claims: dict | None = None, key_length: int = 0) -> str:
     """A minimal GGUF (one block, d = 8) written with the gguf package; ``drop`` leaves one tensor out; ``claims``
     writes other values for header fields (a uint64 for an int, a string for a str)."""
     writer = gguf.GGUFWriter(path, arch)
@@ -154,6 +154,10 @@ def write_file(path: str, arch: str = "llama", drop: str = "", tensors: dict | N
         else:
             getattr(writer, f"add_{key}")(value)
     writer.add_layer_norm_rms_eps(1e-5)
+    if key_length:  # each value in bounds, their product (the RoPE tables) not
+        writer.add_key_length(key_length)
+        writer.add_value_length(key_length)
+        writer.add_rope_dimension_count(key_length)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list([chr(97 + i) for i in range(12)])
     names = tensors or {"token_embd.weight": (12, 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
@@ -196,6 +200,9 @@ BAD_IMPORTS = {  # name: (make the file in tmp_path, words the error must hold)
                    ["llama.attention.head_count = '0'", "not an integer"]),
     "text_for_a_number": (lambda p: write_file(str(p / "m.gguf"), claims={"embedding_length": "eight"}),
                           ["llama.embedding_length = 'eight'"]),
+    "huge_rope_tables": (lambda p: write_file(str(p / "m.gguf"), claims={"context_length": 2 ** 20},
+                                              key_length=65536),
+                         ["context_length × key_length (the RoPE tables)", "more than"]),
 }
 
 
@@ -217,6 +224,7 @@ def test_exports_gguf_cannot_hold_are_refused_before_anything_is_written(ours, t
     existing.write_bytes(b"keep me")
     cases = [([f"--in_dir={ours['llama_gqa']}", f"--to_gguf={existing}"], ["already exists", "--overwrite=True"]),
              ([f"--in_dir={ours['llama_gqa']}", f"--to_gguf={tmp_path}"], ["is a directory"]),
+             ([f"--in_dir={ours['llama_gqa']}", f"--to_gguf={tmp_path / 'new.gguf'}/"], ["is a directory path"]),
              ([f"--in_dir={ours['llama_gqa']}", f"--to_gguf={tmp_path / 'x.gguf'}", "--gguf_type=q4_0"],
               ["--gguf_type='q4_0'"])]
     for argv, words in cases:
