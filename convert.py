@@ -334,6 +334,7 @@ def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") ->
     try:
         write_gguf(tmp, hf_state, hf_config, arch, files, special_ids, dtype,
                    pretokenizer=str((meta or {}).get("gguf_pre", "default")))
+        read_back_gguf(tmp, path, hf_state, arch, dtype)
         os.replace(tmp, path)
         done = True
     finally:
@@ -342,6 +343,43 @@ def export_gguf(model: GPT, meta: dict | None, path: str, dtype: str = "f32") ->
         if not done:
             remove_made_dirs(made)  # the folders this export made for its file, and nothing that was there before
     return arch
+
+
+def read_back_hf(folder: str, model: GPT, target: str) -> None:
+    """An export is done only once transformers reads it back: its tokenizer loads, and its model gives our
+    log-probabilities on a few tokens (within float32 rounding); else one ConversionError, and nothing is moved in."""
+    transformers = _transformers()
+    try:
+        transformers.AutoTokenizer.from_pretrained(folder)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises for a folder it cannot read
+        raise ConversionError(f"the export written for '{target}' does not read back in transformers "
+                              f"({e.__class__.__name__}: {str(e)[:160]}); nothing was written") from e
+    idx = torch.arange(min(8, model.config.block_size)).unsqueeze(0) % model.config.vocab_size
+    with torch.no_grad():
+        ours = torch.log_softmax(model.cpu().eval()(idx, all_logits=True)[0].float(), -1)
+        back = torch.log_softmax(theirs(idx).logits.float(), -1)[..., :ours.shape[-1]]
+    if not torch.allclose(ours, back, atol=1e-3, rtol=1e-4):
+        raise ConversionError(f"the export written for '{target}' reads back in transformers as another model "
+                              f"(log-probs differ by {(ours - back).abs().max().item():.3g}); nothing was written")
+
+
+def read_back_gguf(tmp: str, path: str, hf_state: dict, arch: str, dtype: str) -> None:
+    """An export is done only once it reads back: our reader finds every tensor with its shape (bit for bit in f32,
+    finite in f16 / q8_0), and transformers builds the tokenizer the file describes; else one ConversionError and
+    nothing is written (the temporary file goes)."""
+    from lgpt.formats.gguf_file import gguf_tokenizer_files, read_gguf
+    try:
+        held = read_gguf(tmp)
+        gguf_tokenizer_files(tmp)
+    except ConversionError as e:
+        raise ConversionError(f"the GGUF written for '{path}' does not read back ({e}); nothing was written") from e
+    for name, W in hf_state.items():
+        got = held.hf_state.get(name)
+        if got is None or tuple(got.shape) != tuple(W.shape) or not torch.isfinite(got).all() or (
+                dtype == "f32" and arch != GEMMA3 and not torch.equal(got, W.float())):
+            raise ConversionError(f"the GGUF written for '{path}' reads back {name} "
+                                  f"{'missing' if got is None else 'changed'}; nothing was written")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -610,6 +648,7 @@ def convert(cfg: ConvertConfig) -> str:
             export_tokenizer(ckpt.get("meta"), staging)
             if cfg.lm_eval_task:
                 write_lm_eval_task(ckpt, data_dir, staging, final_dir=cfg.to_hf)
+            read_back_hf(staging, model, cfg.to_hf)
             written = set(os.listdir(staging))
         remove_stale_export_files(cfg.to_hf, written)
         return cfg.to_hf

@@ -323,3 +323,23 @@ def test_an_overwritten_export_keeps_nothing_of_the_old_one(tmp_path, trained_di
     convert(ConvertConfig(in_dir=trained_dir, to_hf=str(out), overwrite=True))
     assert not (out / "lm_eval").exists() and (out / "config.json").exists()
     assert (out / "README.md").read_text() == "my notes"
+
+
+def test_an_hf_export_that_transformers_reads_as_another_model_is_not_written(tmp_path, trained_dir, monkeypatch):
+    """Every export is read back by transformers before it is called done (a writer that changed a weight is
+    simulated); one ConversionError and no folder."""
+    import convert as convert_module
+    real = convert_module.export_hf
+
+    def changed(model, out_dir, special_ids=None):
+        arch = real(model, out_dir, special_ids)
+        from safetensors.torch import load_file, save_file
+        state = load_file(os.path.join(out_dir, "model.safetensors"))
+        name = next(k for k in state if k.endswith("mlp.c_fc.weight") or k.endswith("up_proj.weight"))
+        state[name] = state[name] + 1.0
+        save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        return arch
+    monkeypatch.setattr(convert_module, "export_hf", changed)
+    with pytest.raises(ConversionError, match="reads back in transformers as another model"):
+        convert(ConvertConfig(in_dir=trained_dir, to_hf=str(tmp_path / "hf")))
+    assert not (tmp_path / "hf").exists()

@@ -294,3 +294,18 @@ def test_an_import_reads_only_the_gguf_file_it_was_given(ours, tmp_path):
     convert(ConvertConfig(from_gguf=str(path), out_dir=str(tmp_path / "beside")))
     clean, beside = load_checkpoint(str(tmp_path / "clean"))["meta"], load_checkpoint(str(tmp_path / "beside"))["meta"]
     assert "LEAKED" not in str(beside) and beside == clean
+
+
+def test_an_export_that_does_not_read_back_is_refused_and_not_written(ours, tmp_path, monkeypatch):
+    """Every export is read back before it is called done: a writer that stored one tensor wrong (simulated) ends
+    in one ConversionError naming it, and no file."""
+    from lgpt.formats import gguf_file
+    real = gguf_file.storage
+
+    def wrong(W, dtype, name="a tensor"):
+        data, qtype = real(W, dtype, name)
+        return (data * 0 + 1 if name == "blk.0.ffn_up.weight" else data), qtype
+    monkeypatch.setattr(gguf_file, "storage", wrong)
+    with pytest.raises(ConversionError, match="reads back model.layers.0.mlp.up_proj.weight changed"):
+        convert(ConvertConfig(in_dir=ours["llama_gqa"], to_gguf=str(tmp_path / "m.gguf")))
+    assert os.listdir(tmp_path) == []
