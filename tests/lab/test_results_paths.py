@@ -32,6 +32,9 @@ def test_no_results_file_holds_an_absolute_path():
             for at, text in strings(json.load(f)):
                 if harness.ABSOLUTE.search(text):
                     found.append(f"{os.path.relpath(path, ROOT)}:{at}: {harness.ABSOLUTE.search(text).group(0)}")
+    for path in glob.glob(os.path.join(ROOT, "results", "**", "*.txt"), recursive=True):  # logs beside them
+        for match in harness.ABSOLUTE.finditer(open(path).read()):
+            found.append(f"{os.path.relpath(path, ROOT)}: {match.group(0)}")
     assert not found, "\n".join(found[:20])
 
 
