@@ -216,17 +216,34 @@ def _listing(out_dir: str) -> dict[str, tuple[int, int]]:
 
 def _remove_unsaved(out_dir: str, before: dict[str, tuple[int, int]]) -> None:
     """A command that failed leaves no new file that a later command could take for a result: what it created in
-    ``out_dir`` goes. Not when it saved a checkpoint there (complete, or marked incomplete on an interrupt), nor when
-    it changed a file that was there before (a resumed run's metrics, a dataset being replaced under its
-    'preparing' marker): then its files stay together, as the command's own marks describe them."""
+    ``out_dir`` goes (entries of the names the commands write; another process's files stay). Not when it saved a
+    checkpoint there (complete, or marked incomplete on an interrupt), nor when it changed a file that was there
+    before (a resumed run's metrics, a dataset being replaced under its 'preparing' marker): then its files stay
+    together, as the command's own marks describe them."""
     import shutil
     after = _listing(out_dir) if os.path.isdir(out_dir) else {}
     if CHECKPOINT_NAME in after and after[CHECKPOINT_NAME] != before.get(CHECKPOINT_NAME) or any(
             name in after and after[name] != stamp for name, stamp in before.items() if name != LOCK_NAME):
         return
     for name in set(after) - set(before) - {LOCK_NAME}:
+        if not written_by_a_command(name):  # another process's file, made while this one ran: not ours to remove
+            continue
         path = os.path.join(out_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+
+
+# what the commands write into their output folder (train, finetune, transform, convert, prepare, fetch; eval_geometry
+# and --to_hf stage theirs): a failed run removes only new entries of these names, never another process's file
+COMMAND_OUTPUTS = {CHECKPOINT_NAME, "metrics.jsonl", "metrics.json", "finetune.json", "wandb", "train.bin", "val.bin",
+                   "meta.pkl", ".preparing", "full_val_loss.json", "lm_eval", "config.json", "generation_config.json",
+                   "model.safetensors", "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
+                   "added_tokens.json"}
+
+
+def written_by_a_command(name: str) -> bool:
+    """Whether ``name`` is one a command of ours writes in its output folder (or a temporary file of one)."""
+    return (name in COMMAND_OUTPUTS or name.startswith(("tokenizer", ".staging.tmp-"))
+            or ".tmp-" in name or name.endswith(".tmp"))
 
 
 def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False) -> None:

@@ -854,3 +854,19 @@ def test_a_dict_that_is_not_a_checkpoint_is_not_a_complete_run(tmp_path):
     (tmp_path / "bogus").mkdir()
     torch.save({"hello": 1}, tmp_path / "bogus" / "ckpt.pt")
     assert not is_complete(str(tmp_path / "bogus"))
+
+
+def test_a_failed_run_removes_its_own_new_files_only(tmp_path):
+    """A failed command cleans up what it wrote (metrics.jsonl, wandb/), not a file another process made in the same
+    folder meanwhile (a shared results folder once lost a colleague's notes/)."""
+    from lgpt.plumbing.checkpoint import hold_run_dir
+    out = tmp_path / "shared"
+    out.mkdir()
+    (out / "keep.txt").write_text("there before")
+    with pytest.raises(RuntimeError), hold_run_dir(str(out), "train.py"):
+        (out / "metrics.jsonl").write_text("{}\n")
+        (out / "wandb").mkdir()
+        (out / "notes").mkdir()
+        (out / "notes" / "n.txt").write_text("another process's")
+        raise RuntimeError("training diverged")
+    assert sorted(os.listdir(out)) == ["keep.txt", "notes"]
