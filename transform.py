@@ -97,8 +97,6 @@ class TransformConfig(EvaluationAndSystem, CalibrationText, CalibrationSpec, Tie
     def validate(self) -> None:
         if not self.out_dir:
             raise ConfigError("out_dir is required: --out_dir=DIR (where the transformed ckpt.pt goes)")
-        if self.width <= 0:
-            raise ConfigError(f"width must be a positive integer (the new residual width m), got {self.width}")
         if self.block_size < 0:
             raise ConfigError(f"block_size must be >= 0, got {self.block_size}")
         if self.calib_batch_size <= 0:
@@ -109,11 +107,10 @@ class TransformConfig(EvaluationAndSystem, CalibrationText, CalibrationSpec, Tie
         if self.carry_optimizer and self.porting == "per_block":
             raise ConfigError("carry_optimizer maps AdamW's moments with one T; porting='per_block' has one per site: "
                               "drop --carry_optimizer")
-        if not self.rescale_gains and (self.porting == "paper_code" or self.carry_optimizer):
-            raise ConfigError("rescale_gains=False applies to porting='residual' or 'sandwich' without "
-                              "carry_optimizer (paper_code never rescales; carried moments need the exact port); "
-                              "drop --rescale_gains=False")
-        check_settings(spec_from_config(self), ConfigError, map_file=bool(self.map_file))
+        check_settings(spec_from_config(self), ConfigError, map_file=bool(self.map_file))  # the spec's own checks
+        if not self.rescale_gains and self.carry_optimizer:  # the command's own option against the spec's
+            raise ConfigError("rescale_gains=False applies without carry_optimizer (carried moments need the exact "
+                              "port); drop --rescale_gains=False")
 
 
 def transform_checkpoint(cfg: TransformConfig) -> dict:

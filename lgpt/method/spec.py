@@ -188,6 +188,11 @@ def check_settings(spec: TransformSpec, error: type[Exception], map_file: bool =
     """Raise ``error`` for what the options alone rule out: an unknown mode, a value out of range, an option
     without the one it needs. ``map_file``: a map will be given (the command reads it later, with the model)."""
     s = spec.flat()
+    if not isinstance(s["width"], int) or s["width"] <= 0:
+        raise error(f"width must be a positive integer (the new residual width m), got {s['width']}")
+    if not s["rescale_gains"] and s["porting"] == "paper_code":
+        raise error("rescale_gains=False applies to porting='residual' or 'sandwich' (paper_code never rescales); "
+                    "drop --rescale_gains=False")
     for name, allowed in (("kind", KINDS), ("norms", NORM_MODES), ("refit", REFIT_MODES),
                           ("calib_weighting", CALIB_WEIGHTINGS), ("grow_mode", GROW_MODES),
                           ("depth_mode", DEPTH_MODES)):
