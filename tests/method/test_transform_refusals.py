@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from conftest import TINY_MODEL, spec
+from conftest import spec
 from lgpt.method.pipeline import transform_model
 from lgpt.plumbing.checkpoint import load_checkpoint, save_checkpoint
 from lgpt.plumbing.dataset import BatchLoader
@@ -80,6 +80,3 @@ def test_a_learned_map_that_diverges_ends_at_its_start(trained_dir, char_data_di
     assert learned["kept"] == "initial" and learned.get("diverged")
     idx = torch.randint(0, model.config.vocab_size, (2, 12))
     assert torch.allclose(new(idx, all_logits=True)[0], start(idx, all_logits=True)[0], atol=1e-6)
-
-
-assert TINY_MODEL  # the shared tiny settings the trained_dir fixture uses
