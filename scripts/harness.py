@@ -143,6 +143,8 @@ def repo_relative(value):
     """``value`` (a results payload) with every absolute path in its strings made relative to the repository; a
     path outside any checkout (a machine's temp directory) becomes '<tmp>/…' or '<local>/NAME'."""
     if isinstance(value, str):
+        # the checkout itself first: it may live under a root ABSOLUTE does not know (CI clones into /check/…)
+        value = re.sub(r"(?<![\w.~<>\\-])" + re.escape(ROOT + os.sep), "", value)
         while ABSOLUTE.search(value):  # a path may hold another (a run named after its map_file=…)
             value = ABSOLUTE.sub(_repo_path, value)
         return value
