@@ -1,14 +1,18 @@
 """
-Tokenize a text file into a dataset (train.bin / val.bin / meta.pkl) with a given tokenizer — in particular the
-tokenizer of an imported model, so that train/finetune/transform/eval_geometry read the ids it was trained on.
+Tokenize a text file into a dataset (train.bin / val.bin / test.bin / meta.pkl) with a given tokenizer — in
+particular the tokenizer of an imported model, so that train/finetune/transform/eval_geometry read the ids it was
+trained on.
 
     python prepare.py --tokenizer_from=out-smollm --out_dir=data/shakespeare_smollm        # tinyshakespeare
     python prepare.py --tokenizer_from=out-smollm --input=my.txt --out_dir=data/my_smollm   # any UTF-8 text file
     python prepare.py --tokenizer=char --input=my.txt --out_dir=data/my_char                # or 'gpt2'
 
 ``--tokenizer_from`` is one of our checkpoints (its recorded tokenizer) or a Hugging Face model directory / name
-(its tokenizer.json). The text is split as nanoGPT does: first 90% train, last 10% val. No BOS/EOS is added: a
-dataset is one stream of text. Token ids are uint16, or uint32 above 65,536 symbols (Llama 3, Qwen2).
+(its tokenizer.json). The text is split in three (docs/findings.md#protocol): train (the first 80%: calibration,
+finetuning), test (the next 10%: read only by the final run of a chosen recipe) and val (the last 10%, nanoGPT's
+val: the dev split, where every choice is made); ``--test_fraction=0`` writes nanoGPT's two splits (90% / 10%).
+No BOS/EOS is added: a dataset is one stream of text. Token ids are uint16, or uint32 above 65,536 symbols (Llama
+3, Qwen2).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class PrepareConfig:
     tokenizer: str = ""  # or a built-in tokenizer: 'char' (from the text) | 'gpt2'
     input: str = ""  # a UTF-8 text file ('' = tinyshakespeare: $TINYSHAKESPEARE_PATH, else downloaded)
     out_dir: str = ""  # where train.bin, val.bin and meta.pkl go
+    test_fraction: float = 0.1  # the test split, carved from just before val (0: nanoGPT's train 90% / val 10%)
     overwrite: bool = False  # replace a dataset already in out_dir
 
     def validate(self) -> None:
@@ -36,6 +41,8 @@ class PrepareConfig:
         if self.tokenizer and self.tokenizer not in ("char", "gpt2"):
             raise ConfigError(f"--tokenizer={self.tokenizer!r} is not one of ('char', 'gpt2'); for a model's own "
                               "tokenizer use --tokenizer_from=DIR")
+        if not 0 <= self.test_fraction <= 0.5:
+            raise ConfigError(f"--test_fraction={self.test_fraction} must lie in [0, 0.5] (0: no test split)")
         if not self.out_dir:
             raise ConfigError("--out_dir=DIR is required (where train.bin, val.bin and meta.pkl go)")
 
@@ -66,7 +73,7 @@ def prepare(cfg: PrepareConfig) -> dict:
         raise ConfigError(f"'{cfg.out_dir}' already holds a dataset (train.bin); pass --overwrite=True to replace it "
                           "or choose another --out_dir")
     tokenizer = tokenizer_meta(cfg.tokenizer_from) if cfg.tokenizer_from else cfg.tokenizer
-    return prepare_text(read_text(cfg.input), cfg.out_dir, tokenizer)
+    return prepare_text(read_text(cfg.input), cfg.out_dir, tokenizer, test_fraction=cfg.test_fraction)
 
 
 def main(argv: list[str]) -> None:

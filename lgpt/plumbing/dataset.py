@@ -2,9 +2,13 @@
 Token datasets: preparation (text → train.bin / val.bin / meta.pkl), the tokenizer recorded in
 meta.pkl, the one batch loader every script uses, and the one loss-evaluation helper.
 
-A prepared dataset directory holds ``train.bin`` and ``val.bin`` (uint16 token ids, memory-mapped; uint32 when
-the vocabulary exceeds 65536 symbols, recorded as meta['dtype']) and ``meta.pkl`` ({'tokenizer': 'char' | 'gpt2' |
-'hf', 'vocab_size', for 'char' 'stoi'/'itos', for 'hf' the Hugging Face tokenizer's files}), nanoGPT's layout.
+A prepared dataset directory holds ``train.bin``, ``val.bin`` and ``test.bin`` (uint16 token ids, memory-mapped;
+uint32 when the vocabulary exceeds 65536 symbols, recorded as meta['dtype']) and ``meta.pkl`` ({'tokenizer': 'char'
+| 'gpt2' | 'hf', 'vocab_size', for 'char' 'stoi'/'itos', for 'hf' the Hugging Face tokenizer's files}): nanoGPT's
+layout plus a test split. The three splits are the protocol's (docs/findings.md#protocol): train (calibration,
+finetuning), val — the *dev* split, where every choice is made — and test, read only by the final run of a chosen
+recipe: a loader refuses it unless opened with ``test_for=RECIPE``, which records the read in the dataset's
+``test_reads.json`` (so how many recipes ever read test is counted, never hidden).
 """
 from __future__ import annotations
 
@@ -105,13 +109,26 @@ def write_split(ids: np.ndarray, path: str, dtype: type = np.uint16) -> None:
 MIN_TEXT_CHARS = 1000
 
 
-def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: float = 0.1) -> dict:
-    """Tokenize ``text`` (first 90% train, last 10% val, as nanoGPT) and write the dataset to ``out_dir``.
+def split_points(chars: int, val_fraction: float, test_fraction: float) -> tuple[int, int]:
+    """Where train ends and where val begins: train = [0, a), test = [a, b), val = [b, chars). Val keeps nanoGPT's
+    place (the text's last ``val_fraction``), so a dev number measured before test existed still reads the same
+    text; test is carved from just before it, where no choice ever looked."""
+    b = int(chars * (1 - val_fraction))
+    return int(chars * (1 - val_fraction - test_fraction)), b
+
+
+def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: float = 0.1,
+                 test_fraction: float = 0.1) -> dict:
+    """Tokenize ``text`` and write the dataset to ``out_dir``: train (the first 80%), test (the next 10%), val = dev
+    (the last 10%, as nanoGPT's val). ``test_fraction=0`` writes nanoGPT's two splits (90% / 10%).
     ``tokenizer``: 'char' (built from the text), 'gpt2', or a tokenizer description (a checkpoint's meta)."""
+    if not (0 < val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise DataError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must be fractions that leave "
+                        "a train split (0 < val, 0 ≤ test, val + test < 1)")
     if len(text) < MIN_TEXT_CHARS:
         raise DataError(f"the input text has {len(text)} characters; a dataset needs at least {MIN_TEXT_CHARS} "
                         "(its val split is the last 10%) — give a larger text file")
-    split = int(len(text) * (1 - val_fraction))
+    train_end, val_start = split_points(len(text), val_fraction, test_fraction)
     if isinstance(tokenizer, dict):
         meta = {k: v for k, v in tokenizer.items() if k not in ("fingerprint", "dtype", "tokens")}
     elif tokenizer == "char":
@@ -126,15 +143,50 @@ def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: f
     if meta["vocab_size"] > 2**16:
         meta["dtype"] = "uint32"
     tok = Tokenizer(meta)
-    splits = [(name, np.array(tok.encode(part), dtype=np.int64))
-              for name, part in (("train", text[:split]), ("val", text[split:]))]  # all encoded before any write
+    parts = [("train", text[:train_end]), ("val", text[val_start:])]
+    if test_fraction:
+        parts.insert(1, ("test", text[train_end:val_start]))
+    splits = [(name, np.array(tok.encode(part), dtype=np.int64)) for name, part in parts]  # all encoded first
     with writing_dataset(out_dir) as tokens:
+        if not test_fraction and os.path.exists(os.path.join(out_dir, "test.bin")):
+            os.remove(os.path.join(out_dir, "test.bin"))  # a two-split dataset keeps no test of an older text
         for name, ids in splits:
             write_split(ids, os.path.join(out_dir, f"{name}.bin"), token_dtype(meta))
             tokens[name] = len(ids)
             print(f"{name}: {len(ids):,} tokens")
         meta = write_meta(out_dir, meta, tokens)
     return meta
+
+
+TEST_READS = "test_reads.json"  # in a dataset directory: every recipe that has read its test split, in order
+
+
+def reads_of_test(data_dir: str) -> list[dict]:
+    """The recipes that have read ``data_dir``'s test split: [{'recipe', 'fingerprint', 'tokens'}], oldest first."""
+    path = os.path.join(data_dir, TEST_READS)
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            reads = json.load(f)
+        if not isinstance(reads, list) or not all(isinstance(r, dict) and isinstance(r.get("recipe"), str)
+                                                  for r in reads):
+            raise ValueError("not a list of {'recipe': ...}")
+    except (OSError, ValueError) as e:
+        raise DataError(f"'{path}' is damaged ({e}); it counts the recipes that read the test split, so it is "
+                        "never rewritten from scratch: restore it from version control or a backup") from None
+    return reads
+
+
+def record_test_read(data_dir: str, recipe: str) -> None:
+    """Add ``recipe`` to the dataset's test_reads.json (once per recipe and dataset version): the count of recipes
+    that ever read test is what a headline's "test touched by N recipes" quotes."""
+    meta = load_meta(data_dir) or {}
+    entry = {"recipe": recipe, "fingerprint": meta.get("fingerprint"), "tokens": (meta.get("tokens") or {}).get("test")}
+    reads = reads_of_test(data_dir)
+    if entry not in reads:
+        atomic_write(os.path.join(data_dir, TEST_READS),
+                     lambda f: f.write(json.dumps(reads + [entry], indent=1).encode()))
 
 
 PREPARING_MARKER = ".preparing"  # in a dataset directory while it is written: not yet one dataset
@@ -404,11 +456,19 @@ class BatchLoader:
     draws exactly the batches an uninterrupted run would have drawn.
     """
 
-    def __init__(self, data_dir: str, block_size: int, batch_size: int, device: str = "cpu"):
+    def __init__(self, data_dir: str, block_size: int, batch_size: int, device: str = "cpu", test_for: str = ""):
+        """``test_for``: the name of the chosen recipe whose final run this is; only then is the test split
+        readable, and the read is recorded in the dataset's test_reads.json (``record_test_read``)."""
         self.data_dir, self.block_size, self.batch_size, self.device = data_dir, block_size, batch_size, device
         meta = load_meta(data_dir)
         self.dtype = token_dtype(meta)
-        for split in ("train", "val"):
+        self.test_for = test_for
+        if test_for:
+            if "test" not in ((meta or {}).get("tokens") or {}):
+                raise DataError(f"the dataset in '{data_dir}' has no test split (prepared with two splits, or before "
+                                "there were three); prepare it again: prepare.py --overwrite=True")
+            record_test_read(data_dir, test_for)
+        for split in ("train", "val", "test") if test_for else ("train", "val"):
             path = os.path.join(data_dir, f"{split}.bin")
             if not os.path.exists(path):
                 raise DataError(f"'{path}' is missing; prepare the dataset first (data/<name>/prepare.py)")
@@ -423,6 +483,11 @@ class BatchLoader:
         self.generator = torch.Generator()
 
     def tokens(self, split: str) -> np.memmap:
+        if split == "test" and not self.test_for:
+            raise DataError("the test split is read only by the final run of a chosen recipe: choose on val (the dev "
+                            "split), then open the loader with test_for=RECIPE (it records the read)")
+        if split not in ("train", "val", "test"):
+            raise DataError(f"split={split!r} is not one of 'train', 'val' (dev), 'test'")
         # a fresh memmap per call avoids the memory leak nanoGPT notes for long-lived memmaps
         return np.memmap(os.path.join(self.data_dir, f"{split}.bin"), dtype=self.dtype, mode="r")
 

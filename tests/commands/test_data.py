@@ -5,18 +5,63 @@ import pytest
 import torch
 
 from conftest import synthetic_text
-from lgpt.plumbing.dataset import BatchLoader, DataError, Tokenizer, ensure_prepared, load_meta, prepare_text
+from lgpt.plumbing.dataset import (
+    BatchLoader,
+    DataError,
+    Tokenizer,
+    ensure_prepared,
+    load_meta,
+    prepare_text,
+    reads_of_test,
+)
 
 
-def test_char_preparation_round_trips(tmp_path):
+def test_char_preparation_round_trips_in_three_disjoint_splits(tmp_path):
     text = synthetic_text(5000)
     meta = prepare_text(text, str(tmp_path), "char")
     assert meta == load_meta(str(tmp_path))
     tok = Tokenizer(meta)
-    train = np.fromfile(tmp_path / "train.bin", dtype=np.uint16)
-    val = np.fromfile(tmp_path / "val.bin", dtype=np.uint16)
-    assert tok.decode(train.tolist()) + tok.decode(val.tolist()) == text
-    assert len(val) == len(text) - int(len(text) * 0.9)
+    split = {name: np.fromfile(tmp_path / f"{name}.bin", dtype=np.uint16) for name in ("train", "test", "val")}
+    assert tok.decode(split["train"].tolist()) + tok.decode(split["test"].tolist()) + tok.decode(
+        split["val"].tolist()) == text  # train, then test, then val: disjoint and complete
+    assert len(split["val"]) == len(text) - int(len(text) * 0.9)  # val (dev) is nanoGPT's last 10%, as before
+    assert len(split["train"]) == int(len(text) * 0.8)
+    assert meta["tokens"] == {name: len(ids) for name, ids in split.items()}
+
+
+def test_two_splits_on_request_remove_an_older_test_split(tmp_path):
+    text = synthetic_text(5000)
+    prepare_text(text, str(tmp_path), "char")
+    meta = prepare_text(text, str(tmp_path), "char", test_fraction=0)
+    assert not (tmp_path / "test.bin").exists()
+    assert meta["tokens"]["train"] == int(len(text) * 0.9) and "test" not in meta["tokens"]
+    with pytest.raises(DataError, match="no test split"):
+        BatchLoader(str(tmp_path), 8, 2, test_for="recipe")
+
+
+def test_the_test_split_is_read_only_by_a_named_recipe_and_every_read_is_counted(tmp_path):
+    prepare_text(synthetic_text(5000), str(tmp_path), "char")
+    loader = BatchLoader(str(tmp_path), 8, 2)
+    with pytest.raises(DataError, match="test split is read only by the final run of a chosen recipe"):
+        next(loader.full_split("test"))
+    with pytest.raises(DataError, match="test split is read only"):
+        loader.get_batch("test", 0)
+    assert reads_of_test(str(tmp_path)) == []
+    assert not (tmp_path / "test_reads.json").exists()  # refusing wrote nothing
+    for recipe in ("free25", "learned25", "free25"):  # the same recipe again is not a new read
+        windows = list(BatchLoader(str(tmp_path), 8, 2, test_for=recipe).full_split("test"))
+        assert windows
+    assert [r["recipe"] for r in reads_of_test(str(tmp_path))] == ["free25", "learned25"]
+    (tmp_path / "test_reads.json").write_text("{not json")
+    with pytest.raises(DataError, match="test_reads.json' is damaged"):
+        BatchLoader(str(tmp_path), 8, 2, test_for="free50")
+    assert (tmp_path / "test_reads.json").read_text() == "{not json"  # a damaged count is never rewritten
+
+
+def test_bad_split_fractions_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(DataError, match="must be fractions that leave a train split"):
+        prepare_text(synthetic_text(5000), str(tmp_path / "d"), "char", val_fraction=0.5, test_fraction=0.5)
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.skipif(not os.environ.get("TIKTOKEN_CACHE_DIR"), reason="needs TIKTOKEN_CACHE_DIR offline")

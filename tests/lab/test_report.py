@@ -259,3 +259,53 @@ def test_a_missing_results_file_is_named(repo):
     os.remove(repo / "results" / "quantization" / "results.json")
     done = check(repo)
     assert done.returncode == 1 and "results/quantization/results.json: missing" in done.stderr
+
+
+def fake_protocol() -> dict:
+    """A results/protocol payload with known numbers: original loss 4 on every text's test windows."""
+    def losses(scale: float, windows=(3.9, 4.0, 4.1, 4.0)) -> dict:
+        each = [w * scale for w in windows]
+        split = {"loss": statistics.fmean(each), "se": statistics.stdev(each) / 2, "windows": 4, "each": each}
+        return {t: {"test": split, **({"dev": split} if t == "shakespeare" else {})}
+                for t in ("shakespeare", "novel", "news", "wiki")}
+
+    def row(recipe, seed, scale):
+        return {"recipe": recipe, "seed": seed, "parameters": 100e6, "trained": "training-free",
+                "token_passes": "32,768", "core_seconds": 250.0, "losses": losses(scale)}
+
+    return {"splits": "train 80 / test 10 / dev 10", "block": 256, "original": {"parameters": 134e6,
+                                                                               "losses": losses(1.0)},
+            "configurations_tried": {"transform": 113, "distillation": 24},
+            "test_reads": {"shakespeare": 5, "novel": 5, "news": 5, "wiki": 5},
+            "rows": [row("free25", 0, 1.020), row("free25", 1, 1.021), row("free25", 2, 1.019),
+                     row("free50", 0, 1.20), row("learned25", 0, 1.01), row("distill25", 0, 1.005)],
+            "loto": [dict(row("free25-loto", 0, 1.05 + 0.01 * i), held_out=t)
+                     for i, t in enumerate(("shakespeare", "novel", "news", "wiki"))]}
+
+
+def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
+    r = fake_protocol()
+    tests = dict(report.protocol_tests(r))
+    free25 = tests["free25: Shakespeare test gap ≤ +3%"]
+    assert free25["n"] == (3, 1) and free25["delta"] == pytest.approx(2.0 - 3.0)  # mean gap +2.0% against +3%
+    assert free25["p"] is not None and report.aim_word(free25) == "meets the aim"
+    assert tests["free50: Shakespeare test gap ≤ +12%"]["word"] == "not tested"  # n = 1
+    assert tests["learned25 vs distill25 (equal compute), Shakespeare test loss"]["word"] == "not tested"
+    loto = tests["free25, leave one text out: mean test gap over 4 held-out texts ≤ +10%"]
+    assert loto["delta"] == pytest.approx(6.5 - 10) and report.aim_word(loto) == "meets the aim"
+    tested = [v for v in tests.values() if v["p"] is not None]
+    assert all(v["p_holm"] >= v["p"] for v in tested) and len(tested) == 2
+    text = report.protocol(r)
+    assert "| tied PCA, training-free | −25% | 100.0 M |" in text
+    assert "| +2.0% ± 0.1 |" in text and "| +20.0% |" in text  # gaps to one decimal, sd over draws (n > 1)
+    d, se = report.paired_windows(r, r["rows"][4], r["rows"][5], "shakespeare")
+    assert d == pytest.approx(0.005 * 4.0) and se == pytest.approx(0.005 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2)
+    assert "113 transform configurations" in text and "shakespeare 5" in text
+
+
+def test_a_gap_is_measured_against_the_original_on_the_same_test_split():
+    r = fake_protocol()
+    assert report.test_gap(r, r["rows"][3], "wiki") == pytest.approx(20.0)
+    r["rows"][3]["losses"]["wiki"] = {"dev": r["rows"][3]["losses"]["wiki"]["test"]}  # no test read: named
+    with pytest.raises(KeyError):
+        report.test_gap(r, r["rows"][3], "wiki")

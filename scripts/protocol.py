@@ -1,0 +1,282 @@
+"""
+The protocol (issue #70) on SmolLM2-135M-Instruct: every text in three splits, every recipe chosen on dev before
+this script runs, each chosen recipe calibrated and trained on train only, and read on test by its final run.
+
+    python scripts/protocol.py [--part=headline|draws|loto|all] [--reverse]       (scripts/protocol.sh)
+
+Texts: tinyshakespeare (the calibration text) and every general English text installable offline (fetch.py
+--what=english: the novel *Botchan*, the Lee news corpus, Wikipedia prose), each prepared by prepare.py in three
+splits: train (the first 80%), test (the next 10%), val = dev (the last 10%, nanoGPT's val, where every earlier
+choice was made: results/real_model*, about 113 transform configurations, counted in CONFIGURATIONS_TRIED).
+The recipes, each fixed before this script ran (``RECIPES``; nothing here chooses):
+- the original, untransformed;
+- ``free25``: configs/smollm2_shrink_25_training_free.py — tied PCA at −25% parameters, no gradient step;
+- ``free50``: the same at m = 288, −50% parameters;
+- ``learned25``: configs/smollm2_shrink_25.py — trained: T's free block and every norm's gain, 16 Adam steps on the
+  calibration KL (65,536 token forward+backward passes);
+- ``distill25``: ``free25`` then distillation from the original (results/real_model_distill's chosen recipe: lr
+  1e-4, batches of 1 × 256, 98,304 train tokens, KL only), the equal-compute alternative to ``learned25`` (both
+  spend about 25 single-core minutes). Its control, the original distilled from itself with the identical recipe, is
+  the original bit for bit (tests/method/test_distill.py; results/real_model_distill measured it), so the original's
+  row is the control.
+n: calibration draws (seeds) for the transforms, data orders for distillation. ``--part=headline`` builds seed 0 of
+every recipe; ``--part=draws`` seeds 1 and 2 of the training-free ones (``DRAWN``: each trained recipe costs about 25
+single-core minutes, so it has n = 1 here, and its differences are "not tested" over draws); ``--part=loto`` the
+general case, leaving one text out: the training-free recipe calibrated on the train splits of the other three texts
+(interleaved in equal shares, up to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all``
+(the default) does the three in that order.
+Every model is read on the test split of every text and on Shakespeare's dev split, whole splits in 256-token
+windows; each window's mean loss is kept, so a loss's ± is its sampling error (the standard error over windows) and
+two models are compared paired over the same windows as well as over draws. Cost: the step's single-core seconds
+and its token passes. Writes results/protocol/results.json after every model.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("NANOLGPT_PROGRESS", "0")
+
+import torch  # noqa: E402
+from real_distill import DISTILL, recipe  # noqa: E402
+
+import harness  # noqa: E402
+from harness import RESULTS, cached  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, chunked_logits, reads_of_test, split_points  # noqa: E402
+from real_model import BLOCK, imported, interleaved, parameters, prepared, read_text, run_step  # noqa: E402
+from real_quantization import save  # noqa: E402
+
+TEXTS = ("shakespeare", "novel", "news", "wiki")  # the calibration text, then every general text installable offline
+CALIBRATION = "shakespeare"
+CALIB_TOKENS = 8 * 16 * BLOCK  # the configs' calib_batches × calib_batch_size × block_size
+LEARN_TOKENS = 16 * 16 * BLOCK  # learn_steps × one calibration batch
+DISTILL_LR, DISTILL_BATCH = 1e-4, 1  # results/real_model_distill's choice (on dev): its best rate and batch
+DISTILL_TOKENS = 48 * 8 * BLOCK  # the recipe's 98,304 tokens at every batch
+# (name, config file, more options, what is trained and on how many token passes)
+RECIPES = {
+    "free25": ("configs/smollm2_shrink_25_training_free.py", (), "training-free",
+               f"{CALIB_TOKENS:,} calibration tokens forward"),
+    "free50": ("configs/smollm2_shrink_25_training_free.py", ("--width=288",), "training-free",
+               f"{CALIB_TOKENS:,} calibration tokens forward"),
+    "learned25": ("configs/smollm2_shrink_25.py", (), "T's free block and every norm's gain (16 Adam steps)",
+                  f"{CALIB_TOKENS:,} forward + {LEARN_TOKENS:,} forward+backward"),
+}
+DISTILLED = {"distill25": ("free25", "every weight of the −25% model (AdamW, 384 steps of 1 × 256 tokens)",
+                           f"{CALIB_TOKENS:,} forward + {DISTILL_TOKENS:,} forward+backward (and the teacher's "
+                           "forward)")}
+DRAWS = (1, 2)  # seeds beside 0 for --part=draws
+DRAWN = ("free25", "free50")  # the recipes drawn three times; the trained ones (≈ 25 core-minutes each) once: n = 1
+LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
+LOTO_CHUNK = 5_000
+# how many configurations were tried before these recipes were fixed (all on dev = val): the transform rows of
+# results/real_model, real_model_tied, real_model_outliers, real_model_hybrid at −25% and −50%, and the
+# distillation rates, batches and variants of real_model_distill (docs/findings.md#protocol)
+CONFIGURATIONS_TRIED = {"transform": 113, "distillation": 24}
+
+
+def window_losses(model, data_dir: str, split: str, recipe_name: str) -> np.ndarray:
+    """Each 256-token window's mean next-token loss over the whole ``split`` (test read for ``recipe_name``)."""
+    loader = BatchLoader(data_dir, BLOCK, 8, "cpu", test_for=recipe_name if split == "test" else "")
+    out = []
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader.full_split(split):
+            h, _ = model(x, features=True)
+            nll = torch.empty(y.numel())
+            targets = y.flatten()
+            for part, logits in chunked_logits(model, h):
+                nll[part] = torch.nn.functional.cross_entropy(logits.float(), targets[part], reduction="none")
+            out.extend(nll.view(y.shape).mean(1).tolist())
+    return np.array(out)
+
+
+def summary(windows: np.ndarray, seconds: float) -> dict:
+    """A split's loss (every window has BLOCK tokens, so the mean over windows is the mean over tokens), its
+    sampling error (the standard error over windows) and the windows themselves, for paired comparisons."""
+    return {"loss": float(windows.mean()), "se": float(windows.std(ddof=1) / math.sqrt(len(windows))),
+            "windows": len(windows), "seconds": round(seconds, 1), "each": [round(float(w), 6) for w in windows]}
+
+
+def evaluated(model_dir: str, data: dict[str, str], recipe_name: str, texts: tuple[str, ...] = TEXTS) -> dict:
+    """The model's test losses on ``texts`` and its dev loss on the calibration text, cached beside the model."""
+    def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)
+        model = load_model(model_dir)[0]
+        result = {}
+        for text, split in [(CALIBRATION, "val")] * (CALIBRATION in texts) + [(t, "test") for t in texts]:
+            started, key = time.time(), f"{text}/{'dev' if split == 'val' else 'test'}"
+            result[key] = summary(window_losses(model, data[text], split, recipe_name), time.time() - started)
+            print(f"  {recipe_name} {key}: {result[key]['loss']:.4f}", flush=True)
+        return result
+
+    spec = {"model": harness.relative(model_dir), "texts": list(texts), "block": BLOCK, "v": 1}
+    return cached("eval3", f"{recipe_name}-{os.path.basename(model_dir)[:40]}", spec, build)[1]
+
+
+def transformed(src: str, data: dict[str, str], name: str, seed: int, calibration: str = CALIBRATION) -> dict:
+    """Recipe ``name`` (RECIPES) run as a user runs it — transform.py CONFIG — calibrated on ``calibration``'s train."""
+    config, more, _, _ = RECIPES[name]
+    args = ["transform.py", config, f"--in_dir={src}", f"--data_dir={data[calibration]}", f"--seed={seed}",
+            "--eval_iters=0", "--threads=1", *more]
+    spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
+                     if a.startswith(("--in_dir", "--data_dir")) else a for a in args],
+            "config": open(os.path.join(harness.ROOT, config), encoding="utf-8").read()}
+
+    def build(out: str) -> dict:
+        step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
+        return {"step": step, "parameters": parameters(out)}
+
+    out, result = cached("protocol", f"{name}-{calibration}-s{seed}", spec, build)
+    return dict(result, out_dir=out)
+
+
+def distilled(src: str, data: dict[str, str], name: str, seed: int) -> dict:
+    """DISTILLED[name]: its start (seed 0's calibration draw) distilled from the original in data order ``seed``."""
+    start = transformed(src, data, DISTILLED[name][0], 0)
+    args = ["finetune.py", f"--in_dir={start['out_dir']}", f"--data_dir={data[CALIBRATION]}",
+            *recipe(DISTILL_LR, seed, DISTILL_BATCH), *DISTILL]
+    spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
+                     if a.startswith(("--in_dir", "--data_dir")) else a for a in args]}
+
+    def build(out: str) -> dict:
+        step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
+        return {"step": step, "parameters": parameters(out)}
+
+    out, result = cached("protocol", f"{name}-s{seed}", spec, build)
+    return dict(result, out_dir=out, start_seconds=start["step"]["seconds"])
+
+
+def loto_data(src: str, held_out: str) -> str:
+    """A calibration text of the other three texts' train splits only (LOTO_CHARS of each, interleaved), prepared."""
+    def build(out: str) -> dict:
+        parts = []
+        for text in TEXTS:
+            if text != held_out:
+                whole = read_text(src, text)
+                parts.append(whole[:split_points(len(whole), 0.1, 0.1)[0]])  # its train split: never dev or test
+        source = os.path.join(out, "calibration.txt")
+        os.makedirs(out, exist_ok=True)
+        chars = min(LOTO_CHARS, *(len(p) for p in parts))  # equal shares: as much as the shortest train split
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(interleaved(parts, chars, LOTO_CHUNK))
+        step = run_step(["prepare.py", f"--tokenizer_from={src}", f"--input={source}", f"--out_dir={out}",
+                         "--overwrite=True", "--test_fraction=0"])
+        return {"prepare": step, "chars_each": chars}
+
+    spec = {"held_out": held_out, "texts": list(TEXTS), "chars": LOTO_CHARS, "chunk": LOTO_CHUNK,
+            "model": harness.relative(src), "v": 1}
+    return cached("data", f"smollm2-loto-{held_out}", spec, build)[0]
+
+
+def nested(losses: dict) -> dict:
+    """{'text/split': x} (the evaluation cache's keys) as {text: {split: x}} (results' paths)."""
+    out: dict = {}
+    for key, value in losses.items():
+        if "/" not in key:  # nested already
+            out[key] = value
+            continue
+        text, split = key.split("/")
+        out.setdefault(text, {})[split] = value
+    return out
+
+
+def row(name: str, seed: int, built: dict, trained: str, passes: str, losses: dict) -> dict:
+    seconds = built["step"]["seconds"] + built.get("start_seconds", 0.0)
+    return {"recipe": name, "seed": seed, "parameters": built["parameters"], "trained": trained,
+            "token_passes": passes, "core_seconds": round(seconds, 1), "out_dir": built["out_dir"],
+            "losses": nested(losses)}
+
+
+RESULTS_FILE = os.path.join(RESULTS, "protocol", "results.json")
+
+
+def saved() -> dict:
+    """results/protocol/results.json as it is now ({} before the first save), its losses nested by text."""
+    if not os.path.exists(RESULTS_FILE):
+        return {}
+    with open(RESULTS_FILE, encoding="utf-8") as f:
+        payload = json.load(f)
+    for r in [payload.get("original") or {}, *payload.get("rows", []), *payload.get("loto", [])]:
+        if "losses" in r:
+            r["losses"] = nested(r["losses"])
+    return payload
+
+
+def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started: float) -> None:
+    payload = saved()
+    rows = {(r["recipe"], r["seed"]): r for r in payload.get("rows", [])}
+    loto = {r["held_out"]: r for r in payload.get("loto", [])}
+    seeds = {"headline": (0,), "draws": DRAWS, "all": (0, *DRAWS)}.get(part, ())
+    jobs = [(name, seed) for seed in seeds for name in (*RECIPES, *DISTILLED) if seed == 0 or name in DRAWN]
+    if part in ("loto", "all"):
+        jobs += [("loto", text) for text in TEXTS]
+    if reverse:
+        jobs.reverse()
+
+    def write() -> None:
+        now = saved()  # a second process (--reverse) may have saved its own rows since: keep them
+        payload["original"] = payload.get("original") or now.get("original")
+        for r in now.get("rows", []):
+            rows.setdefault((r["recipe"], r["seed"]), r)
+        for r in now.get("loto", []):
+            loto.setdefault(r["held_out"], r)
+        save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "block": BLOCK,
+              "texts": list(TEXTS), "calibration": CALIBRATION,
+              "splits": "train = first 80%, test = next 10%, dev = val = last 10% (prepare.py)",
+              "configurations_tried": CONFIGURATIONS_TRIED, "original": payload.get("original"),
+              "rows": sorted(rows.values(), key=lambda r: (r["seed"], list(RECIPES).index(r["recipe"])
+                                                           if r["recipe"] in RECIPES else 99)),
+              "loto": [loto[t] for t in TEXTS if t in loto],
+              "test_reads": {t: len(reads_of_test(data[t])) for t in TEXTS}},
+             started, "protocol", "scripts/protocol.sh")
+
+    def original() -> None:
+        if payload.get("original") is None:
+            payload["original"] = {"parameters": parameters(src), "losses": nested(evaluated(src, data, "original"))}
+            write()
+
+    if not reverse:  # the second process starts at the other end instead of waiting for the same evaluation
+        original()
+    for job, which in jobs:
+        if job == "loto":
+            calibration = loto_data(src, which)
+            name = f"free25-loto-{which}"
+            built = transformed(src, dict(data, **{f"loto-{which}": calibration}), "free25", 0, f"loto-{which}")
+            loto[which] = dict(row(name, 0, built, RECIPES["free25"][2], RECIPES["free25"][3],
+                                   evaluated(built["out_dir"], data, name, (which,))), held_out=which)
+        elif job in RECIPES:
+            built = transformed(src, data, job, which)
+            rows[(job, which)] = row(job, which, built, *RECIPES[job][2:],
+                                     evaluated(built["out_dir"], data, f"{job}-s{which}"))
+        else:
+            built = distilled(src, data, job, which)
+            rows[(job, which)] = row(job, which, built, *DISTILLED[job][1:],
+                                     evaluated(built["out_dir"], data, f"{job}-s{which}"))
+        print(f"[{time.time() - started:.0f} s] {job} {which} done", flush=True)
+        write()
+    original()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("headline", "draws", "loto", "all"), default="all")
+    parser.add_argument("--reverse", action="store_true", help="the jobs from the end (a second process on the "
+                        "other core; both share the cache, and the results file is merged as each saves)")
+    args = parser.parse_args()
+    started = time.time()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    src, _ = imported()
+    data = {text: prepared(src, text) for text in TEXTS}
+    build_all(args.part, src, data, args.reverse, started)
+
+
+if __name__ == "__main__":
+    main()
