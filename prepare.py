@@ -8,7 +8,7 @@ trained on.
     python prepare.py --tokenizer=char --input=my.txt --out_dir=data/my_char                # or 'gpt2'
 
 ``--tokenizer_from`` is one of our checkpoints (its recorded tokenizer) or a Hugging Face model directory / name
-(its tokenizer.json). The text is split in three (docs/findings.md#protocol): train (the first 80%: calibration,
+(its tokenizer.json). The text is split in three (docs/findings.md, "The protocol"): train (the first 80%: calibration,
 finetuning), test (the next 10%: read only by the final run of a chosen recipe) and val (the last 10%, nanoGPT's
 val: the dev split, where every choice is made); ``--test_fraction=0`` writes nanoGPT's two splits (90% / 10%).
 No BOS/EOS is added: a dataset is one stream of text. Token ids are uint16, or uint32 above 65,536 symbols (Llama
@@ -31,7 +31,7 @@ class PrepareConfig:
     tokenizer_from: str = ""  # our checkpoint directory, or a Hugging Face model directory / name: its tokenizer
     tokenizer: str = ""  # or a built-in tokenizer: 'char' (from the text) | 'gpt2'
     input: str = ""  # a UTF-8 text file ('' = tinyshakespeare: $TINYSHAKESPEARE_PATH, else downloaded)
-    out_dir: str = ""  # where train.bin, val.bin and meta.pkl go
+    out_dir: str = ""  # where train.bin, test.bin, val.bin and meta.pkl go
     test_fraction: float = 0.1  # the test split, carved from just before val (0: nanoGPT's train 90% / val 10%)
     overwrite: bool = False  # replace a dataset already in out_dir
 
@@ -44,7 +44,7 @@ class PrepareConfig:
         if not 0 <= self.test_fraction <= 0.5:
             raise ConfigError(f"--test_fraction={self.test_fraction} must lie in [0, 0.5] (0: no test split)")
         if not self.out_dir:
-            raise ConfigError("--out_dir=DIR is required (where train.bin, val.bin and meta.pkl go)")
+            raise ConfigError("--out_dir=DIR is required (where train.bin, test.bin, val.bin and meta.pkl go)")
 
 
 def tokenizer_meta(source: str) -> dict:

@@ -242,9 +242,9 @@ def continuation_prompts(train: np.ndarray, count: int, length: int, seed: int) 
 def save_continuations(cfg: SampleConfig) -> int:
     """The model's continuations of random windows of ``continue_data``'s train split, ``batch_size`` at a time (a
     progress line with an ETA on stderr), written with that dataset's splits as the dataset ``data_out``: its train
-    split followed by each window and its continuation; its val split and meta.pkl as they are. The tokenizers must
-    be the same (the ids are copied, never re-encoded). Written into a temporary folder and moved into place once
-    complete. Returns the number of generated tokens."""
+    split followed by each window and its continuation; its val split and meta.pkl as they are, no test split. The
+    tokenizers must be the same (the ids are copied, never re-encoded). Written into a temporary folder and moved into
+    place once complete. Returns the number of generated tokens."""
     if not os.path.exists(os.path.join(cfg.continue_data, "train.bin")):
         raise DataError(f"--continue_data={cfg.continue_data} holds no train.bin; prepare it first "
                         "(prepare.py --out_dir=...)")
@@ -275,12 +275,15 @@ def save_continuations(cfg: SampleConfig) -> int:
     tmp = f"{cfg.data_out.rstrip(os.sep)}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        shutil.copytree(cfg.continue_data, tmp, ignore=shutil.ignore_patterns("train.bin", "meta.pkl"))
+        # no test split: the continued dataset is a training text; test is read on continue_data itself, whose
+        # test_reads.json counts every read (a copy would read it uncounted)
+        shutil.copytree(cfg.continue_data, tmp, ignore=shutil.ignore_patterns("train.bin", "meta.pkl", "test.bin",
+                                                                              "test_reads.json"))
         ids = np.concatenate([np.asarray(train, dtype=np.int64), *(r.reshape(-1) for r in rows)])
         write_split(ids, os.path.join(tmp, "train.bin"), dtype)
         if meta is not None:  # its manifest counts the longer train split
             write_meta(tmp, {k: v for k, v in meta.items() if k != "tokens"},
-                       dict(meta.get("tokens") or {}, train=len(ids)))
+                       {**{k: v for k, v in (meta.get("tokens") or {}).items() if k != "test"}, "train": len(ids)})
         if os.path.exists(cfg.data_out):
             shutil.rmtree(cfg.data_out)
         os.replace(tmp, cfg.data_out)

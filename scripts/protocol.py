@@ -78,7 +78,7 @@ LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-
 LOTO_CHUNK = 5_000
 # how many configurations were tried before these recipes were fixed (all on dev = val): the transform rows of
 # results/real_model, real_model_tied, real_model_outliers, real_model_hybrid at −25% and −50%, and the
-# distillation rates, batches and variants of real_model_distill (docs/findings.md#protocol)
+# distillation rates, batches and variants of real_model_distill (docs/findings.md, "The protocol")
 CONFIGURATIONS_TRIED = {"transform": 113, "distillation": 24}
 
 

@@ -235,7 +235,7 @@ def _remove_unsaved(out_dir: str, before: dict[str, tuple[int, int]]) -> None:
 # what the commands write into their output folder (train, finetune, transform, convert, prepare, fetch; eval_geometry
 # and --to_hf stage theirs): a failed run removes only new entries of these names, never another process's file
 COMMAND_OUTPUTS = {CHECKPOINT_NAME, "metrics.jsonl", "metrics.json", "finetune.json", "wandb", "train.bin", "val.bin",
-                   "meta.pkl", "full_val_loss.json", "lm_eval", "config.json", "generation_config.json",
+                   "test.bin", "meta.pkl", "full_val_loss.json", "lm_eval", "config.json", "generation_config.json",
                    "model.safetensors", "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
                    "added_tokens.json"}
 

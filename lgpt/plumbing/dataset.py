@@ -1,14 +1,15 @@
 """
-Token datasets: preparation (text → train.bin / val.bin / meta.pkl), the tokenizer recorded in
+Token datasets: preparation (text → train.bin / test.bin / val.bin / meta.pkl), the tokenizer recorded in
 meta.pkl, the one batch loader every script uses, and the one loss-evaluation helper.
 
 A prepared dataset directory holds ``train.bin``, ``val.bin`` and ``test.bin`` (uint16 token ids, memory-mapped;
 uint32 when the vocabulary exceeds 65536 symbols, recorded as meta['dtype']) and ``meta.pkl`` ({'tokenizer': 'char'
 | 'gpt2' | 'hf', 'vocab_size', for 'char' 'stoi'/'itos', for 'hf' the Hugging Face tokenizer's files}): nanoGPT's
-layout plus a test split. The three splits are the protocol's (docs/findings.md#protocol): train (calibration,
-finetuning), val — the *dev* split, where every choice is made — and test, read only by the final run of a chosen
-recipe: a loader refuses it unless opened with ``test_for=RECIPE``, which records the read in the dataset's
-``test_reads.json`` (so how many recipes ever read test is counted, never hidden).
+layout plus a test split. The three splits are the protocol's (docs/findings.md, "The protocol"): train
+(calibration, finetuning), val — the *dev* split, where every choice is made — and test, read only by the final run
+of a chosen recipe: a loader refuses it unless opened with ``test_for=RECIPE``, which appends the opening to the
+dataset's ``test_reads.json`` (so how many recipes, and how many times, read test is counted, never hidden).
+nanoGPT's own datasets (``prepare_main``, ``ensure_prepared``) keep its two splits: NANOGPT_TEST_FRACTION.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import pickle
+import threading
 import urllib.request
 import warnings
 from collections.abc import Iterator
@@ -30,6 +32,10 @@ from lgpt.plumbing.logger import progress
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_ENV = "TINYSHAKESPEARE_PATH"  # a local copy of tinyshakespeare's input.txt
 DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
+# nanoGPT's own datasets (data/shakespeare*/prepare.py and train.py's automatic preparation) keep its two splits,
+# train 90% / val 10%, so nanoGPT's numbers and every char-model result in results/ reproduce; prepare.py writes
+# three (the protocol's) for any text
+NANOGPT_TEST_FRACTION = 0.0
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 GPT2_META = {"tokenizer": "gpt2", "vocab_size": 50257}  # what nanoGPT assumes when a checkpoint names no tokenizer
 
@@ -85,7 +91,7 @@ def gpt2_encoding():
 def atomic_write(path: str, write) -> None:
     """Write ``path`` through ``write(file)`` into a temporary file, then rename it into place: a failed or
     interrupted write leaves no half-written file."""
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = f"{path}.tmp{os.getpid()}-{threading.get_ident()}"  # threads of one process never share a temp file
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -147,6 +153,10 @@ def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: f
     if test_fraction:
         parts.insert(1, ("test", text[train_end:val_start]))
     splits = [(name, np.array(tok.encode(part), dtype=np.int64)) for name, part in parts]  # all encoded first
+    for name, ids in splits:
+        if len(ids) < 2:
+            raise DataError(f"the {name} split would hold {len(ids)} tokens: give a larger text, or a larger "
+                            f"--{'test' if name == 'test' else 'val'}_fraction (--test_fraction=0: no test split)")
     with writing_dataset(out_dir) as tokens:
         if not test_fraction and os.path.exists(os.path.join(out_dir, "test.bin")):
             os.remove(os.path.join(out_dir, "test.bin"))  # a two-split dataset keeps no test of an older text
@@ -158,11 +168,12 @@ def prepare_text(text: str, out_dir: str, tokenizer: str | dict, val_fraction: f
     return meta
 
 
-TEST_READS = "test_reads.json"  # in a dataset directory: every recipe that has read its test split, in order
+TEST_READS = "test_reads.json"  # in a dataset directory: every opening of its test split, oldest first
 
 
 def reads_of_test(data_dir: str) -> list[dict]:
-    """The recipes that have read ``data_dir``'s test split: [{'recipe', 'fingerprint', 'tokens'}], oldest first."""
+    """Every opening of ``data_dir``'s test split: [{'recipe', 'fingerprint', 'tokens', 'time', 'pid'}], oldest
+    first (``recipes_of_test`` counts the distinct recipes)."""
     path = os.path.join(data_dir, TEST_READS)
     if not os.path.exists(path):
         return []
@@ -173,18 +184,39 @@ def reads_of_test(data_dir: str) -> list[dict]:
                                                   for r in reads):
             raise ValueError("not a list of {'recipe': ...}")
     except (OSError, ValueError) as e:
-        raise DataError(f"'{path}' is damaged ({e}); it counts the recipes that read the test split, so it is "
-                        "never rewritten from scratch: restore it from version control or a backup") from None
+        raise DataError(f"'{path}' is damaged ({e}); it counts the reads of the test split, so it is never "
+                        "rewritten from scratch: restore it from version control or a backup") from None
     return reads
 
 
+def recipes_of_test(data_dir: str) -> list[str]:
+    """The distinct recipes that have read ``data_dir``'s test split, in the order of their first read."""
+    return list(dict.fromkeys(r["recipe"] for r in reads_of_test(data_dir)))
+
+
+@contextmanager
+def directory_lock(path: str) -> Iterator[None]:
+    """An exclusive advisory lock on the directory ``path`` itself (no lock file left behind): the read-modify-write
+    of test_reads.json by two processes that evaluate beside each other loses no entry."""
+    import fcntl
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def record_test_read(data_dir: str, recipe: str) -> None:
-    """Add ``recipe`` to the dataset's test_reads.json (once per recipe and dataset version): the count of recipes
-    that ever read test is what a headline's "test touched by N recipes" quotes."""
+    """Append one opening of the test split by ``recipe`` to the dataset's test_reads.json — every opening, so a
+    recipe changed under the same name and read again shows as a second read; what a headline quotes is the
+    number of distinct recipes (``recipes_of_test``) and of reads."""
+    import time
     meta = load_meta(data_dir) or {}
-    entry = {"recipe": recipe, "fingerprint": meta.get("fingerprint"), "tokens": (meta.get("tokens") or {}).get("test")}
-    reads = reads_of_test(data_dir)
-    if entry not in reads:
+    entry = {"recipe": recipe, "fingerprint": meta.get("fingerprint"),
+             "tokens": (meta.get("tokens") or {}).get("test"), "time": round(time.time(), 3), "pid": os.getpid()}
+    with directory_lock(data_dir):
+        reads = reads_of_test(data_dir)
         atomic_write(os.path.join(data_dir, TEST_READS),
                      lambda f: f.write(json.dumps(reads + [entry], indent=1).encode()))
 
@@ -304,7 +336,7 @@ def ensure_prepared(data_dir: str, dataset: str) -> None:
         raise DataError(f"no prepared data in '{data_dir}' (train.bin missing). Run data/{dataset}/prepare.py "
                         "first, or set data_dir to a prepared dataset directory")
     print(f"{'an unfinished dataset' if unfinished else 'no prepared data'} in {data_dir}; preparing {dataset} now")
-    prepare_text(read_shakespeare(), data_dir, DATASETS[dataset])
+    prepare_text(read_shakespeare(), data_dir, DATASETS[dataset], test_fraction=NANOGPT_TEST_FRACTION)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -463,11 +495,9 @@ class BatchLoader:
         meta = load_meta(data_dir)
         self.dtype = token_dtype(meta)
         self.test_for = test_for
-        if test_for:
-            if "test" not in ((meta or {}).get("tokens") or {}):
-                raise DataError(f"the dataset in '{data_dir}' has no test split (prepared with two splits, or before "
-                                "there were three); prepare it again: prepare.py --overwrite=True")
-            record_test_read(data_dir, test_for)
+        if test_for and "test" not in ((meta or {}).get("tokens") or {}):
+            raise DataError(f"the dataset in '{data_dir}' has no test split (prepared with two splits, or before "
+                            "there were three); prepare it again: prepare.py --overwrite=True")
         for split in ("train", "val", "test") if test_for else ("train", "val"):
             path = os.path.join(data_dir, f"{split}.bin")
             if not os.path.exists(path):
@@ -480,6 +510,8 @@ class BatchLoader:
                                 "the dataset again")
             if size <= block_size + 1:
                 raise DataError(f"'{path}' holds fewer tokens than block_size={block_size} + 1")
+        if test_for:  # recorded only once the loader is sure to open: a refused loader writes nothing
+            record_test_read(data_dir, test_for)
         self.generator = torch.Generator()
 
     def tokens(self, split: str) -> np.memmap:
@@ -604,4 +636,4 @@ def prepare_main(tokenizer: str, default_out_dir: str, argv: list[str] | None = 
     parser.add_argument("--input", help=f"local tinyshakespeare.txt (default: ${SHAKESPEARE_ENV}, else download)")
     parser.add_argument("--out_dir", default=default_out_dir, help="where train.bin, val.bin, meta.pkl go")
     args = parser.parse_args(argv)
-    prepare_text(read_shakespeare(args.input), args.out_dir, tokenizer)
+    prepare_text(read_shakespeare(args.input), args.out_dir, tokenizer, test_fraction=NANOGPT_TEST_FRACTION)

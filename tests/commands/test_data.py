@@ -13,6 +13,7 @@ from lgpt.plumbing.dataset import (
     load_meta,
     prepare_text,
     reads_of_test,
+    recipes_of_test,
 )
 
 
@@ -48,19 +49,51 @@ def test_the_test_split_is_read_only_by_a_named_recipe_and_every_read_is_counted
         loader.get_batch("test", 0)
     assert reads_of_test(str(tmp_path)) == []
     assert not (tmp_path / "test_reads.json").exists()  # refusing wrote nothing
-    for recipe in ("free25", "learned25", "free25"):  # the same recipe again is not a new read
-        windows = list(BatchLoader(str(tmp_path), 8, 2, test_for=recipe).full_split("test"))
-        assert windows
-    assert [r["recipe"] for r in reads_of_test(str(tmp_path))] == ["free25", "learned25"]
+    with pytest.raises(DataError, match="fewer tokens than block_size"):  # a loader that cannot open records nothing
+        BatchLoader(str(tmp_path), 10**6, 2, test_for="too-long-windows")
+    assert not (tmp_path / "test_reads.json").exists()
+    for recipe in ("free25", "learned25", "free25"):  # the same name read again is a second read, not hidden
+        assert list(BatchLoader(str(tmp_path), 8, 2, test_for=recipe).full_split("test"))
+    assert [r["recipe"] for r in reads_of_test(str(tmp_path))] == ["free25", "learned25", "free25"]
+    assert recipes_of_test(str(tmp_path)) == ["free25", "learned25"]
     (tmp_path / "test_reads.json").write_text("{not json")
     with pytest.raises(DataError, match="test_reads.json' is damaged"):
         BatchLoader(str(tmp_path), 8, 2, test_for="free50")
     assert (tmp_path / "test_reads.json").read_text() == "{not json"  # a damaged count is never rewritten
 
 
+def _record_reads(data_dir: str, who: int, rounds: int) -> None:
+    from lgpt.plumbing.dataset import record_test_read
+    for k in range(rounds):
+        record_test_read(data_dir, f"process{who}-read{k}")
+
+
+def test_processes_reading_test_beside_each_other_lose_no_read(tmp_path):
+    import multiprocessing
+    prepare_text(synthetic_text(5000), str(tmp_path), "char")
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_record_reads, args=(str(tmp_path), who, 15)) for who in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(r["recipe"] for r in reads_of_test(str(tmp_path))) == sorted(
+        f"process{who}-read{k}" for who in range(4) for k in range(15))
+    assert sorted(os.listdir(tmp_path)) == ["meta.pkl", "test.bin", "test_reads.json", "train.bin", "val.bin"]
+
+
+def test_nanogpts_own_datasets_keep_its_two_splits(tmp_path, monkeypatch):
+    monkeypatch.setattr("lgpt.plumbing.dataset.read_shakespeare", lambda *a: synthetic_text(5000))
+    ensure_prepared(str(tmp_path / "d"), "shakespeare_char")
+    assert sorted(load_meta(str(tmp_path / "d"))["tokens"]) == ["train", "val"]
+    assert load_meta(str(tmp_path / "d"))["tokens"]["train"] == int(5000 * 0.9)
+
+
 def test_bad_split_fractions_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(DataError, match="must be fractions that leave a train split"):
         prepare_text(synthetic_text(5000), str(tmp_path / "d"), "char", val_fraction=0.5, test_fraction=0.5)
+    with pytest.raises(DataError, match="the test split would hold 0 tokens"):
+        prepare_text(synthetic_text(5000), str(tmp_path / "d"), "char", test_fraction=1e-20)
     assert not (tmp_path / "d").exists()
 
 
