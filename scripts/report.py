@@ -221,6 +221,9 @@ def verdict_against_exact(a: list[float], value: float) -> dict:
     out = {"delta": delta, "sd": None, "n": (len(a), 1), "p": None, "test": "not tested", "word": "not tested"}
     if len(a) < 2:
         return out
+    if max(a) == min(a):  # identical draws (a deterministic recipe): no spread to test with, never "certain"
+        out["test"] = out["word"] = "not tested (no spread)"
+        return out
     from scipy import stats
     out["sd"], out["test"] = statistics.stdev(a), "one-sample t (control exact)"
     p = float(stats.ttest_1samp(a, value).pvalue)
@@ -255,7 +258,7 @@ def adjust(verdicts: list[dict]) -> list[dict]:
 
 def verdict_cell(v: dict) -> str:
     if v["p"] is None:
-        return "not tested (n = 1)"
+        return v["word"] if v["word"] != "not tested" else "not tested (n = 1)"
     return f"{v['word']} ({v['test']}, p = {v['p']:.2g}" + (f", Holm {v['p_holm']:.2g})" if "p_holm" in v else ")")
 
 
@@ -987,6 +990,9 @@ def recipe_rows(r: dict) -> dict[str, list[dict]]:
 def paired_windows(r: dict, a: dict, b: dict, text: str) -> tuple[float, float]:
     """Mean(a) − mean(b) on ``text``'s test windows and its standard error, paired window by window."""
     x, y = a["losses"][text]["test"]["each"], b["losses"][text]["test"]["each"]
+    if len(x) != len(y):
+        raise ResultsError(f"results/protocol: {a['recipe']} and {b['recipe']} hold {len(x)} and {len(y)} test windows "
+                           f"of {text}: not the same split; run scripts/protocol.sh again")
     diffs = [p - q for p, q in zip(x, y)]
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
 
@@ -1445,7 +1451,10 @@ def draw_figures(tables: dict[str, str]) -> None:
     from experiments import PLOTS, replot
     for name in experiments():
         if name == "protocol" and load(name) is not None:
-            protocol_figure(load(name))
+            try:
+                guarded(lambda: protocol_figure(load(name)))
+            except ResultsError as e:  # the table names the same damage; the figure waits for the fix
+                print(f"{name}: no figure ({e})", file=sys.stderr)
         elif name in PLOTS and load(name) is not None:
             try:
                 replot(name, load(name))

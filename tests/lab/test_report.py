@@ -309,3 +309,12 @@ def test_a_gap_is_measured_against_the_original_on_the_same_test_split():
     r["rows"][3]["losses"]["wiki"] = {"dev": r["rows"][3]["losses"]["wiki"]["test"]}  # no test read: named
     with pytest.raises(KeyError):
         report.test_gap(r, r["rows"][3], "wiki")
+
+
+def test_identical_draws_are_not_tested_and_unequal_windows_are_named():
+    v = report.aim_verdict([1.0, 1.0, 1.0], 3.0)
+    assert v["p"] is None and v["word"] == "not tested (no spread)"
+    r = fake_protocol()
+    r["rows"][5]["losses"]["shakespeare"]["test"]["each"] = [4.0, 4.0, 4.0]
+    with pytest.raises(report.ResultsError, match="hold 4 and 3 test windows of shakespeare"):
+        report.paired_windows(r, r["rows"][4], r["rows"][5], "shakespeare")
