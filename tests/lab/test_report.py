@@ -54,20 +54,20 @@ def test_the_index_lists_every_experiment_and_embeds_the_headline_render_gives(g
         assert f"[table.md]({name}/table.md)" in index
     headline = report.render("headline")
     assert f"<!-- BEGIN headline -->\n{headline}\n<!-- END headline -->" in index
-    assert "SliceGPT's own code at same width (m = 432)" in headline and "Holm" in headline
+    assert "SliceGPT's own code at same width (m = 432)" in report.render("dev_headline") and "Holm" in headline
     with pytest.raises(KeyError):
         report.render("no_such_block")
 
 
-def test_the_headline_gives_n_and_the_spread_where_n_is_two_or_more():
+def test_the_dev_headline_gives_n_and_the_spread_where_n_is_two_or_more():
     rows, tests = report.headline_rows()
     learned = next(x for x in rows if x["name"].startswith("learned map") and x["m"] == 432)
     assert len(learned["val"]) == 3
-    line = next(line for line in report.headline().splitlines() if line.startswith(f"| {learned['name']} |"))
+    line = next(line for line in report.dev_headline().splitlines() if line.startswith(f"| {learned['name']} |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[3] == f"{statistics.fmean(learned['val']):.4f} ± {statistics.stdev(learned['val']):.4f}"
     assert cells[7] == "3"
-    original = next(line for line in report.headline().splitlines() if line.startswith("| original"))
+    original = next(line for line in report.dev_headline().splitlines() if line.startswith("| original"))
     assert "±" not in original  # n = 1: no spread
     slicegpt = [v for name, v in tests if "SliceGPT" in name]
     assert slicegpt and all(v["word"] == "not tested" and v["p"] is None for v in slicegpt)
@@ -318,3 +318,14 @@ def test_identical_draws_are_not_tested_and_unequal_windows_are_named():
     r["rows"][5]["losses"]["shakespeare"]["test"]["each"] = [4.0, 4.0, 4.0]
     with pytest.raises(report.ResultsError, match="hold 4 and 3 test windows of shakespeare"):
         report.paired_windows(r, r["rows"][4], r["rows"][5], "shakespeare")
+
+
+def test_the_headline_is_the_protocols_test_table_and_the_dev_table_stays_beside_it(monkeypatch):
+    r, load = fake_protocol(), report.load
+    monkeypatch.setattr(report, "load", lambda name: r if name == "protocol" else load(name))
+    headline = report.headline()
+    assert "| tied PCA, training-free, −25% | training-free | 100.0 M | 250 | 32,768 | 3 | 4.0800 ± 0.0040 |" in headline
+    assert "≤ +3%: meets the aim" in headline and "≤ +12%: not tested" in headline
+    assert "mean test gap +6.5% ± 1.3 over 4 held-out texts" in headline
+    index = report.index()
+    assert "## Dev numbers: where the recipes were chosen" in index and "these are dev numbers" in index
