@@ -1581,7 +1581,8 @@ QUOTES: dict[str, Callable[[], str]] = {
 #         several matches map the rest of the path over each;
 #   ~REFERENCE: another path from the same root; the value becomes value / reference − 1;
 #   FORMAT: a format spec (.3f, +.1%); ms3 (mean ± std of a mean_spread); pct2 (+x.xx% ± y.yy of a mean_spread);
-#           range.3f (lo–hi); min.3f / max.3f; msl4 (mean ± std of a list of numbers).
+#           range.3f (lo–hi); min.3f / max.3f; msl4 (mean ± std of a list of numbers); gap1 (a list of gaps, with
+#           ~REFERENCE: '+x.x% ± y.y' over draws, '+x.x%' for one).
 PATH_QUOTE = re.compile(r"=(\w+)/([^~|]+)(?:~([^|]+))?\|(\S+)")
 
 
@@ -1653,6 +1654,8 @@ def path_quote(expression: str) -> str:
         value = [v / ref - 1 for v in value] if isinstance(value, list) else value / ref - 1
     if spec.startswith("msl"):
         return msl(list(_flat(value)), int(spec[3:]))
+    if spec.startswith("gap"):  # ratios − 1 (a ~REFERENCE quote) over draws: '+x.x% ± y.y', or '+x.x%' at n = 1
+        return pct(mean_spread_of(list(_flat(value))), int(spec[3:]))
     if spec.startswith("ms"):
         return ms(value, int(spec[2:]))
     if spec.startswith("pct"):

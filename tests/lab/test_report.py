@@ -329,3 +329,12 @@ def test_the_headline_is_the_protocols_test_table_and_the_dev_table_stays_beside
     assert "mean test gap +6.5% ± 1.3 over 4 held-out texts" in headline
     index = report.index()
     assert "## Dev numbers: where the recipes were chosen" in index and "these are dev numbers" in index
+
+
+def test_a_gap_quote_gives_the_mean_and_spread_of_the_draws_gaps():
+    tied = report.load("real_model_tied")
+    gaps = [x["val"] / tied["base"]["losses"]["val"] - 1 for x in tied["gains_draws"]["learned"]]
+    assert report.quote("=real_model_tied/gains_draws/learned/*/val~base/losses/val|gap1") == (
+        f"{100 * statistics.fmean(gaps):+.1f}% ± {100 * statistics.stdev(gaps):.1f}")
+    assert report.quote("=real_model_tied/rows/0/losses/val~base/losses/val|gap2") == (
+        f"{100 * (tied['rows'][0]['losses']['val'] / tied['base']['losses']['val'] - 1):+.2f}%")
