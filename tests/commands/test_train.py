@@ -248,7 +248,9 @@ def test_sample_continue_data_appends_the_models_continuations_of_train_windows(
         assert (out / "val.bin").read_bytes() == f.read()
     source, meta = load_meta(char_data_dir), load_meta(str(out))
     assert {k: v for k, v in meta.items() if k != "tokens"} == {k: v for k, v in source.items() if k != "tokens"}
-    assert meta["tokens"] == dict(source["tokens"], train=len(written))  # the manifest counts the longer split
+    # the manifest counts the longer split; no test split is copied (test is read, counted, on the source alone)
+    assert "test" in source["tokens"] and not (out / "test.bin").exists()
+    assert meta["tokens"] == {"train": len(written), "val": source["tokens"]["val"]}
     BatchLoader(str(out), 8, 2, "cpu").get_batch("train", 0)  # a dataset the loaders accept as it stands
     assert sorted(os.listdir(tmp_path)) == ["teacher"]  # no temporary folder left
 
