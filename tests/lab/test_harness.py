@@ -992,7 +992,7 @@ def test_the_tied_heads_heldout_part_measures_each_row_on_seen_and_unseen_text(t
 
 def test_data_free_calibration_text_is_the_models_own_samples_prepared(runs, trained_dir, monkeypatch):
     """real_model's 'samples' text: sample.py --save_to on the model itself, then prepared with its tokenizer like
-    every other text (90% train, 10% val), built once."""
+    every other text (train 80%, test 10%, val 10%), built once."""
     import numpy as np
 
     import real_model
@@ -1003,8 +1003,8 @@ def test_data_free_calibration_text_is_the_models_own_samples_prepared(runs, tra
     path, result = real_model.self_samples(trained_dir)  # the cached file: not sampled again
     text = open(path).read()
     assert text.count("\n\n") >= 12 and result["sample"]["seconds"] > 0
-    ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "val")]
-    assert sum(len(x) for x in ids) == len(text)  # a char model: a token per character
+    ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "test", "val")]
+    assert sum(len(x) for x in ids) == len(text)  # a char model: a token per character, in three splits
     assert load_meta(data)["vocab_size"] > 0
     assert len([d for d in os.listdir(runs) if d.startswith("samples-") and not d.endswith(".lock")]) == 1
 
@@ -1048,7 +1048,7 @@ def test_the_calibration_mix_is_built_once_from_its_texts(runs, trained_dir, mon
     assert real_model.source_file(trained_dir, "mix") == path  # cached: one mix directory
     assert len([d for d in os.listdir(runs) if d.startswith("mix-") and not d.endswith(".lock")]) == 1
     data = real_model.prepared(trained_dir, "mix")
-    ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "val")]
+    ids = [np.fromfile(os.path.join(data, f"{split}.bin"), dtype=np.uint16) for split in ("train", "test", "val")]
     assert sum(len(x) for x in ids) == len(text) == 2000
 
 
