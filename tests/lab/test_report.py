@@ -324,7 +324,8 @@ def test_the_headline_is_the_protocols_test_table_and_the_dev_table_stays_beside
     r, load = fake_protocol(), report.load
     monkeypatch.setattr(report, "load", lambda name: r if name == "protocol" else load(name))
     headline = report.headline()
-    assert "| tied PCA, training-free, −25% | training-free | 100.0 M | 250 | 32,768 | 3 | 4.0800 ± 0.0040 |" in headline
+    assert ("| tied PCA, training-free, −25% | training-free | 100.0 M | 250 | 32,768 | 3 | 4.0800 ± 0.0040 |"
+            in headline)
     assert "≤ +3%: meets the aim" in headline and "≤ +12%: not tested" in headline
     assert "mean test gap +6.5% ± 1.3 over 4 held-out texts" in headline
     index = report.index()
