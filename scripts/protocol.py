@@ -7,7 +7,7 @@ this script runs, each chosen recipe calibrated and trained on train only, and r
 Texts: tinyshakespeare (the calibration text) and every general English text installable offline (fetch.py
 --what=english: the novel *Botchan*, the Lee news corpus, Wikipedia prose), each prepared by prepare.py in three
 splits: train (the first 80%), test (the next 10%), val = dev (the last 10%, nanoGPT's val, where every earlier
-choice was made: results/real_model*, about 113 transform configurations, counted in CONFIGURATIONS_TRIED).
+choice was made: results/real_model*, counted by ``configurations_tried``).
 The recipes, each fixed before this script ran (``RECIPES``; nothing here chooses):
 - the original, untransformed;
 - ``free25``: configs/smollm2_shrink_25_training_free.py — tied PCA at −25% parameters, no gradient step;
@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -76,10 +77,37 @@ DRAWS = (1, 2)  # seeds beside 0 for --part=draws
 DRAWN = ("free25", "free50")  # the recipes drawn three times; the trained ones (≈ 25 core-minutes each) once: n = 1
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
-# how many configurations were tried before these recipes were fixed (all on dev = val): the transform rows of
-# results/real_model, real_model_tied, real_model_outliers, real_model_hybrid at −25% and −50%, and the
-# distillation rates, batches and variants of real_model_distill (docs/findings.md, "The protocol")
-CONFIGURATIONS_TRIED = {"transform": 113, "distillation": 24}
+# the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)
+CHOSEN_IN = ("real_model", "real_model_tied", "real_model_outliers", "real_model_hybrid", "real_model_quantization",
+             "real_model_distill")
+
+
+def run_dirs(node) -> list[str]:
+    """Every run directory (``out_dir``) a results payload names."""
+    if isinstance(node, dict):
+        own = [node["out_dir"]] if isinstance(node.get("out_dir"), str) else []
+        return own + [d for v in node.values() for d in run_dirs(v)]
+    if isinstance(node, list):
+        return [d for v in node for d in run_dirs(v)]
+    return []
+
+
+def configurations_tried() -> dict:
+    """How many configurations the chosen recipes were picked from, on dev: the distinct transform runs and the
+    distinct distillation arms (calibration draws, data orders and controls not counted) of CHOSEN_IN."""
+    transforms, distillations = set(), set()
+    for name in CHOSEN_IN:
+        path = os.path.join(RESULTS, name, "results.json")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for run in run_dirs(json.load(f)):
+                label = re.sub(r"-(seed|s)\d+(?=-|$)", "", re.sub(r"-[0-9a-f]{10}$", "", os.path.basename(run)))
+                if label.startswith("transform-"):
+                    transforms.add(label)
+                elif label.startswith("finetune-") and "kd-self" not in label and "-kd-" in label:
+                    distillations.add(label)
+    return {"transform": len(transforms), "distillation": len(distillations), "counted_in": list(CHOSEN_IN)}
 
 
 def window_losses(model, data_dir: str, split: str, recipe_name: str) -> np.ndarray:
@@ -231,7 +259,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
         save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "block": BLOCK,
               "texts": list(TEXTS), "calibration": CALIBRATION,
               "splits": "train = first 80%, test = next 10%, dev = val = last 10% (prepare.py)",
-              "configurations_tried": CONFIGURATIONS_TRIED, "original": payload.get("original"),
+              "configurations_tried": configurations_tried(), "original": payload.get("original"),
               "rows": sorted(rows.values(), key=lambda r: (r["seed"], list(RECIPES).index(r["recipe"])
                                                            if r["recipe"] in RECIPES else 99)),
               "loto": [loto[t] for t in TEXTS if t in loto],

@@ -1,0 +1,59 @@
+"""scripts/protocol.py: the per-window test losses, the count of configurations tried on dev, the results' shape."""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import protocol  # noqa: E402
+
+
+def test_window_losses_average_to_the_whole_split_loss_and_a_test_read_is_recorded(trained_dir, char_data_dir,
+                                                                                   tmp_path):
+    from lgpt.plumbing.checkpoint import load_model
+    from lgpt.plumbing.dataset import BatchLoader, evaluate_loss, reads_of_test
+    data = str(tmp_path / "data")
+    shutil.copytree(char_data_dir, data)
+    model = load_model(trained_dir)[0]
+    monkey_block = protocol.BLOCK
+    try:
+        protocol.BLOCK = 16
+        dev = protocol.window_losses(model, data, "val", "unused")
+        test = protocol.window_losses(model, data, "test", "recipe-a")
+    finally:
+        protocol.BLOCK = monkey_block
+    whole = evaluate_loss(model, BatchLoader(data, 16, 8), "val", None)
+    assert dev.mean() == pytest.approx(whole, rel=1e-5)  # every window holds 16 tokens: the mean over tokens
+    assert len(test) == len(BatchLoader(data, 16, 8, test_for="counted").full_split_starts("test"))
+    assert [r["recipe"] for r in reads_of_test(data)] == ["recipe-a", "counted"]  # val reads are not recorded
+    s = protocol.summary(test, 1.0)
+    assert s["loss"] == pytest.approx(float(np.mean(test))) and s["windows"] == len(test)
+    assert s["se"] == pytest.approx(float(np.std(test, ddof=1) / np.sqrt(len(test))))
+
+
+def test_configurations_tried_counts_distinct_runs_not_draws_orders_or_controls(tmp_path, monkeypatch):
+    monkeypatch.setattr(protocol, "RESULTS", str(tmp_path))
+    runs = {"real_model": {"rows": [{"out_dir": "runs/transform-smollm2-pca-m432-0123456789"},
+                                    {"out_dir": "runs/transform-smollm2-pca-m432-seed1-abcdefabcd"},
+                                    {"out_dir": "runs/transform-smollm2-pca-m288-0123456789"}]},
+            "real_model_distill": {"arms": [{"out_dir": "runs/finetune-smollm2-pca-m432-kd-lr0.0001-b1-0123456789"},
+                                            {"out_dir": "runs/finetune-smollm2-pca-m432-kd-lr0.0001-s2-b1-aaaaaaaaaa"},
+                                            {"out_dir": "runs/finetune-smollm2-original-kd-self-lr0.0001-bbbbbbbbbb"},
+                                            {"out_dir": "runs/finetune-smollm2-pca-m432-lm-cccccccccc"}]}}
+    for name, payload in runs.items():
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "results.json").write_text(json.dumps(payload))
+    counted = protocol.configurations_tried()
+    assert (counted["transform"], counted["distillation"]) == (2, 1)
+
+
+def test_losses_nest_by_text_and_split_once():
+    flat = {"shakespeare/dev": 1.0, "shakespeare/test": 2.0, "wiki/test": 3.0}
+    nested = protocol.nested(flat)
+    assert nested == {"shakespeare": {"dev": 1.0, "test": 2.0}, "wiki": {"test": 3.0}}
+    assert protocol.nested(nested) == nested
