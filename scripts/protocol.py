@@ -179,7 +179,7 @@ def distilled(src: str, data: dict[str, str], name: str, seed: int) -> dict:
         return {"step": step, "parameters": parameters(out)}
 
     out, result = cached("protocol", f"{name}-s{seed}", spec, build)
-    return dict(result, out_dir=out, start_seconds=start["step"]["seconds"])
+    return dict(result, out_dir=out, start=start)
 
 
 def loto_data(src: str, held_out: str) -> str:
@@ -216,11 +216,29 @@ def nested(losses: dict) -> dict:
     return out
 
 
+def core_seconds(step: dict) -> tuple[float, str]:
+    """A step's cost in core-seconds and how it was measured: its process's CPU time (run_step's cpu_seconds, or
+    CPU_POLLED for the runs built before run_step recorded it), else its wall time on one thread."""
+    if "cpu_seconds" in step:
+        return step["cpu_seconds"], "cpu"
+    polled = CPU_POLLED.get(step.get("out_dir", ""))
+    return (polled, "cpu (polled)") if polled else (step["seconds"], "wall")
+
+
+# CPU time of steps that ran before run_step recorded it, read from /proc/PID/stat (utime + stime) every 2 s until
+# the process ended, keyed by the run directory (the first protocol run: results' "cost_measured" says which)
+CPU_POLLED: dict[str, float] = {}
+
+
 def row(name: str, seed: int, built: dict, trained: str, passes: str, losses: dict) -> dict:
-    seconds = built["step"]["seconds"] + built.get("start_seconds", 0.0)
+    seconds, measured = core_seconds(dict(built["step"], out_dir=os.path.basename(built["out_dir"])))
+    if "start" in built:
+        start_seconds, start_measured = core_seconds(dict(built["start"]["step"],
+                                                          out_dir=os.path.basename(built["start"]["out_dir"])))
+        seconds, measured = seconds + start_seconds, measured if measured == start_measured else "mixed"
     return {"recipe": name, "seed": seed, "parameters": built["parameters"], "trained": trained,
-            "token_passes": passes, "core_seconds": round(seconds, 1), "out_dir": built["out_dir"],
-            "losses": nested(losses)}
+            "token_passes": passes, "core_seconds": round(seconds, 1), "cost_measured": measured,
+            "wall_seconds": built["step"]["seconds"], "out_dir": built["out_dir"], "losses": nested(losses)}
 
 
 RESULTS_FILE = os.path.join(RESULTS, "protocol", "results.json")

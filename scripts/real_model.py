@@ -75,7 +75,7 @@ EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each r
 
 
 def run_step(args: list[str]) -> dict:
-    """One command in its own process: (wall seconds, peak resident MB); its last lines on failure."""
+    """One command in its own process: (wall seconds, CPU seconds, peak resident MB); its last lines on failure."""
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), NANOLGPT_PROGRESS="0")
     started = time.time()
     proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -85,7 +85,9 @@ def run_step(args: list[str]) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n" + "\n".join(out.splitlines()[-8:]))
-    return {"seconds": round(time.time() - started, 1), "peak_mb": round(usage.ru_maxrss / 1024), "log": out[-2000:]}
+    # cpu_seconds: the process's own CPU time (user + system): its cost in core-seconds whatever else ran beside it
+    return {"seconds": round(time.time() - started, 1), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak_mb": round(usage.ru_maxrss / 1024), "log": out[-2000:]}
 
 
 def imported() -> tuple[str, dict]:

@@ -997,6 +997,14 @@ def paired_windows(r: dict, a: dict, b: dict, text: str) -> tuple[float, float]:
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+def cost_cell(rows: list[dict]) -> str:
+    """The median core-seconds of a recipe's draws, and how they were measured where not all by CPU time (a wall
+    time on one thread overstates the cost when another process shared the core)."""
+    ways = sorted({x.get("cost_measured", "wall") for x in rows})
+    median = statistics.median(x["core_seconds"] for x in rows)
+    return f"{median:.0f}" + ("" if ways == ["cpu"] else f" ({', '.join(ways)})")
+
+
 def gap_cell(gaps: list[float]) -> str:
     """Gaps in percent: '+m.m% ± s.s' over draws (n > 1) or '+m.m%'."""
     return pct(mean_spread_of([g / 100 for g in gaps]), 1)
@@ -1049,7 +1057,9 @@ def protocol(r: dict) -> str:
             + ", ".join(f"{t} {n}" for t, n in r["test_reads"].items()) + "). Test tokens per text (whole split, "
             f"{r['block']}-token windows): {sizes}. Loss ± sd over n draws; ± SE: the test set's sampling error "
             "(standard error over windows, the first draw); gaps to the original on the same windows. Cost: "
-            "single-core seconds of the step (distillation: its start's transform included).", ""]
+            "the step's core-seconds, the median over draws — its process's CPU time; '(wall)' marks a wall time on "
+            "one thread, which overstates it where another process shared the core (distillation: its start's "
+            "transform included).", ""]
     header = ["recipe", "change", "parameters", "trained", "token passes", "core-s", "n", "Shakespeare test",
               "± SE", "gap", *[f"{t} gap" for t in GENERAL_TEXTS], "general mean gap", "Shakespeare dev"]
     body = [["original", "—", f"{r['original']['parameters'] / 1e6:.1f} M", "—", "—", "—", 1,
@@ -1061,7 +1071,7 @@ def protocol(r: dict) -> str:
         general = [statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows]
         body.append([
             PROTOCOL_NAMES.get(name, name), SHARE_OF[name], f"{first['parameters'] / 1e6:.1f} M", first["trained"],
-            first["token_passes"], f"{statistics.median(x['core_seconds'] for x in rows):.0f}", len(rows),
+            first["token_passes"], cost_cell(rows), len(rows),
             msl([x["losses"]["shakespeare"]["test"]["loss"] for x in rows]),
             f"{first['losses']['shakespeare']['test']['se']:.4f}",
             gap_cell([test_gap(r, x, "shakespeare") for x in rows]),
@@ -1076,7 +1086,7 @@ def protocol(r: dict) -> str:
                      f"{x['losses'][x['held_out']]['test']['loss']:.4f}",
                      f"{x['losses'][x['held_out']]['test']['se']:.4f}",
                      f"{o[x['held_out']]['test']['loss']:.4f}", f"{test_gap(r, x, x['held_out']):+.1f}%",
-                     f"{x['core_seconds']:.0f}"] for x in r["loto"]]),
+                     cost_cell([x])] for x in r["loto"]]),
                 "", "mean gap over held-out texts (± sd over texts): "
                 + gap_cell([test_gap(r, x, x["held_out"]) for x in r["loto"]])]
     if "learned25" in by and "distill25" in by:
@@ -1341,8 +1351,7 @@ def headline() -> str:
             aim = tests[f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%"]
             body.append([f"{PROTOCOL_NAMES.get(name, name)}, {SHARE_OF[name]}", rows[0]["trained"],
                          f"{rows[0]['parameters'] / 1e6:.1f} M",
-                         f"{statistics.median(x['core_seconds'] for x in rows):.0f}", rows[0]["token_passes"],
-                         len(rows),
+                         cost_cell(rows), rows[0]["token_passes"], len(rows),
                          msl([x["losses"]["shakespeare"]["test"]["loss"] for x in rows]),
                          gap_cell([test_gap(r, x, "shakespeare") for x in rows]),
                          gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows]),
