@@ -36,7 +36,7 @@ DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
 # train 90% / val 10%, so nanoGPT's numbers and every char-model result in results/ reproduce; prepare.py writes
 # three (the protocol's) for any text
 NANOGPT_TEST_FRACTION = 0.0
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lgpt/plumbing/ → the repo
 GPT2_META = {"tokenizer": "gpt2", "vocab_size": 50257}  # what nanoGPT assumes when a checkpoint names no tokenizer
 
 

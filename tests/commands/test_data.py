@@ -211,3 +211,11 @@ def test_a_meta_pkl_that_runs_code_is_refused_before_it_runs(tmp_path, char_data
     with pytest.raises(DataError, match="nothing was run"):
         load_meta(str(data))
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_named_dataset_lives_in_the_repos_data_folder_where_its_prepare_script_writes():
+    from conftest import ROOT
+    from lgpt.plumbing.dataset import dataset_dir
+    assert dataset_dir("shakespeare_char") == os.path.join(ROOT, "data", "shakespeare_char")
+    assert os.path.exists(os.path.join(dataset_dir("shakespeare_char"), "prepare.py"))
+    assert dataset_dir("x", "/elsewhere") == "/elsewhere"
