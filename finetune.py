@@ -278,7 +278,8 @@ class RecoveryTracker:
 def finetune(cfg: FinetuneConfig) -> dict:
     resume = cfg.init_from == "resume"
     if not resume:
-        check_output_dir(cfg.out_dir, cfg.in_dir, cfg.overwrite)
+        check_output_dir(cfg.out_dir, cfg.in_dir, cfg.overwrite,
+                         also_read={"--teacher_dir": cfg.teacher_dir, "--control_dir": cfg.control_dir})
     if cfg.init_from.startswith("gpt2") and not cfg.in_dir:  # straight from Hugging Face
         from convert import gpt2_from_pretrained
         model = gpt2_from_pretrained(cfg.init_from)
@@ -287,6 +288,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
         cfg.init_from = "scratch"  # the weights come in as init_checkpoint below
     else:
         ckpt = load_checkpoint(cfg.out_dir if resume else cfg.in_dir)
+    if not resume and (ckpt.get("transform") or {}).get("source"):  # the reference and default teacher: read too
+        check_output_dir(cfg.out_dir, overwrite=True, also_read={"the transform's source": ckpt["transform"]["source"]})
     cfg.data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir or (dataset_dir(cfg.dataset) if cfg.dataset else ""))
     cfg.dataset = cfg.dataset or (ckpt.get("config") or {}).get("dataset") or os.path.basename(cfg.data_dir)
     check_tokenizer(ckpt, cfg.data_dir)

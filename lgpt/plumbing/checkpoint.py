@@ -247,13 +247,19 @@ def written_by_a_command(name: str) -> bool:
             or ".tmp-" in name or name.endswith(".tmp"))
 
 
-def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False) -> None:
-    """Before any work: refuse to write where the input checkpoint is read from, where another run's checkpoint
-    already is (unless ``overwrite``), or where nothing can be written. Nothing is created here."""
+def check_output_dir(out_dir: str, in_dir: str = "", overwrite: bool = False,
+                     also_read: dict[str, str] | None = None) -> None:
+    """Before any work: refuse to write where the input checkpoint is read from (or any other checkpoint the run
+    reads: ``also_read``, {flag: directory}, e.g. a teacher), where another run's checkpoint already is (unless
+    ``overwrite``), or where nothing can be written. Nothing is created here."""
     out_ckpt = os.path.realpath(os.path.join(out_dir, CHECKPOINT_NAME))
     if in_dir and os.path.realpath(checkpoint_path(in_dir)) == out_ckpt:
         raise CheckpointError(f"out_dir '{out_dir}' is where the input checkpoint '{in_dir}' lives: writing there "
                               "would overwrite the model being read; choose another --out_dir")
+    for flag, read in (also_read or {}).items():
+        if read and os.path.realpath(checkpoint_path(read)) == out_ckpt:
+            raise CheckpointError(f"out_dir '{out_dir}' is where {flag}='{read}' lives: writing there would "
+                                  "overwrite a model this run reads; choose another --out_dir")
     if os.path.exists(out_ckpt) and not overwrite:
         raise CheckpointError(f"'{out_ckpt}' already exists (another run's checkpoint); choose another --out_dir, "
                               "or pass --overwrite=True to replace it")

@@ -137,3 +137,22 @@ def test_finetune_records_hold_the_architecture_that_ran(trained_dir, tmp_path):
     for config in (json.load(open(out / "finetune.json"))["config"], load_checkpoint(str(out))["config"]):
         assert {k: config[k] for k in ("n_layer", "n_embd", "block_size", "bias")} == \
             {k: model_args[k] for k in ("n_layer", "n_embd", "block_size", "bias")}
+
+
+def test_finetune_never_writes_over_a_model_it_reads_whatever_the_flags(trained_dir, char_data_dir, tmp_path):
+    import shutil
+
+    import pytest
+
+    from lgpt.plumbing.checkpoint import CheckpointError
+    teacher = tmp_path / "teacher"
+    shutil.copytree(trained_dir, teacher)
+    transform_checkpoint(TransformConfig(in_dir=str(teacher), out_dir=str(tmp_path / "t"), width=24, kind="pca",
+                                         data_dir=char_data_dir, eval_iters=0))
+    before = (teacher / "ckpt.pt").read_bytes()
+    base = [f"--in_dir={tmp_path / 't'}", f"--out_dir={teacher}", "--overwrite=True", "--max_iters=2"]
+    for extra, named in ((["--distill=True", f"--teacher_dir={teacher}"], "--teacher_dir"),
+                         ([], "the transform's source")):  # the source: the reference and the default teacher
+        with pytest.raises(CheckpointError, match=f"is where {named}='{teacher}' lives"):
+            finetune(load_config(FinetuneConfig, base + extra))
+    assert (teacher / "ckpt.pt").read_bytes() == before
