@@ -157,6 +157,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         record["val_loss_basis"] = loss_basis(loader, cfg.eval_iters)
     if not cfg.allow_broken:
         check_not_broken(cfg, record, model.config)
+    check_weights_usable(new_model)
     out = {"model": raw_state_dict(new_model), "model_args": new_model.config.to_dict(),
            "config": dict(ckpt.get("config") or {}, **{f"transform_{k}": v for k, v in asdict(cfg).items()}),
            "iter_num": 0, "source_iter_num": ckpt.get("iter_num", 0),  # finetune.py --init_state goes on from it
@@ -179,6 +180,18 @@ def asks_for_exact(cfg: TransformConfig, d: int) -> bool:
     return (cfg.width >= d and cfg.kind in EXACT_KINDS and not cfg.map_file and cfg.porting in ("residual", "head")
             and cfg.norms == "fold" and cfg.rescale_gains and cfg.refit == "none" and cfg.learn_steps == 0
             and not cfg.tie_head and cfg.depth_mode != "gstack")
+
+
+def check_weights_usable(new_model) -> None:
+    """Refuse, before anything is written, a model no loader would take (a NaN, infinite or overflow-prone weight:
+    a huge --grow_noise or --map_file): written with exit 0 whether or not it was evaluated, it could not be read
+    back. Not even --allow_broken writes one."""
+    from lgpt.plumbing.checkpoint import CheckpointError, check_finite
+    try:
+        check_finite(raw_state_dict(new_model), "the transformed model")
+    except CheckpointError as e:
+        raise TransformError(f"{str(e).split(':')[0]}: nothing was written; the options made weights no loader "
+                             "takes (a --map_file or --grow_noise far too large?)") from None
 
 
 def check_not_broken(cfg: TransformConfig, record: dict, old: GPTConfig) -> None:

@@ -253,6 +253,7 @@ def transform_record(spec: TransformSpec, old: GPTConfig, porting: str, kind: st
                       f"ε={mp.jl_eps}, δ={mp.jl_delta}: pairwise distances are not guaranteed", stacklevel=3)
     orthonormal = m >= d and bool(torch.allclose(T.T @ T, torch.eye(d, dtype=T.dtype, device=T.device), atol=1e-9))
     exact = (porting == "residual" and orthonormal and port_.norms == "fold" and port_.rescale_gains
+             and not spec.tie.tie_head  # the tied head's final-norm gain is fitted, never carried exactly
              and learning.refit == "none" and learning.learn_steps == 0  # anything learned or refit changes it
              and not (spec.grow.n_layer > old.n_layer and spec.grow.depth_mode == "gstack")
              and not any(n.startswith("APPROX") for n in notes))

@@ -408,6 +408,10 @@ def check_new_directions(spec: TransformSpec, cfg: GPTConfig, porting: str) -> N
     asked = [name for name, on in (("grow_reader_std", grow.grow_reader_std > 0),
                                    ("grow_mask_iters", grow.grow_mask_iters > 0),
                                    ("rms_preserve", grow.rms_preserve)) if on]
+    if grow.grow_mask_iters > 0 and grow.grow_mode == "clone" and (grow.n_head or grow.mlp_hidden):
+        raise TransformError("grow_mask_iters masks the new units, but grow_mode='clone' splits each old unit's output "
+                             "with its clone: masking the clones halves those outputs; use grow_mode='zero' with "
+                             "masks, or drop --grow_mask_iters")
     if not asked:
         return
     needs = {f"width > d={d}": m > d, "porting='residual'": porting == "residual",
@@ -438,3 +442,7 @@ def check_tie_head(spec: TransformSpec, cfg: GPTConfig, porting: str) -> None:
     if porting != "residual" or spec.port.keep_layernorm or spec.grow.grows_units():
         raise TransformError("tie_head needs porting='residual' without keep_layernorm or growth; drop --tie_head "
                              "or those settings")
+    if spec.map.width > cfg.n_embd:
+        raise TransformError(f"tie_head keeps a tied head tied through a shrink (width ≤ d = {cfg.n_embd}), but "
+                             f"width={spec.map.width} grows the model: drop --tie_head (growth keeps the tie exactly "
+                             "only where the final norm's gain allows, which this option does not attempt)")

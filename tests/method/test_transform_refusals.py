@@ -80,3 +80,27 @@ def test_a_learned_map_that_diverges_ends_at_its_start(trained_dir, char_data_di
     assert learned["kept"] == "initial" and learned.get("diverged")
     idx = torch.randint(0, model.config.vocab_size, (2, 12))
     assert torch.allclose(new(idx, all_logits=True)[0], start(idx, all_logits=True)[0], atol=1e-6)
+
+
+def test_weights_no_loader_takes_are_never_written_and_false_exact_claims_are_gone(trained_dir, char_data_dir,
+                                                                                   tmp_path):
+    """A huge --grow_noise made NaN weights with exit 0 and "exact: True" even with no evaluation; clone growth
+    behind MSG masks halved the old units' outputs and was recorded exact; a tied head kept through growth was
+    recorded exact though its final gain is fitted."""
+    args = dict(in_dir=trained_dir, data_dir=char_data_dir, eval_iters=0)
+    with pytest.raises(TransformError, match="the transformed model' holds .*nothing was written"):
+        transform_checkpoint(TransformConfig(out_dir=str(tmp_path / "a"), width=64, grow_noise=1e308,
+                                             allow_broken=True, **args))
+    assert not os.path.exists(tmp_path / "a" / "ckpt.pt")
+    with pytest.raises(TransformError, match="masking the clones halves those outputs"):
+        transform_checkpoint(TransformConfig(out_dir=str(tmp_path / "b"), width=64, n_head=8, grow_mode="clone",
+                                             grow_mask_iters=5, **args))
+    model = random_model(0, head="tied", vocab_size=65, block_size=16)
+    src = saved(model, trained_dir, tmp_path / "tied")
+    with pytest.raises(TransformError, match="tie_head keeps a tied head tied through a shrink"):
+        transform_checkpoint(TransformConfig(in_dir=src, out_dir=str(tmp_path / "c"), width=64, kind="truncate",
+                                             tie_head=True, data_dir=char_data_dir, eval_iters=0))
+    loader = BatchLoader(char_data_dir, 16, 4)
+    _, record = transform_model(model, spec(model.config.n_embd, kind="orthogonal", tie_head=True, calib_batches=2),
+                                loader)
+    assert not record["exact"]  # the tie is fitted, even with nothing shrunk
