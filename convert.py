@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -556,14 +557,17 @@ def check_export_dir(to_hf: str, overwrite: bool, in_dir: str = "") -> None:
     if in_dir and _inside(in_dir, to_hf):
         raise ConversionError(f"--to_hf='{to_hf}' is or holds the input checkpoint's folder '{in_dir}'; an export "
                               "never writes over its input: choose another --to_hf")
-    held = [name for name in ("config.json", "model.safetensors", "pytorch_model.bin")
-            if os.path.exists(os.path.join(to_hf, name))]
+    held = [name for name in ("config.json", "model.safetensors") if os.path.exists(os.path.join(to_hf, name))]
     others = sorted(name for name in (os.listdir(to_hf) if os.path.isdir(to_hf) else [])
                     if name != LOCK_NAME and not name.startswith(".staging.tmp-"))  # ours: a lock, a killed staging
-    if others and not held:
-        more = ", …" if len(others) > 3 else ""
-        raise ConversionError(f"'{to_hf}' holds other files ({', '.join(others[:3])}{more}) and no export; an export "
-                              "goes into a new or empty folder: choose another --to_hf")
+    # weights an export of ours never writes: the folder is someone else's model (a config.json is not ours alone)
+    foreign = [name for name in others if name not in EXPORT_NAMES and FOREIGN_WEIGHTS.search(name)]
+    if others and (not held or foreign):
+        shown = foreign or others
+        more = ", …" if len(shown) > 3 else ""
+        raise ConversionError(f"'{to_hf}' holds files an export of ours never writes ({', '.join(shown[:3])}{more})"
+                              f"{' beside a config.json: another model' if foreign else ''}; an export goes into a "
+                              "new or empty folder, or replaces one of ours: choose another --to_hf")
     if held and not overwrite:
         raise ConversionError(f"'{to_hf}' already holds an export ({', '.join(held)}); choose another --to_hf, or "
                               "pass --overwrite=True to replace it")
@@ -572,7 +576,8 @@ def check_export_dir(to_hf: str, overwrite: bool, in_dir: str = "") -> None:
 
 # what an export of ours writes into its folder: on --overwrite, those the new export does not write again go (an
 # old lm_eval/ task beside a new model would score it on the old data); nothing else in the folder is touched
-EXPORT_NAMES = ("config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json",
+FOREIGN_WEIGHTS = re.compile(r"\.(bin|pt|pth|ckpt|safetensors|gguf|h5|msgpack|onnx)$|\.index\.json$")
+EXPORT_NAMES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
                 "added_tokens.json", "lm_eval")
 

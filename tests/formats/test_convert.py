@@ -268,10 +268,17 @@ def test_an_export_never_writes_over_what_it_did_not_make(tmp_path, trained_dir)
     user = tmp_path / "user"
     user.mkdir()
     (user / "notes.txt").write_text("precious")
+    hf = tmp_path / "someone_elses_hf_model"  # a config.json alone does not make a folder an export of ours
+    hf.mkdir()
+    for name in ("config.json", "pytorch_model.bin", "README.md"):
+        (hf / name).write_text(name)
     for overwrite in (False, True):
-        with pytest.raises(ConversionError, match="holds other files \\(notes.txt\\) and no export"):
+        with pytest.raises(ConversionError, match="holds files an export of ours never writes \\(notes.txt\\)"):
             convert(ConvertConfig(in_dir=trained_dir, to_hf=str(user), overwrite=overwrite))
         assert os.listdir(user) == ["notes.txt"]
+        with pytest.raises(ConversionError, match="never writes \\(pytorch_model.bin\\) beside a config.json"):
+            convert(ConvertConfig(in_dir=trained_dir, to_hf=str(hf), overwrite=overwrite))
+        assert sorted(os.listdir(hf)) == ["README.md", "config.json", "pytorch_model.bin"]
     before = sorted(os.listdir(trained_dir))
     with pytest.raises(ConversionError, match="never writes over its input"):
         convert(ConvertConfig(in_dir=trained_dir, to_hf=trained_dir, overwrite=True))
