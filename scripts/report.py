@@ -1737,6 +1737,10 @@ def fill(doc: str, text: str) -> tuple[str, list[str]]:
     def one(match: re.Match) -> str:
         name, was = match.group(1), match.group(2)
         where = f"{doc}: {section_of(text, match.start())}"
+        if "<!-- q " in was or "<!--" in name:  # an opening whose close is missing ran on to the next quote's close
+            problems.append(f"{where}: malformed quote: '<!-- q {name[:40]} -->' has no '<!-- /q -->' of its own "
+                            "before the next quote; add it (the doc is left as it is)")
+            return match.group(0)
         if not name.startswith("=") and name not in QUOTES:
             problems.append(f"{where}: unknown quote '{name}' (report.QUOTES names them; '=' paths read results/)")
             return match.group(0)
@@ -1749,6 +1753,9 @@ def fill(doc: str, text: str) -> tuple[str, list[str]]:
             problems.append(f"{where}: quote '{name}' says {was!r}, results/ give {now!r}")
         return f"<!-- q {name} -->{now}<!-- /q -->"
 
+    opened = set(re.findall(r"<!-- BEGIN (\S+) -->", text))
+    for name in sorted(opened ^ set(re.findall(r"<!-- END (\S+) -->", text))):
+        problems.append(f"{doc}: malformed block '{name}': a BEGIN without its END or an END without its BEGIN")
     text = BLOCK.sub(block, text)
     return QUOTE.sub(one, text), problems
 
@@ -1787,7 +1794,7 @@ def main() -> None:
         sys.exit(1 if problems else 0)
     draw_figures(files)  # first: the index lists the figures
     files, problems = check()
-    damaged = [p for p in problems if "differs" not in p and "says" not in p]
+    damaged = [p for p in problems if ("differs" not in p and "says" not in p) or "malformed" in p]
     for path, text in files.items():
         with open(os.path.join(ROOT, path), "w") as f:
             f.write(text)

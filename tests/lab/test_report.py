@@ -341,3 +341,12 @@ def test_a_gap_quote_gives_the_mean_and_spread_of_the_draws_gaps():
         f"{100 * statistics.fmean(gaps):+.1f}% ± {100 * statistics.stdev(gaps):.1f}")
     assert report.quote("=real_model_tied/rows/0/losses/val~base/losses/val|gap2") == (
         f"{100 * (tied['rows'][0]['losses']['val'] / tied['base']['losses']['val'] - 1):+.2f}%")
+
+
+def test_a_quote_or_block_missing_its_close_is_named_and_no_text_is_lost():
+    q = "<!-- q =real_model_tied/base/losses/val|.4f -->"
+    text = f"# Doc\n\nFirst {q}3.7584 and prose that must stay, then {q}3.7584<!-- /q --> end.\n"
+    filled, problems = report.fill("docs/x.md", text)
+    assert filled == text and any("malformed quote" in p and "has no '<!-- /q -->'" in p for p in problems)
+    _, problems = report.fill("docs/x.md", "<!-- BEGIN headline -->\nold\n")
+    assert any("malformed block 'headline'" in p for p in problems)
