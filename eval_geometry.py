@@ -81,6 +81,8 @@ class GeometryConfig:
                      "heatmap_probes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.n_probes < 2:
+            raise ConfigError(f"n_probes={self.n_probes}: the geometry compares pairs of probes; give at least 2")
         if self.block_size < 0:
             raise ConfigError(f"block_size must be >= 0 (0: the models' context), got {self.block_size}")
 

@@ -186,9 +186,18 @@ def read_control(cfg: FinetuneConfig) -> list:
     if not os.path.exists(path):
         raise ConfigError(f"--control_dir={cfg.control_dir} holds no finetune.json: finetune the untransformed model "
                           "there first, with this recipe")
-    with open(path) as f:
-        control = json.load(f)
-    theirs = control.get("config") or {}
+    try:
+        with open(path) as f:
+            control = json.load(f)
+        theirs = control.get("config") or {}
+        curve = control["curve"]
+        if not (isinstance(theirs, dict) and isinstance(curve, list) and curve
+                and all(isinstance(p, list) and len(p) == 2 for p in curve)
+                and isinstance(theirs.get("eval_seed", -1), int) and isinstance(theirs.get("seed", 0), int)):
+            raise ValueError("its config or curve is not what finetune.py writes")
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:
+        raise ConfigError(f"--control_dir={cfg.control_dir}: its finetune.json is damaged ({type(e).__name__}: "
+                          f"{str(e)[:80]}); finetune the control again with this recipe") from None
     ours = dataclasses.asdict(cfg)
     for key in ("eval_seed", "data_dir"):  # compare what they resolve to
         ours[key] = cfg.eval_batch_seed() if key == "eval_seed" else os.path.abspath(cfg.resolved_data_dir())
@@ -202,7 +211,7 @@ def read_control(cfg: FinetuneConfig) -> list:
         words = "; ".join(f"{k}: {theirs.get(k, defaults[k])!r} there vs {ours[k]!r} here" for k in differ)
         raise ConfigError(f"--control_dir={cfg.control_dir} ran another recipe ({words}); a control must match it "
                           f"exactly{hint}")
-    return control["curve"]
+    return curve
 
 
 def against_control(curve: list, control_curve: list, tol: float) -> dict:

@@ -200,8 +200,12 @@ def check_settings(spec: TransformSpec, error: type[Exception], map_file: bool =
             raise error(f"{name}={s[name]!r} is not one of {allowed}")
     if PORTING_ALIASES.get(s["porting"], s["porting"]) not in PORTINGS:
         raise error(f"porting={s['porting']!r} is not one of {PORTINGS} (or the alias 'head')")
-    if not 0 < s["jl_eps"] < 1 or not 0 < s["jl_delta"] < 1 or s["learn_lr"] <= 0:
-        raise error("jl_eps and jl_delta must lie in (0, 1), learn_lr must be > 0")
+    if not 1e-3 <= s["jl_eps"] < 1 or not 0 < s["jl_delta"] < 1 or s["learn_lr"] <= 0:
+        raise error("jl_eps must lie in [0.001, 1) (the JL width grows as 1/ε²), jl_delta in (0, 1), and learn_lr "
+                    "must be > 0")
+    if not s["refit_ridge"] <= 1e6:
+        raise error(f"refit_ridge={s['refit_ridge']} is beyond 1e6 (relative to the input's mean energy): the refit "
+                    "would solve for nothing; use a ridge in [0, 1e6]")
     check_learning(spec.learn, error)
     if not spec.learn.learn_hold and not spec.learn.learn_steps:
         raise error("learn_hold=False chooses what a learned map may change: add --learn_steps=N or drop "

@@ -870,3 +870,30 @@ def test_a_failed_run_removes_its_own_new_files_only(tmp_path):
         (out / "notes" / "n.txt").write_text("another process's")
         raise RuntimeError("training diverged")
     assert sorted(os.listdir(out)) == ["keep.txt", "notes"]
+
+
+def test_the_second_attack_passes_inputs_are_one_line_each(tmp_path, trained_dir, char_data_dir):
+    """A damaged control's finetune.json, a jl_eps of 1e-300, a ridge of 1e308 and a single geometry probe each
+    ended in a traceback."""
+    import json
+
+    from eval_geometry import GeometryConfig
+    from finetune import FinetuneConfig, read_control
+    from lgpt.plumbing.errors import ConfigError, TransformError
+    from transform import TransformConfig, transform_checkpoint
+    control = tmp_path / "control"
+    control.mkdir()
+    for damaged in ("{bad", "[1, 2]", json.dumps({"config": {"eval_seed": None}, "curve": []})):
+        (control / "finetune.json").write_text(damaged)
+        with pytest.raises(ConfigError, match="its finetune.json is damaged"):
+            read_control(FinetuneConfig(in_dir=trained_dir, control_dir=str(control), data_dir=char_data_dir))
+    for option, words in ((dict(jl_eps=1e-300), "jl_eps must lie in"), (dict(refit="all", refit_ridge=1e308),
+                                                                          "refit_ridge=1e\\+308 is beyond 1e6")):
+        with pytest.raises((TransformError, ConfigError), match=words):
+            cfg = TransformConfig(in_dir=trained_dir, out_dir=str(tmp_path / "t"), width=16, data_dir=char_data_dir,
+                                  eval_iters=0, **option)
+            cfg.validate()  # what the command line runs first
+            transform_checkpoint(cfg)
+        assert not (tmp_path / "t").exists()
+    with pytest.raises(ConfigError, match="n_probes=1: .* at least 2"):
+        GeometryConfig(ref_dir=trained_dir, n_probes=1).validate()
