@@ -513,7 +513,7 @@ def write_lm_eval_task(ckpt: dict, data_dir: str, out_dir: str, final_dir: str =
 
 @dataclass
 class ConvertConfig:
-    # conversion (one of from_hf, from_nanogpt, to_hf)
+    # conversion (one of from_hf, from_gguf, from_nanogpt, to_hf, to_gguf)
     from_hf: str = ""  # a Hugging Face GPT-2 / Llama / Qwen2 name or save_pretrained directory
     from_gguf: str = ""  # a Llama / Qwen2 / Gemma 3 GGUF file (any tensor type the gguf package dequantizes)
     from_nanogpt: str = ""  # a nanoGPT ckpt.pt (or its directory)

@@ -83,7 +83,7 @@ class LearningSpec:
     # corrections after porting (refit.py), fitted on the calibration text; porting='residual'
     refit: str = "none"  # 'none' | 'gains' (LS norm gains) | 'readers' (sequential LS readers) | 'all' (+ writers)
     refit_ridge: float = 1e-4  # ridge of the least-squares refit, relative to the input's mean energy
-    learn_steps: int = 0  # > 0: learn T (orthonormal rows, m < d) for this many steps of KL(original ‖ new)
+    learn_steps: int = 0  # > 0: learn T (orthonormal rows; m < d, or m = d with learn_label_weight) by KL steps
     learn_lr: float = 1e-3  # Adam learning rate of the learned map
     learn_gain_lr: float = 0.0  # > 0: with learn_steps, every norm also learns a per-coordinate gain (m values,
     #                             folded into its readers: refit.gain_readers) jointly with T, at this Adam rate
