@@ -97,7 +97,7 @@ def test_check_spec_rejects_bad_requests_against_the_model(options, message):
 
 @pytest.mark.parametrize("options, message", [
     (dict(kind="pcaa"), "kind='pcaa' is not one of"),
-    (dict(jl_eps=2.0), "jl_eps and jl_delta must lie in"),
+    (dict(jl_eps=2.0), "jl_eps must lie in"),
     (dict(learn_hold=False), "learn_hold=False chooses what a learned map may change"),
     (dict(n_layer=-1), "n_layer must be >= 0"),
     (dict(calib_batches=0), "calib_batches must be a positive integer"),
