@@ -253,7 +253,7 @@ CASES = [
     ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16",
                              "--eval_iters=-1"], ["eval_iters must be >= 0"]),
     ("transform", lambda c: [f"--in_dir={c.trained}", f"--out_dir={_fresh(c, 't')}", "--width=16", "--jl_eps=2"],
-     ["jl_eps and jl_delta must lie in (0, 1)"]),
+     ["jl_eps must lie in [0.001, 1)"]),
     # finetune.py
     ("finetune", lambda c: [f"--out_dir={_fresh(c, 'f')}"], ["in_dir is required"]),
     ("finetune", lambda c: [f"--in_dir={c.transformed}", f"--out_dir={c.transformed}"],
