@@ -20,11 +20,11 @@ The recipes, each fixed before this script ran (``RECIPES``; nothing here choose
   the original bit for bit (tests/method/test_distill.py; results/real_model_distill measured it), so the original's
   row is the control.
 n: calibration draws (seeds) for the transforms, data orders for distillation. ``--part=headline`` builds seed 0 of
-every recipe; ``--part=draws`` seeds 1 and 2 of the training-free ones (``DRAWN``: each trained recipe costs about 25
-single-core minutes, so it has n = 1 here, and its differences are "not tested" over draws); ``--part=loto`` the
-general case, leaving one text out: the training-free recipe calibrated on the train splits of the other three texts
-(interleaved in equal shares, up to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all``
-(the default) does the three in that order.
+every recipe; ``--part=draws`` seeds 1 and 2 of the −25% training-free one (``DRAWN``: the others have n = 1 here —
+each trained recipe costs about 25 single-core minutes — so their differences and aims are "not tested" over
+draws); ``--part=loto`` the general case, leaving one text out: the training-free recipe calibrated on the train
+splits of the other three texts (interleaved in equal shares, up to LOTO_CHARS of each) and read on the held-out
+text's test split. ``--part=all`` (the default) does the three in that order.
 Every model is read on the test split of every text and on Shakespeare's dev split, whole splits in 256-token
 windows; each window's mean loss is kept, so a loss's ± is its sampling error (the standard error over windows) and
 two models are compared paired over the same windows as well as over draws. Cost: the step's single-core seconds
@@ -74,7 +74,7 @@ DISTILLED = {"distill25": ("free25", "every weight of the −25% model (AdamW, 3
                            f"{CALIB_TOKENS:,} forward + {DISTILL_TOKENS:,} forward+backward (and the teacher's "
                            "forward)")}
 DRAWS = (1, 2)  # seeds beside 0 for --part=draws
-DRAWN = ("free25", "free50")  # the recipes drawn three times; the trained ones (≈ 25 core-minutes each) once: n = 1
+DRAWN = ("free25",)  # the recipe drawn three times; the others once (n = 1): the trained ones cost ≈ 25 core-min each
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
 # the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)
