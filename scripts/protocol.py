@@ -227,7 +227,8 @@ def core_seconds(step: dict) -> tuple[float, str]:
 
 # CPU time of steps that ran before run_step recorded it, read from /proc/PID/stat (utime + stime) every 2 s until
 # the process ended, keyed by the run directory (the first protocol run: results' "cost_measured" says which)
-CPU_POLLED: dict[str, float] = {"protocol-distill25-s0-4819907d1e": 2623.5}
+CPU_POLLED: dict[str, float] = {"protocol-distill25-s0-4819907d1e": 2623.5,
+                               "protocol-learned25-shakespeare-s0-048f7a7ed6": 1851.7}
 
 
 def row(name: str, seed: int, built: dict, trained: str, passes: str, losses: dict) -> dict:
