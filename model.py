@@ -55,6 +55,7 @@ class GPTConfig:
     mlp: str = "gelu"  # 'gelu' | 'gelu_tanh' (GPT-2's gelu_new) | 'swiglu'
     norm_reg: float = 0.0  # λ of the hidden-state norm regularizer (0 disables it)
     qk_norm: bool = False  # a per-head RMSNorm (per-dimension gain) on queries and keys before RoPE (Gemma 3, Qwen3)
+    qk_norm_eps: float | None = None  # ε of those q/k norms (None: norm_eps); a width map rescales only norm_eps
     attn_scale: float | None = None  # attention logits × this; None: 1/√head_dim (Gemma 3: query_pre_attn_scalar^−½)
     attn_window: int = 0  # > 0: sliding-window attention over the last attn_window positions (Gemma 3's local layers)
     global_every: int = 0  # with attn_window: every global_every-th block (i + 1 ≡ 0) attends to all positions
@@ -119,6 +120,8 @@ class GPTConfig:
             raise ValueError(f"embed_scale must be > 0, got {self.embed_scale}")
         if not isinstance(self.qk_norm, bool):
             raise ValueError(f"qk_norm must be True or False, got {self.qk_norm!r}")
+        if self.qk_norm_eps is not None and not self.qk_norm_eps > 0:
+            raise ValueError(f"qk_norm_eps must be > 0 (or None: norm_eps), got {self.qk_norm_eps}")
         self._check_shortcuts()
 
     def _check_shortcuts(self) -> None:
@@ -311,8 +314,9 @@ class CausalSelfAttention(nn.Module):
         self.layer = layer  # its slot in a KVCache
         self.window = config.attn_window if config.windowed(layer) else 0
         if config.qk_norm:  # per head, over head_dim: not on the residual axis, so no width map touches them
-            self.q_norm = Norm(config.head_dim, "rmsnorm", "vector", False, config.norm_eps)
-            self.k_norm = Norm(config.head_dim, "rmsnorm", "vector", False, config.norm_eps)
+            eps = config.norm_eps if config.qk_norm_eps is None else config.qk_norm_eps
+            self.q_norm = Norm(config.head_dim, "rmsnorm", "vector", False, eps)
+            self.k_norm = Norm(config.head_dim, "rmsnorm", "vector", False, eps)
         self.use_rope = config.pos == "rope"
         if self.use_rope:
             base = config.rope_local_base if self.window and config.rope_local_base else config.rope_base

@@ -275,6 +275,8 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     cfg = copy.deepcopy(cfg)
     cfg.n_embd = m
     if rescale_gains:
+        if cfg.qk_norm and cfg.qk_norm_eps is None and m != d:  # the q/k norms (over head_dim) keep their ε
+            cfg.qk_norm_eps = cfg.norm_eps
         cfg.norm_eps = cfg.norm_eps * d / m
     if porting == "sandwich":
         cfg.head_dim = m // cfg.n_head

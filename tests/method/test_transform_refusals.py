@@ -104,3 +104,16 @@ def test_weights_no_loader_takes_are_never_written_and_false_exact_claims_are_go
     _, record = transform_model(model, spec(model.config.n_embd, kind="orthogonal", tie_head=True, calib_batches=2),
                                 loader)
     assert not record["exact"]  # the tie is fitted, even with nothing shrunk
+
+
+@pytest.mark.parametrize("kind", ["truncate", "orthogonal"])
+def test_growth_keeps_the_qk_norms_epsilon_so_exact_is_exact(kind):
+    """The port rescales norm_eps by d/m for the residual norms; the q/k norms (per head, over head_dim) once shared
+    it, so a qk-norm model grown 'exactly' moved by 1e-3 in log-probability. They keep their own ε now."""
+    model = random_model(0, norm_type="rmsnorm", pos="rope", qk_norm=True, bias=False, norm_eps=1e-2)
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    grown, record = transform_model(model, spec(48, kind=kind))
+    assert record["exact"] and grown.config.qk_norm_eps == 1e-2 and grown.config.norm_eps == pytest.approx(1e-2 / 3)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.log_softmax(grown(idx)[0], -1), torch.log_softmax(model(idx)[0], -1),
+                                   rtol=0, atol=1e-5)
