@@ -118,7 +118,8 @@ MIN_TEXT_CHARS = 1000
 def split_points(chars: int, val_fraction: float, test_fraction: float) -> tuple[int, int]:
     """Where train ends and where val begins: train = [0, a), test = [a, b), val = [b, chars). Val keeps nanoGPT's
     place (the text's last ``val_fraction``), so a dev number measured before test existed still reads the same
-    text; test is carved from just before it, where no choice ever looked."""
+    text; test is carved from just before it, where no choice was ever scored (calibration before the three splits
+    did draw windows there: a run on this protocol calibrates on train alone)."""
     b = int(chars * (1 - val_fraction))
     return int(chars * (1 - val_fraction - test_fraction)), b
 

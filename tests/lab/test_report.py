@@ -277,7 +277,8 @@ def fake_protocol() -> dict:
     return {"splits": "train 80 / test 10 / dev 10", "block": 256, "original": {"parameters": 134e6,
                                                                                "losses": losses(1.0)},
             "configurations_tried": {"transform": 113, "distillation": 24},
-            "test_reads": {"shakespeare": 5, "novel": 5, "news": 5, "wiki": 5},
+            "test_reads": {t: {"reads": 5, "recipes": ["a", "b"]} for t in ("shakespeare", "novel", "news", "wiki")},
+            "plan_changes": ["a draw dropped"],
             "rows": [row("free25", 0, 1.020), row("free25", 1, 1.021), row("free25", 2, 1.019),
                      row("free50", 0, 1.20), row("learned25", 0, 1.01), row("distill25", 0, 1.005)],
             "loto": [dict(row("free25-loto", 0, 1.05 + 0.01 * i), held_out=t)
@@ -290,8 +291,15 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     free25 = tests["free25: Shakespeare test gap ≤ +3%"]
     assert free25["n"] == (3, 1) and free25["delta"] == pytest.approx(2.0 - 3.0)  # mean gap +2.0% against +3%
     assert free25["p"] is not None and report.aim_word(free25) == "meets the aim"
+    from scipy import stats  # the error holds the draws' spread and the test windows' sampling error
+    window = report.window_gap_se(r, r["rows"][0], "shakespeare")
+    assert window == pytest.approx(100 * 0.02 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2 / 4)
+    error = math.sqrt(statistics.stdev([2.0, 2.1, 1.9]) ** 2 / 3 + window ** 2)
+    assert free25["p"] == pytest.approx(2 * stats.t.sf(1.0 / error, 2), rel=1e-6)
+    wide = report.aim_verdict([2.0, 2.1, 1.9], 3.0, window_se=5.0)  # a noisy test set: the aim is undecided
+    assert report.aim_word(wide) == "undecided"
     assert tests["free50: Shakespeare test gap ≤ +12%"]["word"] == "not tested"  # n = 1
-    assert tests["learned25 vs distill25 (equal compute), Shakespeare test loss"]["word"] == "not tested"
+    assert tests["learned25 vs distill25, Shakespeare test loss"]["word"] == "not tested"
     loto = tests["free25, leave one text out: mean test gap over 4 held-out texts ≤ +10%"]
     assert loto["delta"] == pytest.approx(6.5 - 10) and report.aim_word(loto) == "meets the aim"
     tested = [v for v in tests.values() if v["p"] is not None]
@@ -301,7 +309,8 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     assert "| +2.0% ± 0.1 |" in text and "| +20.0% |" in text  # gaps to one decimal, sd over draws (n > 1)
     d, se = report.paired_windows(r, r["rows"][4], r["rows"][5], "shakespeare")
     assert d == pytest.approx(0.005 * 4.0) and se == pytest.approx(0.005 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2)
-    assert "113 transform configurations" in text and "shakespeare 5" in text
+    assert "113 transform configurations" in text and "shakespeare 5 reads by 2 recipes" in text
+    assert "Changed after a test read: a draw dropped." in text
 
 
 def test_a_gap_is_measured_against_the_original_on_the_same_test_split():
