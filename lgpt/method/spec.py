@@ -214,6 +214,10 @@ def check_settings(spec: TransformSpec, error: type[Exception], map_file: bool =
                  "n_layer", "grow_reader_std", "grow_mask_iters", "pca_damping"):
         if not s[name] >= 0:  # 0: off (n_head, mlp_hidden: keep the model's; learn_steps: keep T); NaN fails too
             raise error(f"{name} must be >= 0, got {s[name]}")  # a negative damping would invert --pca_exclude
+    for name in ("grow_noise", "clone_noise"):  # exact in exact arithmetic; float error grows with σ
+        if s[name] > 100:
+            raise error(f"{name}={s[name]} is beyond 100: the symmetry breaking is exact only up to float error, "
+                        "which grows with σ (1e5 moved the loss); use σ ≤ 100 (0.01–1 is usual)")
     if spec.calib.calib_batches <= 0:
         raise error(f"calib_batches must be a positive integer, got {spec.calib.calib_batches}")
     check_pca_options(spec, error, map_file)

@@ -118,3 +118,10 @@ def test_a_good_spec_passes_and_names_its_porting():
     cfg = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=65)
     assert check_spec(spec(48, porting="head", n_head=8, mlp_hidden=256), cfg) == "residual"
     check_settings(spec(48), ConfigError)
+
+
+def test_a_symmetry_breaking_sigma_beyond_float_exactness_is_refused():
+    from transform import TransformConfig
+    for name in ("grow_noise", "clone_noise"):
+        with pytest.raises(ConfigError, match=f"{name}=100000.0 is beyond 100"):
+            check_settings(spec_from_config(TransformConfig(width=64, **{name: 1e5})), ConfigError)
