@@ -225,7 +225,7 @@ def core_seconds(step: dict) -> tuple[float, str]:
     if "cpu_seconds" in step:
         return step["cpu_seconds"], "cpu"
     polled = CPU_POLLED.get(step.get("out_dir", ""))
-    return (polled, "cpu (polled)") if polled else (step["seconds"], "wall")
+    return (polled, "cpu, polled") if polled else (step["seconds"], "wall")
 
 
 # CPU time of steps that ran before run_step recorded it, read from /proc/PID/stat (utime + stime) every 2 s until
@@ -287,7 +287,10 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
               "loto": [loto[t] for t in TEXTS if t in loto],
               "test_reads": {t: {"reads": len(reads_of_test(data[t])), "recipes": recipes_of_test(data[t])}
                              for t in TEXTS},
-              "plan_changes": PLAN_CHANGES},
+              "plan_changes": PLAN_CHANGES,
+              "build_minutes": round(sum(r["core_seconds"] + sum(x.get("seconds", 0) for t in r["losses"].values()
+                                                                 for x in t.values())
+                                         for r in [*rows.values(), *loto.values()]) / 60, 1)},
              started, "protocol", "scripts/protocol.sh")
 
     def original() -> None:

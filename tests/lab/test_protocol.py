@@ -62,5 +62,5 @@ def test_losses_nest_by_text_and_split_once():
 def test_a_steps_cost_is_its_cpu_time_where_measured_and_its_wall_time_named_otherwise(monkeypatch):
     assert protocol.core_seconds({"seconds": 900.0, "cpu_seconds": 300.0}) == (300.0, "cpu")
     monkeypatch.setattr(protocol, "CPU_POLLED", {"protocol-x-0123456789": 310.0})
-    assert protocol.core_seconds({"seconds": 900.0, "out_dir": "protocol-x-0123456789"}) == (310.0, "cpu (polled)")
+    assert protocol.core_seconds({"seconds": 900.0, "out_dir": "protocol-x-0123456789"}) == (310.0, "cpu, polled")
     assert protocol.core_seconds({"seconds": 900.0, "out_dir": "other"}) == (900.0, "wall")
