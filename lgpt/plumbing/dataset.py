@@ -606,28 +606,53 @@ def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split
             f"eval seed {seed}")
 
 
+def token_losses(model, batches, ctx=None) -> Iterator[torch.Tensor]:
+    """Each batch's next-token cross-entropies, shaped like its targets (batch, T), on the batch's device. The head
+    is applied in chunks (``chunked_logits``): one chunk, the whole batch, unless its logits exceed LOGITS_BUDGET."""
+    ctx = ctx or nullcontext()
+    for x, y in batches:
+        targets = y.flatten()
+        nll = torch.empty(targets.numel(), device=targets.device)
+        with ctx:
+            h, _ = model(x, features=True)
+            for part, logits in chunked_logits(model, h):
+                nll[part] = torch.nn.functional.cross_entropy(logits.float(), targets[part], reduction="none")
+        yield nll.view(y.shape)
+
+
+def whole_split_batches(loader: BatchLoader, split: str):
+    """Every window of ``split`` once, with a progress line (its count of batches known)."""
+    n_batches = -(-len(loader.full_split_starts(split)) // loader.batch_size)
+    return progress(loader.full_split(split), f"evaluate ({split})", n_batches, unit="batch")
+
+
 @torch.no_grad()
 def evaluate_loss(model, loader: BatchLoader, split: str, eval_iters: int | None, seed: int = 0,
                   ctx=None) -> float:
     """Mean LM cross-entropy of ``model`` on ``split``: over ``eval_iters`` fixed random batches, or over
-    the whole split when ``eval_iters`` is None. The model is put in eval mode and restored after. The head is
-    applied in chunks (``chunked_logits``): one chunk, the whole batch, unless its logits exceed LOGITS_BUDGET."""
+    the whole split when ``eval_iters`` is None. The model is put in eval mode and restored after."""
     was_training = model.training
     model.eval()
-    ctx = ctx or nullcontext()
+    batches = (whole_split_batches(loader, split) if eval_iters is None else
+               progress(eval_batches(loader, split, eval_iters, seed), f"evaluate ({split})", eval_iters,
+                        unit="batch"))
     total, count = 0.0, 0
-    batches = (loader.full_split(split) if eval_iters is None
-               else eval_batches(loader, split, eval_iters, seed))
-    n_batches = -(-len(loader.full_split_starts(split)) // loader.batch_size) if eval_iters is None else eval_iters
-    for x, y in progress(batches, f"evaluate ({split})", n_batches, unit="batch"):
-        targets = y.flatten()
-        with ctx:
-            h, _ = model(x, features=True)
-            for part, logits in chunked_logits(model, h):
-                total += torch.nn.functional.cross_entropy(logits.float(), targets[part], reduction="sum").item()
-        count += y.numel()
+    for nll in token_losses(model, batches, ctx):
+        total += nll.double().sum().item()
+        count += nll.numel()
     model.train(was_training)
     return total / count
+
+
+@torch.no_grad()
+def window_losses(model, loader: BatchLoader, split: str, ctx=None) -> np.ndarray:
+    """Each window's mean next-token loss over the whole ``split`` (the windows of ``full_split``, in order): the
+    per-window values whose mean is ``evaluate_loss``'s whole-split loss and whose spread is its sampling error."""
+    was_training = model.training
+    model.eval()
+    out = [nll.mean(1).double().cpu() for nll in token_losses(model, whole_split_batches(loader, split), ctx)]
+    model.train(was_training)
+    return torch.cat(out).numpy()
 
 
 def prepare_main(tokenizer: str, default_out_dir: str, argv: list[str] | None = None) -> None:

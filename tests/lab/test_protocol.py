@@ -23,8 +23,8 @@ def test_window_losses_average_to_the_whole_split_loss_and_a_test_read_is_record
     monkey_block = protocol.BLOCK
     try:
         protocol.BLOCK = 16
-        dev = protocol.window_losses(model, data, "val", "unused")
-        test = protocol.window_losses(model, data, "test", "recipe-a")
+        dev = protocol.split_window_losses(model, data, "val", "unused")
+        test = protocol.split_window_losses(model, data, "test", "recipe-a")
     finally:
         protocol.BLOCK = monkey_block
     whole = evaluate_loss(model, BatchLoader(data, 16, 8), "val", None)
