@@ -8,6 +8,8 @@ checkpoints.
     python convert.py --in_dir=out-m1024 --to_hf=hf-m1024              # back to the matching HF class
     python convert.py --from_gguf=SmolLM2-135M-Instruct.Q4_1.gguf --out_dir=out-smollm2   # a llama.cpp GGUF file
     python convert.py --in_dir=out-smollm2-m432 --to_gguf=smollm2-m432.gguf --gguf_type=f16   # and back
+    python convert.py --in_dir=out-smollm2-m432 --to_gguf=m432-q4km.gguf --gguf_type=Q4_K_M --pad_width=32
+                                                      # llama.cpp's own quantizer (pip install llama-cpp-python)
 
 This file is the shared path — which family a source is, loading it, checking it, writing exports and tokenizers,
 the CLI. Each family's mapping of tensors and config fields has a room of its own: convert_gpt2.py (GPT-2 and
@@ -55,6 +57,8 @@ from lgpt.formats.llama import (
     llama_state_from_hf,
     llama_state_to_hf,
 )
+from lgpt.formats.llama_cpp import QUANT_BLOCK, check_quantizable, llama_cpp, quantize
+from lgpt.method.grow import pad_residual
 from lgpt.plumbing.checkpoint import (
     LOCK_NAME,
     check_finite,
@@ -521,7 +525,9 @@ class ConvertConfig:
     in_dir: str = ""  # with to_hf: our checkpoint to export
     to_hf: str = ""  # directory for the exported GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM + tokenizer
     to_gguf: str = ""  # file for the exported Llama / Qwen2 / Gemma 3 GGUF (model + tokenizer)
-    gguf_type: str = "f32"  # with to_gguf: f32 | f16 | q8_0 (matrices; norm gains stay f32)
+    gguf_type: str = "f32"  # with to_gguf: f32 | f16 | q8_0 (ours; norm gains stay f32), or llama.cpp's Q4_K_M …
+    #   (its own quantizer on our f32 export: needs llama-cpp-python; docs/serving.md)
+    pad_width: int = 0  # with to_gguf: zero-pad the residual width up to a multiple of this, exactly (32: llama.cpp)
     lm_eval_task: bool = False  # with to_hf: also write to_hf/lm_eval/, an lm-eval task over the model's val split
     out_dir: str = ""  # with from_hf / from_nanogpt: where our ckpt.pt goes
     overwrite: bool = False  # replace a checkpoint already in out_dir, or an export already in to_hf / to_gguf
@@ -537,8 +543,12 @@ class ConvertConfig:
             raise ConfigError("--out_dir=DIR is required to import a model")
         if (self.to_hf or self.to_gguf) and not self.in_dir:
             raise ConfigError(f"--in_dir=DIR (our checkpoint) is required with --to_{'hf' if self.to_hf else 'gguf'}")
-        if self.gguf_type not in ("f32", "f16", "q8_0"):
-            raise ConfigError(f"--gguf_type={self.gguf_type!r} is not one of f32, f16, q8_0")
+        if self.gguf_type not in ("f32", "f16", "q8_0", *QUANT_BLOCK):
+            raise ConfigError(f"--gguf_type={self.gguf_type!r} is not one of f32, f16, q8_0 (written here) or "
+                              f"llama.cpp's {', '.join(QUANT_BLOCK)} (its quantizer, with llama-cpp-python)")
+        if self.pad_width < 0 or (self.pad_width and not self.to_gguf):
+            raise ConfigError(f"--pad_width={self.pad_width} pads a --to_gguf export's width up to a multiple of it "
+                              "(32 for llama.cpp's block types); give a positive number with --to_gguf, or 0")
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -638,7 +648,22 @@ def convert(cfg: ConvertConfig) -> str:
         model, ckpt = load_model(cfg.in_dir)
         check_complete_for_export(ckpt, cfg)
         tokenizer_files(ckpt.get("meta"))  # a tokenizer GGUF cannot hold fails before anything is written
-        export_gguf(model, ckpt.get("meta"), cfg.to_gguf, cfg.gguf_type)
+        if cfg.pad_width and model.config.n_embd % cfg.pad_width:
+            width = -(-model.config.n_embd // cfg.pad_width) * cfg.pad_width
+            print(f"padding the residual width {model.config.n_embd} → {width} with zeros (the same function)")
+            model = pad_residual(model, width)
+        if cfg.gguf_type not in QUANT_BLOCK:
+            export_gguf(model, ckpt.get("meta"), cfg.to_gguf, cfg.gguf_type)
+            return cfg.to_gguf
+        llama_cpp()  # checked before anything is written, as is the width
+        check_quantizable(model.config.n_embd, cfg.gguf_type)
+        unquantized = f"{cfg.to_gguf}.f32-{os.getpid()}"
+        try:
+            export_gguf(model, ckpt.get("meta"), unquantized, "f32")
+            quantize(unquantized, cfg.to_gguf, cfg.gguf_type, max(1, torch.get_num_threads()))
+        finally:
+            if os.path.exists(unquantized):
+                os.remove(unquantized)
         return cfg.to_gguf
     if cfg.to_hf:
         check_export_dir(cfg.to_hf, cfg.overwrite, cfg.in_dir)

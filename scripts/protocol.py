@@ -75,10 +75,17 @@ RECIPES = {
                f"{CALIB_TOKENS:,} calibration tokens forward"),
     "learned25": ("configs/smollm2_shrink_25.py", (), "T's free block and every norm's gain (16 Adam steps)",
                   f"{CALIB_TOKENS:,} forward + {LEARN_TOKENS:,} forward+backward"),
+    "slice25": ("configs/smollm2_slicegpt_25.py", (), "training-free",
+                f"{CALIB_TOKENS:,} calibration tokens forward (per site, sequentially)"),
 }
 DISTILLED = {"distill25": ("free25", "every weight of the −25% model (AdamW, 384 steps of 1 × 256 tokens)",
                            f"{CALIB_TOKENS:,} forward + {DISTILL_TOKENS:,} forward+backward (and the teacher's "
-                           "forward)")}
+                           "forward)"),
+             "slicedistill25": ("slice25", "every weight of SliceGPT's −25% model, shortcuts included (the same "
+                                "AdamW recipe, tokens and batches as distill25)",
+                                f"{CALIB_TOKENS:,} forward + {DISTILL_TOKENS:,} forward+backward (and the teacher's "
+                                "forward)")}
+SLICEGPT = ("slice25", "slicedistill25")  # --part=slicegpt: SliceGPT's construction, alone and + the same recovery
 DRAWS = (1, 2)  # seeds beside 0 for --part=draws
 # what changed in the plan after a test read, in order (the protocol says so rather than hide it)
 PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its seed 0 had read test; its seed 2 "
@@ -263,6 +270,8 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
     loto = {r["held_out"]: r for r in payload.get("loto", [])}
     seeds = {"headline": (0,), "draws": DRAWS, "all": (0, *DRAWS)}.get(part, ())
     jobs = [(name, seed) for seed in seeds for name in (*RECIPES, *DISTILLED) if seed == 0 or name in DRAWN]
+    if part == "slicegpt":
+        jobs = [(name, 0) for name in SLICEGPT]
     if part in ("loto", "all"):
         jobs += [("loto", text) for text in TEXTS]
     if reverse:
@@ -319,7 +328,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("headline", "draws", "loto", "all"), default="all")
+    parser.add_argument("--part", choices=("headline", "draws", "loto", "slicegpt", "all"), default="all")
     parser.add_argument("--reverse", action="store_true", help="the jobs from the end (a second process on the "
                         "other core; both share the cache, and the results file is merged as each saves)")
     args = parser.parse_args()

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per run: the same numbers whatever the machine's load (README)
-for part in ${1:-headline draws loto}; do
+for part in ${1:-headline draws loto slicegpt}; do
     python scripts/protocol.py --part="$part" --reverse &
     python scripts/protocol.py --part="$part"
     wait

@@ -312,3 +312,74 @@ def regroups_heads(cfg: GPTConfig, n_head: int, n_kv_head: int) -> bool:
     """Whether head growth changes how many query heads share a key/value head (copies of key/value heads)."""
     heads = n_head or cfg.n_head
     return heads // grown_kv_heads(cfg, heads, n_kv_head) != cfg.n_head // cfg.kv_heads
+
+
+def check_paddable(cfg: GPTConfig, width: int) -> None:
+    """``pad_residual``'s conditions: it widens, and every norm is an RMSNorm with a gain to rescale."""
+    if width < cfg.n_embd:
+        raise TransformError(f"pad_residual widens: width={width} is below the model's d={cfg.n_embd}")
+    if cfg.norm_type != "rmsnorm" or cfg.norm_gain == "none":
+        raise TransformError(f"zero-padding is exact only with RMSNorm gains (norm_type='rmsnorm', norm_gain vector "
+                             f"or scalar); this model has norm_type={cfg.norm_type!r}, norm_gain={cfg.norm_gain!r}: "
+                             "use transform.py --kind=truncate --width=M, which folds the gains (and unties the head)")
+
+
+def pad_residual(model, width: int):
+    """The same function at residual width ``width`` ≥ d, the new coordinates always zero — with every gain kept in
+    its norm, so a tied head stays tied (a width map folds gains into the readers and unties it). For an RMSNorm
+    over width m' of h' = [h; 0]: mean(h'²) = (d/m')·mean(h²), so with ε' = ε·d/m'
+
+        norm'(h') = [√(m'/d)·norm(h); 0],    and gains g' = [√(d/m')·g; 0] give back g ⊙ norm(h).
+
+    Embeddings and readers get zero columns, writers (and their biases) zero rows, shortcuts a zero border; q/k
+    norms act on head_dim and keep their ε (``qk_norm_eps``). Exact for RMSNorm with per-dimension or scalar gains;
+    a LayerNorm's mean (and a norm without a gain) would change, so those are refused. Used to give llama.cpp's block
+    quantizers rows whose length is a multiple of 32 (lgpt/formats/llama_cpp.py)."""
+    from dataclasses import asdict
+
+    from model import GPT
+
+    cfg = model.config
+    d = cfg.n_embd
+    check_paddable(cfg, width)
+    roles = residual_roles(cfg)
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    pad = width - d
+
+    def columns(W: torch.Tensor) -> torch.Tensor:
+        return torch.cat([W, W.new_zeros(*W.shape[:-1], pad)], -1)
+
+    def rows(W: torch.Tensor) -> torch.Tensor:
+        return torch.cat([W, W.new_zeros(pad, *W.shape[1:])], 0)
+
+    done = set()
+    for name in roles.embeddings:
+        sd[name], _ = columns(sd[name]), done.add(name)
+    for reader in roles.readers:
+        if reader == "lm_head" and cfg.head != "linear":  # tied: the embedding itself (below); KNN: reads wte
+            continue
+        sd[f"{reader}.weight"], _ = columns(sd[f"{reader}.weight"]), done.add(f"{reader}.weight")
+    for writer in roles.writers:
+        for name in (f"{writer}.weight", f"{writer}.bias"):
+            if name in sd:
+                sd[name], _ = rows(sd[name]), done.add(name)
+    for shortcut in roles.shortcuts:
+        name = f"{shortcut}.weight"
+        sd[name], _ = rows(columns(sd[name])), done.add(name)
+    scale = math.sqrt(d / width)
+    for norm in roles.norms:
+        name = f"{norm}.weight"
+        if name in sd:
+            g = sd[name] * scale
+            sd[name], _ = (rows(g) if cfg.norm_gain == "vector" else g), done.add(name)
+    if cfg.head == "tied" and "lm_head.weight" in sd:
+        sd["lm_head.weight"] = sd["transformer.wte.weight"]
+        done.add("lm_head.weight")
+    left = [k for k, v in sd.items() if k not in done and d in v.shape and ".q_norm." not in k and ".k_norm." not in k]
+    if left:
+        raise TransformError(f"pad_residual does not know where {left[0]} sits in the residual stream; it pads only "
+                             "what residual_roles names")
+    new = GPTConfig(**dict(asdict(cfg), n_embd=width, head_dim=cfg.head_dim, mlp_hidden=cfg.mlp_hidden,
+                           norm_eps=cfg.norm_eps * d / width,
+                           qk_norm_eps=(cfg.qk_norm_eps or cfg.norm_eps) if cfg.qk_norm else cfg.qk_norm_eps))
+    return GPT.from_state_dict(new, sd).eval()
