@@ -655,8 +655,8 @@ def convert(cfg: ConvertConfig) -> str:
         if cfg.gguf_type not in QUANT_BLOCK:
             export_gguf(model, ckpt.get("meta"), cfg.to_gguf, cfg.gguf_type)
             return cfg.to_gguf
-        llama_cpp()  # checked before anything is written, as is the width
-        check_quantizable(model.config.n_embd, cfg.gguf_type)
+        check_quantizable(model.config, cfg.gguf_type)  # checked before anything is written, as is the install
+        llama_cpp()
         unquantized = f"{cfg.to_gguf}.f32-{os.getpid()}"
         try:
             export_gguf(model, ckpt.get("meta"), unquantized, "f32")

@@ -22,6 +22,29 @@ import statistics
 import sys
 from collections.abc import Callable
 
+from report_serving import quant_frontier, quant_frontier_figure
+from report_stats import (  # noqa: F401 - the cells and the rule (tests read them here)
+    ALPHA,
+    RULE,
+    adjust,
+    decide,
+    eval_setting,
+    gap_words,
+    holm,
+    loss_cells,
+    mb,
+    mean_spread_of,
+    ms,
+    msl,
+    pct,
+    provenance,
+    steps,
+    table,
+    verdict,
+    verdict_against_exact,
+    verdict_cell,
+)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
 BENCH = os.path.join(ROOT, "bench", "results")
@@ -120,146 +143,6 @@ def guarded(make: Callable[[], str]) -> str:
         raise ResultsError(f"{file}: field '{field}' is missing or damaged ({type(e).__name__}: {e})") from None
 
 
-# ----------------------------------------------------------------------------------------------
-# Cells
-
-def ms(x: dict, digits: int = 3) -> str:
-    """A mean_spread measurement: 'mean ± std' (n > 1) or 'mean'."""
-    if x["n"] > 1:
-        return f"{x['mean']:.{digits}f} ± {x['std']:.{digits}f}"
-    return f"{x['mean']:.{digits}f}"
-
-
-def mean_spread_of(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values)}
-
-
-def msl(values: list[float], digits: int = 4) -> str:
-    return ms(mean_spread_of(values), digits)
-
-
-def steps(per_seed: list) -> str:
-    return "/".join("—" if x is None else str(x) for x in per_seed)
-
-
-def pct(x: dict, digits: int = 2) -> str:
-    if x["n"] > 1:
-        return f"{100 * x['mean']:+.{digits}f}% ± {100 * x['std']:.{digits}f}"
-    return f"{100 * x['mean']:+.{digits}f}%"
-
-
-def gap_words(loss: float, reference: float) -> str:
-    return f"{100 * (loss / reference - 1):+.1f}%"
-
-
-def loss_cells(losses: dict, control: dict) -> str:
-    """Four cells: val, its gap to the control, general, its gap."""
-    return (f"{losses['val']:.4f} | {gap_words(losses['val'], control['val'])} | {losses['general']:.4f} | "
-            f"{gap_words(losses['general'], control['general'])}")
-
-
-def mb(x: dict) -> str:
-    return f"{x['parameters'] / 1e6:.1f} M"
-
-
-def eval_setting(args: list[str], key: str) -> str:
-    return next(a.split("=", 1)[1] for a in args if a.startswith(f"--{key}="))
-
-
-def provenance(r: dict) -> str:
-    meta = r["meta"]
-    minutes = meta.get("build_minutes", r.get("build_minutes", meta.get("seconds", 0) / 60))
-    return (f"*Made by `{meta['command']}` on {meta['hardware']}{' (QUICK)' if meta.get('quick') else ''}; "
-            f"{minutes:.1f} min.*")
-
-
-def table(header: list[str], rows: list[list]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
-
-
-# ----------------------------------------------------------------------------------------------
-# The one significance rule
-
-ALPHA = 0.05
-RULE = (f"two-sided t-test at α = {ALPHA}: paired over the seeds two arms share, Welch's otherwise, one-sample "
-        "against a control that is exact (not a sample); n = 1 on a sampled side is not tested")
-
-
-def verdict(a: list[float], b: list[float], paired: bool = False) -> dict:
-    """Mean(a) against mean(b): {'delta', 'sd' (of the paired differences; of a − b for Welch), 'n' (na, nb), 'p',
-    'test', 'word'}; word is 'lower', 'higher', 'no difference' or 'not tested' (n = 1 on a side)."""
-    a, b = [float(x) for x in a], [float(x) for x in b]
-    delta = statistics.fmean(a) - statistics.fmean(b)
-    out = {"delta": delta, "sd": None, "n": (len(a), len(b)), "p": None, "test": "not tested", "word": "not tested"}
-    if len(a) < 2 or len(b) < 2 or paired and len(a) != len(b):
-        return out
-    from scipy import stats
-    if paired:
-        diffs = [x - y for x, y in zip(a, b)]
-        out["sd"], out["test"] = statistics.stdev(diffs), "paired t"
-        biggest = max(abs(d) for d in diffs)
-        if max(diffs) - min(diffs) <= 1e-12 * biggest or biggest == 0:  # a constant shift: nothing to test against
-            p = 1.0 if biggest == 0 else 0.0
-        else:
-            p = float(stats.ttest_rel(a, b).pvalue)
-    else:
-        out["sd"], out["test"] = math.sqrt(statistics.variance(a) + statistics.variance(b)), "Welch t"
-        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    out["p"] = 1.0 if p != p else p  # identical samples: NaN
-    out["word"] = decide(out["p"], delta)
-    return out
-
-
-def verdict_against_exact(a: list[float], value: float) -> dict:
-    """Mean(a) against a value that is not a sample: a control that stays the original bit for bit (distilling a
-    model from itself changes nothing), so it has no spread to borrow. One-sample t of a against it; n = 1 on a's
-    side is not tested."""
-    a = [float(x) for x in a]
-    delta = statistics.fmean(a) - value
-    out = {"delta": delta, "sd": None, "n": (len(a), 1), "p": None, "test": "not tested", "word": "not tested"}
-    if len(a) < 2:
-        return out
-    if max(a) == min(a):  # identical draws (a deterministic recipe): no spread to test with, never "certain"
-        out["test"] = out["word"] = "not tested (no spread)"
-        return out
-    from scipy import stats
-    out["sd"], out["test"] = statistics.stdev(a), "one-sample t (control exact)"
-    p = float(stats.ttest_1samp(a, value).pvalue)
-    out["p"] = 1.0 if p != p else p
-    out["word"] = decide(out["p"], delta)
-    return out
-
-
-def decide(p: float | None, delta: float) -> str:
-    if p is None:
-        return "not tested"
-    return "no difference" if p >= ALPHA else "lower" if delta < 0 else "higher"
-
-
-def holm(ps: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given."""
-    order = sorted(range(len(ps)), key=lambda i: ps[i])
-    out, running = [0.0] * len(ps), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
-        out[i] = running
-    return out
-
-
-def adjust(verdicts: list[dict]) -> list[dict]:
-    """Holm across the tested verdicts: each gets 'p_holm' and its word by the adjusted p."""
-    tested = [v for v in verdicts if v["p"] is not None]
-    for v, p in zip(tested, holm([v["p"] for v in tested])):
-        v["p_holm"], v["word"] = p, decide(p, v["delta"])
-    return verdicts
-
-
-def verdict_cell(v: dict) -> str:
-    if v["p"] is None:
-        return v["word"] if v["word"] != "not tested" else "not tested (n = 1)"
-    return f"{v['word']} ({v['test']}, p = {v['p']:.2g}" + (f", Holm {v['p_holm']:.2g})" if "p_holm" in v else ")")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -967,11 +850,19 @@ def scale(r: dict) -> str:
 # The protocol (results/protocol): chosen on dev, read on test once
 
 GENERAL_TEXTS = ("novel", "news", "wiki")
-SHARE_OF = {"free25": "−25%", "learned25": "−25%", "distill25": "−25%", "free50": "−50%"}
+SHARE_OF = {"free25": "−25%", "learned25": "−25%", "distill25": "−25%", "free50": "−50%", "slice25": "−25%",
+            "slicedistill25": "−25%"}
 AIMS = {"−25%": 3.0, "−50%": 12.0, "general −25%": 10.0}  # the issue's goals: test gap in percent, at most
 PROTOCOL_NAMES = {"free25": "tied PCA, training-free", "free50": "tied PCA, training-free",
                   "learned25": "learned map (configs/smollm2_shrink_25.py)",
-                  "distill25": "tied PCA + distillation"}
+                  "distill25": "tied PCA + distillation",
+                  "slice25": "SliceGPT's construction (per-block PCA + shortcuts), training-free",
+                  "slicedistill25": "SliceGPT's construction + distillation"}
+# pairs the protocol compares on the same test windows: (a, b, what is equal)
+PAIRED = (("learned25", "distill25", "the learned map against the distilled one (not at equal compute: see core-s)"),
+          ("slice25", "free25", "SliceGPT's construction against the tied PCA, both training-free, equal parameters"),
+          ("slicedistill25", "distill25", "SliceGPT + distillation against tied PCA + distillation: the same "
+           "recovery recipe, tokens and batches, equal parameters"))
 
 
 def test_gap(r: dict, row: dict, text: str) -> float:
@@ -1058,10 +949,11 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
                       f"+{AIMS['general −25%']:g}%",
                       dict(aim_verdict([test_gap(r, x, x["held_out"]) for x in r["loto"]], AIMS["general −25%"]),
                            test="t over held-out texts against the aim")))
-    if "learned25" in by and "distill25" in by:
-        tests.append(("learned25 vs distill25, Shakespeare test loss",
-                      verdict([x["losses"]["shakespeare"]["test"]["loss"] for x in by["learned25"]],
-                              [x["losses"]["shakespeare"]["test"]["loss"] for x in by["distill25"]])))
+    for a, b, _ in PAIRED:
+        if a in by and b in by:
+            tests.append((f"{a} vs {b}, Shakespeare test loss",
+                          verdict([x["losses"]["shakespeare"]["test"]["loss"] for x in by[a]],
+                                  [x["losses"]["shakespeare"]["test"]["loss"] for x in by[b]])))
     adjust([v for _, v in tests])
     return tests
 
@@ -1114,13 +1006,13 @@ def protocol(r: dict) -> str:
                      cost_cell([x])] for x in r["loto"]]),
                 "", "mean gap over held-out texts (± sd over texts): "
                 + gap_cell([test_gap(r, x, x["held_out"]) for x in r["loto"]])]
-    if "learned25" in by and "distill25" in by:
-        pairs = [(t, *paired_windows(r, by["learned25"][0], by["distill25"][0], t)) for t in texts]
-        out += ["", "The learned map against the distilled one at −25% (not at equal compute: see core-s), the first "
-                "draw of each, paired over the test windows (the sampling error of the text, not of the recipe: over "
-                "draws the comparison needs n ≥ 2 of each):", "",
-                *table(["text", "learned − distilled", "± SE (windows)"],
-                       [[t, f"{d:+.4f}", f"{se:.4f}"] for t, d, se in pairs])]
+    for a, b, what in PAIRED:
+        if a in by and b in by:
+            pairs = [(t, *paired_windows(r, by[a][0], by[b][0], t)) for t in texts]
+            out += ["", f"{what[0].upper() + what[1:]}: the first draw of each, paired over the test windows (the "
+                    "sampling error of the text, not of the recipe: over draws the comparison needs n ≥ 2 of each):",
+                    "", *table(["text", f"{a} − {b}", "± SE (windows)"],
+                               [[t, f"{d:+.4f}", f"{se:.4f}"] for t, d, se in pairs])]
     tests = protocol_tests(r)
     out += ["", f"Verdicts: {RULE}; an aim by a t-test of the mean gap against it whose error holds the draws' spread "
             "and the test windows' (the leave-one-text-out aim: over the held-out texts); Holm's correction "
@@ -1160,7 +1052,7 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging, grow_depth, grow_recipes,
     sandwich_ablation, quantization, real_model, real_model_slicegpt, real_model_recovery, real_model_geometry,
     real_model_quantization, real_model_tied, real_model_distill, real_model_gpu, real_model_hybrid,
-    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol)}
+    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier)}
 
 
 def experiments() -> list[str]:
@@ -1531,9 +1423,11 @@ def draw_figures(tables: dict[str, str]) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from experiments import PLOTS, replot
     for name in experiments():
-        if name == "protocol" and load(name) is not None:
+        if name in ("protocol", "quant_frontier") and load(name) is not None:
+            r = load(name)
             try:
-                guarded(lambda: protocol_figure(load("protocol")))
+                guarded(lambda r=r, name=name: protocol_figure(r) if name == "protocol" else
+                        quant_frontier_figure(r, RESULTS))
             except ResultsError as e:  # the table names the same damage; the figure waits for the fix
                 print(f"{name}: no figure ({e})", file=sys.stderr)
         elif name in PLOTS and load(name) is not None:

@@ -49,17 +49,23 @@ def ftype(name: str) -> int:
     return int(getattr(llama_cpp(), f"LLAMA_FTYPE_MOSTLY_{name}"))
 
 
-def check_quantizable(width: int, name: str) -> None:
-    """A model of residual width ``width`` can be quantized to ``name`` by llama.cpp: every matrix that reads the
-    residual stream has rows of length ``width``, and a 32-block type refuses rows that are not a multiple of 32
-    (K-quants fall back, see the module's docstring). The fix: zero-pad the width, exactly (transform.py
-    --kind=truncate --width=M, M the next multiple of 32)."""
-    block = QUANT_BLOCK[name]
-    if block == ROW_BLOCK and width % ROW_BLOCK:
-        padded = -(-width // ROW_BLOCK) * ROW_BLOCK
-        raise ConversionError(f"llama.cpp's {name} needs rows of a multiple of {ROW_BLOCK}, and this model's width is "
-                              f"{width}; zero-pad it first, which changes no output: transform.py --in_dir=IN "
-                              f"--out_dir=OUT --kind=truncate --width={padded}")
+def check_quantizable(config, name: str) -> None:
+    """A model of this config can be quantized to ``name`` by llama.cpp: the row lengths of its matrices — the
+    residual width (the readers and the embedding), the attention's inner width (its output projection) and the MLP's
+    hidden width (its down projection) — are multiples of 32 where ``name`` is a 32-block type, which refuses any
+    other (K-quants fall back instead, see the module's docstring). The residual width can be padded exactly."""
+    if QUANT_BLOCK[name] != ROW_BLOCK:
+        return
+    if config.n_embd % ROW_BLOCK:
+        raise ConversionError(f"llama.cpp's {name} needs rows of a multiple of {ROW_BLOCK}, and this model's residual "
+                              f"width is {config.n_embd}; pass --pad_width={ROW_BLOCK} (zero-padding to "
+                              f"{padded_width(config.n_embd)}, which changes no output)")
+    for what, width in (("attention's inner width (n_head × head_dim)", config.n_head * config.head_dim),
+                        ("MLP's hidden width", config.mlp_hidden)):
+        if width % ROW_BLOCK:
+            raise ConversionError(f"llama.cpp's {name} needs rows of a multiple of {ROW_BLOCK}, and this model's "
+                                  f"{what} is {width}; choose a K-quant (Q4_K_M …: it falls back on such rows) "
+                                  "or F16")
 
 
 def quantize(source: str, destination: str, name: str, threads: int = 1) -> dict:

@@ -1,0 +1,149 @@
+"""
+The cells and the one significance rule every table of report.py uses: numbers as text, and the verdicts (a t-test
+at ALPHA, Holm's correction across a table's tests, n = 1 "not tested"). Pure functions of their arguments.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+# ----------------------------------------------------------------------------------------------
+# Cells
+
+def ms(x: dict, digits: int = 3) -> str:
+    """A mean_spread measurement: 'mean ± std' (n > 1) or 'mean'."""
+    if x["n"] > 1:
+        return f"{x['mean']:.{digits}f} ± {x['std']:.{digits}f}"
+    return f"{x['mean']:.{digits}f}"
+
+
+def mean_spread_of(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values)}
+
+
+def msl(values: list[float], digits: int = 4) -> str:
+    return ms(mean_spread_of(values), digits)
+
+
+def steps(per_seed: list) -> str:
+    return "/".join("—" if x is None else str(x) for x in per_seed)
+
+
+def pct(x: dict, digits: int = 2) -> str:
+    if x["n"] > 1:
+        return f"{100 * x['mean']:+.{digits}f}% ± {100 * x['std']:.{digits}f}"
+    return f"{100 * x['mean']:+.{digits}f}%"
+
+
+def gap_words(loss: float, reference: float) -> str:
+    return f"{100 * (loss / reference - 1):+.1f}%"
+
+
+def loss_cells(losses: dict, control: dict) -> str:
+    """Four cells: val, its gap to the control, general, its gap."""
+    return (f"{losses['val']:.4f} | {gap_words(losses['val'], control['val'])} | {losses['general']:.4f} | "
+            f"{gap_words(losses['general'], control['general'])}")
+
+
+def mb(x: dict) -> str:
+    return f"{x['parameters'] / 1e6:.1f} M"
+
+
+def eval_setting(args: list[str], key: str) -> str:
+    return next(a.split("=", 1)[1] for a in args if a.startswith(f"--{key}="))
+
+
+def provenance(r: dict) -> str:
+    meta = r["meta"]
+    minutes = meta.get("build_minutes", r.get("build_minutes", meta.get("seconds", 0) / 60))
+    return (f"*Made by `{meta['command']}` on {meta['hardware']}{' (QUICK)' if meta.get('quick') else ''}; "
+            f"{minutes:.1f} min.*")
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+# ----------------------------------------------------------------------------------------------
+# The one significance rule
+
+ALPHA = 0.05
+RULE = (f"two-sided t-test at α = {ALPHA}: paired over the seeds two arms share, Welch's otherwise, one-sample "
+        "against a control that is exact (not a sample); n = 1 on a sampled side is not tested")
+
+
+def verdict(a: list[float], b: list[float], paired: bool = False) -> dict:
+    """Mean(a) against mean(b): {'delta', 'sd' (of the paired differences; of a − b for Welch), 'n' (na, nb), 'p',
+    'test', 'word'}; word is 'lower', 'higher', 'no difference' or 'not tested' (n = 1 on a side)."""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    delta = statistics.fmean(a) - statistics.fmean(b)
+    out = {"delta": delta, "sd": None, "n": (len(a), len(b)), "p": None, "test": "not tested", "word": "not tested"}
+    if len(a) < 2 or len(b) < 2 or paired and len(a) != len(b):
+        return out
+    from scipy import stats
+    if paired:
+        diffs = [x - y for x, y in zip(a, b)]
+        out["sd"], out["test"] = statistics.stdev(diffs), "paired t"
+        biggest = max(abs(d) for d in diffs)
+        if max(diffs) - min(diffs) <= 1e-12 * biggest or biggest == 0:  # a constant shift: nothing to test against
+            p = 1.0 if biggest == 0 else 0.0
+        else:
+            p = float(stats.ttest_rel(a, b).pvalue)
+    else:
+        out["sd"], out["test"] = math.sqrt(statistics.variance(a) + statistics.variance(b)), "Welch t"
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    out["p"] = 1.0 if p != p else p  # identical samples: NaN
+    out["word"] = decide(out["p"], delta)
+    return out
+
+
+def verdict_against_exact(a: list[float], value: float) -> dict:
+    """Mean(a) against a value that is not a sample: a control that stays the original bit for bit (distilling a
+    model from itself changes nothing), so it has no spread to borrow. One-sample t of a against it; n = 1 on a's
+    side is not tested."""
+    a = [float(x) for x in a]
+    delta = statistics.fmean(a) - value
+    out = {"delta": delta, "sd": None, "n": (len(a), 1), "p": None, "test": "not tested", "word": "not tested"}
+    if len(a) < 2:
+        return out
+    if max(a) == min(a):  # identical draws (a deterministic recipe): no spread to test with, never "certain"
+        out["test"] = out["word"] = "not tested (no spread)"
+        return out
+    from scipy import stats
+    out["sd"], out["test"] = statistics.stdev(a), "one-sample t (control exact)"
+    p = float(stats.ttest_1samp(a, value).pvalue)
+    out["p"] = 1.0 if p != p else p
+    out["word"] = decide(out["p"], delta)
+    return out
+
+
+def decide(p: float | None, delta: float) -> str:
+    if p is None:
+        return "not tested"
+    return "no difference" if p >= ALPHA else "lower" if delta < 0 else "higher"
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def adjust(verdicts: list[dict]) -> list[dict]:
+    """Holm across the tested verdicts: each gets 'p_holm' and its word by the adjusted p."""
+    tested = [v for v in verdicts if v["p"] is not None]
+    for v, p in zip(tested, holm([v["p"] for v in tested])):
+        v["p_holm"], v["word"] = p, decide(p, v["delta"])
+    return verdicts
+
+
+def verdict_cell(v: dict) -> str:
+    if v["p"] is None:
+        return v["word"] if v["word"] != "not tested" else "not tested (n = 1)"
+    return f"{v['word']} ({v['test']}, p = {v['p']:.2g}" + (f", Holm {v['p_holm']:.2g})" if "p_holm" in v else ")")

@@ -1,0 +1,143 @@
+"""llama.cpp where users serve a model (lgpt/formats/llama_cpp.py; convert.py --to_gguf --gguf_type=Q4_K_M …).
+
+Without llama-cpp-python: the loss arithmetic against a naive version (a stand-in that returns our model's logits),
+the row-length rule, and the one-line refusals, nothing written. With it (pip install llama-cpp-python): a model of
+width 40 padded to 64 runs in llama.cpp with our log-probs, and its quantized files hold what the types say.
+"""
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hf_models import llama, save, train_tokenizer
+from lgpt.formats import llama_cpp as lcpp
+from lgpt.plumbing.cli import run_cli
+from lgpt.plumbing.errors import ConversionError
+from model import GPTConfig
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+from convert import ConvertConfig, convert  # noqa: E402
+
+
+class OurModelAsLlama:
+    """llama-cpp-python's Llama surface that window_losses uses (reset, eval, scores), over our own model."""
+
+    def __init__(self, model):
+        self.model, self.scores = model, None
+
+    def reset(self):
+        self.scores = None
+
+    def eval(self, tokens):
+        with torch.no_grad():
+            self.scores = self.model(torch.tensor(np.array([tokens])), all_logits=True)[0][0].numpy()
+
+
+def test_window_losses_is_the_mean_next_token_cross_entropy_of_each_window():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "method"))
+    from test_transform import random_model
+    model = random_model(3)
+    rng = np.random.default_rng(0)
+    stream = rng.integers(0, 11, 4 * 8 + 1)
+    windows = [(stream[i:i + 8], stream[i + 1:i + 9]) for i in range(0, 32, 8)]
+    got = lcpp.window_losses(OurModelAsLlama(model), windows)
+    with torch.no_grad():
+        naive = [torch.nn.functional.cross_entropy(model(torch.tensor(np.array([x])), all_logits=True)[0][0],
+                                                   torch.tensor(y)).item() for x, y in windows]
+    np.testing.assert_allclose(got, naive, rtol=0, atol=1e-6)
+
+
+def test_log_softmax_is_torchs():
+    x = np.random.default_rng(1).normal(size=(3, 50)).astype(np.float32) * 30
+    np.testing.assert_allclose(lcpp.log_softmax(x), torch.tensor(x).double().log_softmax(-1).numpy(), atol=1e-12)
+
+
+def config(**kw) -> GPTConfig:
+    return GPTConfig(**dict(dict(n_layer=1, n_head=4, head_dim=8, n_embd=64, mlp_hidden=96, vocab_size=10), **kw))
+
+
+@pytest.mark.parametrize("kw,kind,words", [
+    (dict(n_embd=432), "Q8_0", ["residual width is 432", "--pad_width=32", "448"]),
+    (dict(n_embd=432), "Q4_0", ["--pad_width=32"]),
+    (dict(head_dim=10), "Q8_0", ["inner width", "40", "K-quant"]),
+    (dict(mlp_hidden=112), "IQ4_NL", ["hidden width is 112"])])
+def test_a_32_block_type_refuses_rows_it_cannot_block_and_names_the_fix(kw, kind, words):
+    with pytest.raises(ConversionError) as e:
+        lcpp.check_quantizable(config(**kw), kind)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["Q4_K_M", "Q2_K", "F16"])
+def test_k_quants_and_f16_take_any_width_since_llama_cpp_falls_back(kind):
+    lcpp.check_quantizable(config(n_embd=432, mlp_hidden=112), kind)
+
+
+def test_padded_width_is_the_next_multiple_of_32():
+    assert [lcpp.padded_width(w) for w in (32, 33, 432, 448, 288)] == [32, 64, 448, 448, 288]
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory):
+    """Our checkpoint of a Llama of width 40 (not a multiple of 32), attention 4 × 8 and MLP 96 wide."""
+    base = tmp_path_factory.mktemp("narrow")
+    src = save(llama(hidden=40, n_head=4, n_kv_head=2, head_dim=8), base / "hf", train_tokenizer())
+    convert(ConvertConfig(from_hf=src, out_dir=str(base / "ours")))
+    return str(base / "ours")
+
+
+def test_quantized_exports_are_refused_in_one_line_and_nothing_is_written(narrow, tmp_path, capsys, monkeypatch):
+    main = importlib.import_module("convert").main
+    cases = [([f"--to_gguf={tmp_path / 'a.gguf'}", "--gguf_type=Q8_0"], ["--pad_width=32"]),
+             ([f"--to_gguf={tmp_path / 'b.gguf'}", "--gguf_type=q4_k_m"], ["llama.cpp's", "Q4_K_M"]),
+             ([f"--to_hf={tmp_path / 'c'}", "--pad_width=32"], ["with --to_gguf"])]
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as without llama-cpp-python: its import fails
+    cases.append(([f"--to_gguf={tmp_path / 'd.gguf'}", "--gguf_type=Q4_K_M", "--pad_width=32"],
+                  ["pip install llama-cpp-python"]))
+    for argv, words in cases:
+        rc = run_cli(main, [f"--in_dir={narrow}", *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc != 0 and len(err) == 1 and all(w in err[0] for w in words), err
+    assert os.listdir(tmp_path) == []
+
+
+def our_window_losses(model_dir: str, windows) -> np.ndarray:
+    from lgpt.plumbing.checkpoint import load_model
+    return lcpp.window_losses(OurModelAsLlama(load_model(model_dir)[0].eval()), windows)
+
+
+@pytest.fixture(scope="module")
+def windows():
+    stream = np.random.default_rng(2).integers(2, 320, 4 * 32 + 1)
+    return [(stream[i:i + 32], stream[i + 1:i + 33]) for i in range(0, 128, 32)]
+
+
+def test_llama_cpp_reads_a_padded_export_as_our_model(narrow, tmp_path, windows):
+    pytest.importorskip("llama_cpp")
+    path = str(tmp_path / "f32.gguf")
+    convert(ConvertConfig(in_dir=narrow, to_gguf=path, gguf_type="f32", pad_width=32))
+    theirs = lcpp.window_losses(lcpp.load(path, 32, threads=1, logits_all=True, f32_cache=True), windows)
+    np.testing.assert_allclose(theirs, our_window_losses(narrow, windows), rtol=0, atol=2e-4)
+    mix = lcpp.tensor_mix(path)
+    assert set(mix["types"]) == {"F32"} and mix["bytes"] == os.path.getsize(path)
+
+
+@pytest.mark.parametrize("kind,held,within", [("Q8_0", "Q8_0", 0.02), ("Q4_0", "Q4_0", 0.3),
+                                              ("Q4_K_M", "Q5_0", 0.3)])
+def test_llama_cpps_quantizer_writes_the_type_and_the_loss_moves_as_much_as_its_bits(narrow, tmp_path, windows,
+                                                                                      kind, held, within):
+    """Q8_0 stays within 0.02 nats of the float model, 4-bit types within 0.3; at width 64 the K-quant falls back
+    to Q5_0 on rows of 64 (llama.cpp's rule), so the file holds mostly Q5_0."""
+    pytest.importorskip("llama_cpp")
+    path = str(tmp_path / f"{kind}.gguf")
+    convert(ConvertConfig(in_dir=narrow, to_gguf=path, gguf_type=kind, pad_width=32))
+    mix = lcpp.tensor_mix(path)
+    assert held in mix["types"], mix
+    theirs = lcpp.window_losses(lcpp.load(path, 32, threads=1, logits_all=True), windows)
+    gap = float(np.abs(theirs - our_window_losses(narrow, windows)).max())
+    assert 0 < gap < within, gap
+    assert not any(name.endswith(".partial") or ".f32-" in name for name in os.listdir(tmp_path))
