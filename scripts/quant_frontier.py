@@ -14,13 +14,14 @@ own quantizer (``llama_model_quantize``) to every type of ``TYPES``:
   export zero-pads it to 448 (grow.pad_residual: the same function, the tied head kept, +3.7% of the residual's
   weights); m = 288 and 576 are multiples of 32, and none of the three of 256, so the K-quants fall back on the rows
   that read the residual (lgpt/formats/llama_cpp.py says how) — the original's as much as ours;
-- ``+hadamard``: each rotated at its width by a randomized Hadamard matrix before the export (``transform.py
-  --kind=hadamard``, seed 0; the same function, QuaRot's rotation, the paper's same-width application), at the
-  4-bit-and-below types of ``ROTATED_TYPES``. The rotation folds the final norm's gain into the head, so the head
-  is untied: its extra bytes are in the point.
-Loss: llama.cpp's own logits (llama-cpp-python, its default F16 KV cache, one thread) over the whole dev split and
-the whole test split of tinyshakespeare in the protocol's 256-token windows (BatchLoader.full_split): dev for every
-choice (the recipe for a byte budget), test read once per point (recorded in the dataset's test_reads.json). The
+- ``+hadamard``: rotated at its width by a randomized Hadamard matrix before the export (``transform.py
+  --kind=hadamard``, seed 0; the same function, QuaRot's rotation, the paper's same-width application). The rotation
+  folds the final norm's gain into the head, so the head is untied: its extra bytes are in the point.
+The grid: the original at every type of ``TYPES`` (the quantization-only frontier), then ``POINTS``.
+Loss: llama.cpp's own logits (llama-cpp-python, its default F16 KV cache, one thread) over the first DEV_WINDOWS
+windows of tinyshakespeare's dev split and its whole test split, in the protocol's 256-token windows
+(BatchLoader.full_split): dev for every choice (the pick for a byte budget), test read once per point (recorded in
+the dataset's test_reads.json). The
 F32 exports of the original and of ``free25`` are checked against our own import on the first dev windows.
 Speed (``--part=speed``, on an otherwise idle machine): each point in a fresh process, llama.cpp on THREADS threads —
 a 256-token prompt read from an empty cache and 64 tokens generated one at a time, the median of 3 after a warm-up
@@ -52,10 +53,15 @@ from lgpt.plumbing.dataset import BatchLoader, reads_of_test  # noqa: E402
 from real_model import BLOCK, imported, parameters, prepared, run_step  # noqa: E402
 from real_quantization import save  # noqa: E402
 
-TYPES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")  # llama.cpp's usual ladder
-ROTATED_TYPES = ("Q4_K_M", "Q3_K_M", "Q2_K")  # where a rotation before rounding can pay
-RECIPES = ("original", "free50", "distill25", "free25")  # the order the grid is built in
-ROTATED = ("original", "distill25")  # the base and the recommended −25% recipe, rotated
+TYPES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")  # llama.cpp's usual ladder: the frontier
+# the points beside it, most telling first (each costs ~5 single-core minutes: the whole test split through llama.cpp
+# at ~150 tokens/s on one core): the issue's two examples (−25% + Q4_K_M against Q3_K_M, −50% + Q4_K_M against Q2_K),
+# each model at 8 and 3 bits, the rotation where it can pay (4 and 2 bits)
+POINTS = (("distill25", "none", "Q4_K_M"), ("free50", "none", "Q4_K_M"), ("free25", "none", "Q4_K_M"),
+          ("original", "hadamard", "Q4_K_M"), ("original", "hadamard", "Q2_K"), ("distill25", "none", "Q8_0"),
+          ("free50", "none", "Q8_0"), ("distill25", "none", "Q3_K_M"), ("free50", "none", "Q2_K"),
+          ("distill25", "hadamard", "Q4_K_M"), ("distill25", "none", "Q2_K"))
+RECIPES = ("original", "distill25", "free50", "free25")
 DEV_WINDOWS = 32  # the first 32 dev windows (8,192 tokens) for the one choice made here; test is read whole
 THREADS = 2  # the speed part: llama.cpp's threads (the machine's cores)
 PROMPT, GENERATE, REPEATS = 256, 64, 3
@@ -128,7 +134,8 @@ def summary(losses: np.ndarray, seconds: float) -> dict:
 
 
 def evaluated(path: str, label: str, data_dir: str) -> dict:
-    """llama.cpp's loss of the GGUF file on the whole dev split and (once, recorded) the whole test split."""
+    """llama.cpp's loss of the GGUF file on the first DEV_WINDOWS dev windows and (once, recorded) the whole test
+    split."""
     spec = {"file": harness.relative(path), "block": BLOCK, "data": harness.relative(data_dir),
             "dev_windows": DEV_WINDOWS, "v": 1}
 
@@ -165,9 +172,8 @@ def checked(path: str, source: str, data_dir: str) -> dict:
 
 
 def grid() -> list[tuple[str, str, str]]:
-    """Every (recipe, rotation, type), in the order they are built."""
-    jobs = [(r, "none", t) for r in RECIPES for t in TYPES]
-    return jobs + [(r, "hadamard", t) for r in RECIPES if r in ROTATED for t in ROTATED_TYPES]
+    """Every (recipe, rotation, type), in the order they are built: the frontier, then POINTS."""
+    return [("original", "none", t) for t in TYPES] + list(POINTS)
 
 
 def point(src: str, data: dict[str, str], recipe: str, rotation: str, kind: str) -> dict:
@@ -283,7 +289,6 @@ def main() -> None:
         payload["speed"] = speeds(built, sources)
     payload.update(model="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", block=BLOCK,
                    text="tinyshakespeare", llama_cpp_python=lcpp.llama_cpp().__version__, types=list(TYPES),
-                   rotated_types=list(ROTATED_TYPES),
                    test_reads=len(reads_of_test(data["shakespeare"])))
     save(payload, started, EXPERIMENT, "scripts/quant_frontier.sh")
 

@@ -101,8 +101,9 @@ def quant_frontier(r: dict) -> str:
             f"{full['losses']['dev']['windows']} dev windows (every choice), test = the whole test split "
             f"({full['losses']['test']['windows'] * r['block']:,} tokens, read once per point). The original is itself "
             "a dequantized Q4_1 file: every point re-quantizes that same base. MB: the GGUF file. Gap: to the "
-            f"original's F16 file on test. Verdict: {__doc__.split(chr(10) + chr(10))[1].split(':')[0].strip()} — "
-            f"see report_serving.py; a paired z-test over test windows at α = {ALPHA}, Holm across "
+            "original's F16 file on test. Verdict: each point against Q⁺, the smallest of the original's files at "
+            "least as large as the point's — 'below the frontier' where the point's test loss is lower — by a z-test "
+            f"of the difference paired over the test windows (a lower bound on its error) at α = {ALPHA}, Holm across "
             f"{sum(v is not None for _, v in tests.values())} tests. Speed: llama.cpp on "
             f"{(r.get('speed') or {}).get('threads', 2)} threads, tokens/s (ratios within one run).", ""]
     header = ["model", "rotation", "type", "width", "parameters", "MB", "bits/weight", "held as", "dev loss",

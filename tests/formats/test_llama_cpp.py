@@ -126,12 +126,12 @@ def test_llama_cpp_reads_a_padded_export_as_our_model(narrow, tmp_path, windows)
     assert set(mix["types"]) == {"F32"} and mix["bytes"] == os.path.getsize(path)
 
 
-@pytest.mark.parametrize("kind,held,within", [("Q8_0", "Q8_0", 0.02), ("Q4_0", "Q4_0", 0.3),
+@pytest.mark.parametrize("kind,held,within", [("Q8_0", "Q8_0", 0.05), ("Q4_0", "Q4_0", 0.3),
                                               ("Q4_K_M", "Q5_0", 0.3)])
 def test_llama_cpps_quantizer_writes_the_type_and_the_loss_moves_as_much_as_its_bits(narrow, tmp_path, windows,
                                                                                       kind, held, within):
-    """Q8_0 stays within 0.02 nats of the float model, 4-bit types within 0.3; at width 64 the K-quant falls back
-    to Q5_0 on rows of 64 (llama.cpp's rule), so the file holds mostly Q5_0."""
+    """Q8_0 (and the F16 KV cache) stays within 0.05 nats of the float model, 4-bit types within 0.3; at width 64
+    the K-quant falls back to Q5_0 on rows of 64 (llama.cpp's rule), so the file holds mostly Q5_0."""
     pytest.importorskip("llama_cpp")
     path = str(tmp_path / f"{kind}.gguf")
     convert(ConvertConfig(in_dir=narrow, to_gguf=path, gguf_type=kind, pad_width=32))
