@@ -74,13 +74,32 @@ RECIPES = {"smollm2_shrink_25.py": ("--learn_steps=16", "--learn_gain_lr=1e-2"),
 
 
 def test_every_config_file_loads_into_its_command():
-    """configs/*.py: a transform recipe (it sets `width`) loads into TransformConfig, every other file into
-    TrainConfig — each key known, each value of its type."""
+    """configs/*.py: a transform recipe (it sets `width`) loads into TransformConfig, a distillation recipe (it sets
+    `distill`) into FinetuneConfig, every other file into TrainConfig — each key known, each value of its type."""
+    from finetune import FinetuneConfig
     from transform import TransformConfig
     for path in sorted(glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)):
-        is_transform = "width =" in open(path).read()
-        cfg = load_config(TransformConfig if is_transform else TrainConfig, [path, "--out_dir=x"])
+        text = open(path).read()
+        command = TransformConfig if "width =" in text else FinetuneConfig if "distill =" in text else TrainConfig
+        cfg = load_config(command, [path, "--out_dir=x", *(["--in_dir=y"] if command is FinetuneConfig else [])])
         assert cfg is not None, path
+
+
+def test_the_distillation_recipe_is_the_protocols():
+    """configs/smollm2_distill_25.py holds every setting scripts/protocol.py passes for distill25 (a recipe edited
+    away from what was measured fails)."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from protocol import DISTILL_BATCH, DISTILL_LR
+    from real_distill import DISTILL, recipe
+
+    from finetune import FinetuneConfig
+    cfg = load_config(FinetuneConfig, [os.path.join(ROOT, "configs", "smollm2_distill_25.py"), "--out_dir=x",
+                                       "--in_dir=y"])
+    args = [a for a in recipe(DISTILL_LR, 0, DISTILL_BATCH) if not a.startswith("--threads=")]  # the CLI's, not a key
+    measured = load_config(FinetuneConfig, ["--out_dir=x", "--in_dir=y", *args, *DISTILL, f"--data_dir={cfg.data_dir}"])
+    import dataclasses
+    assert cfg == dataclasses.replace(measured, progress_bar=cfg.progress_bar)  # display, not the recipe
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
