@@ -140,6 +140,7 @@ def evaluated(path: str, label: str, data_dir: str) -> dict:
             "dev_windows": DEV_WINDOWS, "v": 1}
 
     def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)
         llm = lcpp.load(path, BLOCK, threads=1, logits_all=True)
         result = {}
         for split, key in (("val", "dev"), ("test", "test")):
