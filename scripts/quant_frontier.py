@@ -262,8 +262,8 @@ def saved() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("loss", "speed", "all"), default="all")
-    parser.add_argument("--reverse", action="store_true", help="build the grid from its end (a second process on "
-                        "the other core; both share the cache; only the first writes the results)")
+    parser.add_argument("--points_first", action="store_true", help="build POINTS before the original's ladder (a "
+                        "second process on the other core; both share the cache; only the first writes the results)")
     parser.add_argument("--speed_of", default="", help=argparse.SUPPRESS)  # one point's timing, in its own process
     parser.add_argument("--torch_speed_of", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -278,9 +278,11 @@ def main() -> None:
     data = {"shakespeare": prepared(src, "shakespeare")}
     sources = {r: model_dir(r, src, data) for r in RECIPES}
     payload = saved()
-    jobs = grid()[::-1] if args.reverse else grid()
+    jobs = grid()
+    if args.points_first:
+        jobs = jobs[len(TYPES):] + jobs[:len(TYPES)]
     built = [point(src, data, *job) for job in jobs]
-    if args.reverse:
+    if args.points_first:
         return
     if args.part in ("loss", "all"):
         check = {r: checked(exported(sources[r], r)[0], sources[r], data["shakespeare"])

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-python scripts/quant_frontier.py --part=loss --reverse &
+python scripts/quant_frontier.py --part=loss --points_first &
 python scripts/quant_frontier.py --part=loss
 wait
 python scripts/quant_frontier.py --part=speed

@@ -230,11 +230,10 @@ def gguf_config(reader, path: str):
                   rope_parameters={"rope_type": "default",
                                    "rope_theta": float32_value(may("rope.freq_base", 10000.0, 1.0, 1e9, float))},
                   tie_word_embeddings=tied, hidden_act="silu", **special)
-    if arch == "llama":
-        return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), GGUF_ARCHITECTURES[arch]
     if arch == "gemma3":
         return gemma3_config(reader, path, common), GEMMA3
-    return transformers.Qwen2Config(use_sliding_window=False, **common), GGUF_ARCHITECTURES[arch]
+    from lgpt.formats.llama import llama_config
+    return llama_config(transformers, GGUF_ARCHITECTURES[arch], common), GGUF_ARCHITECTURES[arch]
 
 
 def gemma3_layer_types(pattern, n_layer: int, path: str) -> list[str]:
@@ -344,6 +343,34 @@ def gguf_pretokenizer(path: str) -> str:
     return str(_field(open_reader(path), "tokenizer.ggml.pre", "default"))
 
 
+def heads_do_not_divide(path: str) -> bool:
+    """Whether the file's embedding length is not a multiple of its head count (a width zero-padded for llama.cpp's
+    blocks): transformers refuses to build such a config, and so to open the file even for its tokenizer."""
+    reader = open_reader(path)
+    arch = _field(reader, "general.architecture")
+    d, heads = _field(reader, f"{arch}.embedding_length"), _field(reader, f"{arch}.attention.head_count")
+    return isinstance(d, int) and isinstance(heads, int) and heads > 0 and d % heads != 0
+
+
+def header_copy(path: str, out: str) -> None:
+    """A tensorless copy of the file's header (every field, the tokenizer's included) whose embedding length is the
+    heads' total width, which transformers accepts: the tokenizer read from it is the file's."""
+    gguf = _gguf()
+    reader = open_reader(path)
+    arch = _field(reader, "general.architecture")
+    width = _field(reader, f"{arch}.attention.head_count") * _field(reader, f"{arch}.attention.key_length")
+    writer = gguf.GGUFWriter(out, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = width if name == f"{arch}.embedding_length" else field.contents()
+        array = field.types[0] == gguf.GGUFValueType.ARRAY
+        writer.add_key_value(name, value, field.types[0], sub_type=field.types[-1] if array else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+
+
 def gguf_tokenizer_files(path: str) -> dict[str, str]:
     """The Hugging Face tokenizer files (tokenizer.json and its configs) of the tokenizer a GGUF file describes,
     built by transformers' GGUF converter (the same tokenizer transformers uses with the file). It reads the file
@@ -354,7 +381,10 @@ def gguf_tokenizer_files(path: str) -> dict[str, str]:
     from lgpt.plumbing.dataset import read_tokenizer_files
     try:
         with tempfile.TemporaryDirectory() as alone:
-            os.symlink(os.path.abspath(path), os.path.join(alone, "model.gguf"))
+            if heads_do_not_divide(path):
+                header_copy(path, os.path.join(alone, "model.gguf"))
+            else:
+                os.symlink(os.path.abspath(path), os.path.join(alone, "model.gguf"))
             tokenizer = transformers.AutoTokenizer.from_pretrained(alone, gguf_file="model.gguf")
     except Exception as e:  # no or a damaged token list: the converter raises several kinds
         raise ConversionError(f"the tokenizer in '{path}' cannot be read ({e.__class__.__name__}: {str(e)[:120]}); "

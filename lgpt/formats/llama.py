@@ -180,9 +180,21 @@ def llama_hf_config(cfg: GPTConfig, transformers, arch: str, special_ids: dict):
         vocab_size=cfg.vocab_size, max_position_embeddings=cfg.block_size, rms_norm_eps=cfg.norm_eps,
         rope_parameters=rope, tie_word_embeddings=cfg.head == "tied", hidden_act="silu",
         attention_dropout=cfg.dropout, **special_ids)
-    if arch == LLAMA:
-        return transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common)
-    return transformers.Qwen2Config(use_sliding_window=False, **common)
+    return llama_config(transformers, arch, common)
+
+
+def llama_config(transformers, arch: str, common: dict):
+    """transformers' LlamaConfig / Qwen2Config of ``common``. transformers 5 refuses a hidden size that the heads do
+    not divide, even with an explicit head_dim; GGUF and llama.cpp do not (the key length is a field of its own),
+    and a width zero-padded for llama.cpp's blocks (448 with 9 heads of 64) need not divide: such a config is built
+    at the heads' width and given the model's after."""
+    hidden = common["hidden_size"]
+    common = dict(common, hidden_size=hidden if hidden % common["num_attention_heads"] == 0 else
+                  common["num_attention_heads"] * common["head_dim"])
+    hf_config = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common) if arch == LLAMA else \
+        transformers.Qwen2Config(use_sliding_window=False, **common)
+    hf_config.hidden_size = hidden
+    return hf_config
 
 
 def export_llama(model: GPT, transformers, arch: str, special_ids: dict):

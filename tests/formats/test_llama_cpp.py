@@ -141,3 +141,21 @@ def test_llama_cpps_quantizer_writes_the_type_and_the_loss_moves_as_much_as_its_
     gap = float(np.abs(theirs - our_window_losses(narrow, windows)).max())
     assert 0 < gap < within, gap
     assert not any(name.endswith(".partial") or ".f32-" in name for name in os.listdir(tmp_path))
+
+
+def test_a_padded_width_the_heads_do_not_divide_exports_and_reads_back_as_the_same_model(tmp_path):
+    """Width 36 with 3 heads of 12, padded to 64: transformers refuses such a config (64 is not a multiple of 3), GGUF
+    and llama.cpp do not; the export checks its tokenizer on a stand-in, and our import gives back our log-probs."""
+    from lgpt.plumbing.checkpoint import load_model
+    src = save(llama(hidden=36, n_head=3, n_kv_head=1, head_dim=12), tmp_path / "hf", train_tokenizer())
+    convert(ConvertConfig(from_hf=src, out_dir=str(tmp_path / "ours")))
+    path = str(tmp_path / "padded.gguf")
+    convert(ConvertConfig(in_dir=str(tmp_path / "ours"), to_gguf=path, pad_width=32))
+    convert(ConvertConfig(from_gguf=path, out_dir=str(tmp_path / "back")))
+    ours, back = load_model(str(tmp_path / "ours"))[0].eval(), load_model(str(tmp_path / "back"))[0].eval()
+    assert (back.config.n_embd, back.config.n_head, back.config.head_dim) == (64, 3, 12)
+    idx = torch.randint(0, 320, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(back(idx, all_logits=True)[0].log_softmax(-1),
+                                   ours(idx, all_logits=True)[0].log_softmax(-1), atol=2e-5, rtol=0)
+    assert sorted(os.listdir(tmp_path)) == ["back", "hf", "ours", "padded.gguf"]
