@@ -264,6 +264,8 @@ def main() -> None:
     parser.add_argument("--part", choices=("loss", "speed", "all"), default="all")
     parser.add_argument("--points_first", action="store_true", help="build POINTS before the original's ladder (a "
                         "second process on the other core; both share the cache; only the first writes the results)")
+    parser.add_argument("--built_only", action="store_true", help="build nothing: write the results of the points "
+                        "already built (the others listed in not_built)")
     parser.add_argument("--speed_of", default="", help=argparse.SUPPRESS)  # one point's timing, in its own process
     parser.add_argument("--torch_speed_of", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -274,6 +276,8 @@ def main() -> None:
     started = time.time()
     torch.set_num_threads(1)
     lcpp.llama_cpp()  # one line naming the install, before any work
+    if args.built_only:
+        harness.TRACE = {}  # cached() returns what is built and raises NotCached for the rest
     src, _ = imported()
     data = {"shakespeare": prepared(src, "shakespeare")}
     sources = {r: model_dir(r, src, data) for r in RECIPES}
@@ -281,7 +285,13 @@ def main() -> None:
     jobs = grid()
     if args.points_first:
         jobs = jobs[len(TYPES):] + jobs[:len(TYPES)]
-    built = [point(src, data, *job) for job in jobs]
+    built, missing = [], []
+    for job in jobs:
+        try:
+            built.append(point(src, data, *job))
+        except harness.NotCached:
+            missing.append(list(job))
+    payload["not_built"] = missing
     if args.points_first:
         return
     if args.part in ("loss", "all"):
