@@ -234,15 +234,18 @@ def in_process(flag: str, target: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def key(p: dict) -> str:
+    return f"{p['recipe']}|{p['rotation']}|{p['type']}"
+
+
 def speeds(built: list[dict], sources: dict[str, str]) -> dict:
     """Every point's llama.cpp speed and our own float32 model's, in one run (ratios only)."""
     started = time.time()
     out = {"llama_cpp": {}, "torch": {}}
     for i, p in enumerate(built):
-        key = f"{p['recipe']}|{p['rotation']}|{p['type']}"
-        out["llama_cpp"][key] = in_process("--speed_of", p["path"])
+        out["llama_cpp"][key(p)] = in_process("--speed_of", p["path"])
         left = (time.time() - started) / (i + 1) * (len(built) - i - 1)
-        print(f"  speed {i + 1}/{len(built)} {key}: {out['llama_cpp'][key]['generate_tokens_per_s']} tok/s "
+        print(f"  speed {i + 1}/{len(built)} {key(p)}: {out['llama_cpp'][key(p)]['generate_tokens_per_s']} tok/s "
               f"(ETA {left:.0f} s)", flush=True)
     for recipe, path in sources.items():
         out["torch"][recipe] = in_process("--torch_speed_of", path)
@@ -297,9 +300,15 @@ def main() -> None:
     if args.part in ("loss", "all"):
         check = {r: checked(exported(sources[r], r)[0], sources[r], data["shakespeare"])
                  for r in ("original", "free25")}
-        payload.update(points=[{k: v for k, v in p.items() if k != "path"} for p in built], check=check)
+        timed = {key(p): p["speed"] for p in payload.get("points", []) if p.get("speed")}  # an earlier speed part's
+        payload.update(points=[dict({k: v for k, v in p.items() if k != "path"}, mb=round(p["bytes"] / 1e6, 1),
+                                    **({"speed": timed[key(p)]} if key(p) in timed else {})) for p in built],
+                       check=check)
     if args.part in ("speed", "all"):
-        payload["speed"] = speeds(built, sources)
+        timed = speeds(built, sources)
+        for p in payload["points"]:
+            p["speed"] = timed["llama_cpp"].get(key(p))
+        payload["speed"] = {"torch": timed["torch"], "threads": THREADS, "seconds": timed["seconds"]}
     payload.update(model="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", block=BLOCK,
                    text="tinyshakespeare", llama_cpp_python=lcpp.llama_cpp().__version__, types=list(TYPES),
                    test_reads=len(reads_of_test(data["shakespeare"])))

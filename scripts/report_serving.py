@@ -60,7 +60,8 @@ def frontier_tests(r: dict) -> list[tuple[dict, dict | None, dict | None]]:
 
 
 def speed_of(r: dict, p: dict) -> dict | None:
-    return ((r.get("speed") or {}).get("llama_cpp") or {}).get(f"{p['recipe']}|{p['rotation']}|{p['type']}")
+    """The point's llama.cpp timing (None before the speed part ran)."""
+    return p.get("speed")
 
 
 def generation_ratio(r: dict, p: dict) -> str:
@@ -147,7 +148,7 @@ def quant_frontier_figure(r: dict, results: str) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = 2 if r.get("speed") else 1
+    panels = 2 if any(p.get("speed") for p in r["points"]) else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), squeeze=False)
     for col, (x_of, xlabel) in enumerate([(lambda p: p["bytes"] / MB, "GGUF file, MB"),
                                           (lambda p: (speed_of(r, p) or {}).get("generate_tokens_per_s"),
