@@ -1489,7 +1489,9 @@ def _worked_kurtosis(model: str) -> str:
 
 def _protocol_quote(what: str, name: str = "") -> str:
     """A number of results/protocol the docs quote: the held-out texts' mean gap ('loto'), a recipe's general mean
-    gap ('general'), its aim verdict ('aim'), the equal-compute difference paired over windows ('equal')."""
+    gap ('general'), its aim verdict ('aim'), a PAIRED difference over the test windows of text ``name``: the learned
+    map against the distilled one ('equal'), SliceGPT's construction against ours, training-free ('slice') and after
+    the same distillation ('slicedistill')."""
     r = load("protocol")
     if r is None:
         raise KeyError("results/protocol is missing: run scripts/protocol.sh")
@@ -1500,8 +1502,11 @@ def _protocol_quote(what: str, name: str = "") -> str:
         return gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows[name]])
     if what == "aim":
         return aim_word(dict(protocol_tests(r))[f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%"])
-    if what == "equal":
-        d, se = paired_windows(r, rows["learned25"][0], rows["distill25"][0], name)
+    pairs = {"equal": ("learned25", "distill25"), "slice": ("slice25", "free25"),
+             "slicedistill": ("slicedistill25", "distill25")}
+    if what in pairs:
+        a, b = pairs[what]
+        d, se = paired_windows(r, rows[a][0], rows[b][0], name)
         return f"{d:+.4f} ± {se:.4f}"
     raise KeyError(what)
 
@@ -1510,7 +1515,8 @@ QUOTES: dict[str, Callable[[], str]] = {
     "protocol.loto": lambda: _protocol_quote("loto"),
     **{f"protocol.general@{n}": (lambda n=n: _protocol_quote("general", n)) for n in SHARE_OF},
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
-    **{f"protocol.equal@{t}": (lambda t=t: _protocol_quote("equal", t)) for t in ("shakespeare", *GENERAL_TEXTS)},
+    **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill")
+       for t in ("shakespeare", *GENERAL_TEXTS)},
     "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),
     "worked_example.kurtosis_ref": lambda: _worked_kurtosis("ref"),
     **{f"recipe@{x}": (lambda x=x, d=d: _shrink_gap(x, RECIPE, d)) for x, d in ((0.75, 2), (0.5, 2), (0.25, 1))},
