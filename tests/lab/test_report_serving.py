@@ -85,3 +85,11 @@ def test_the_table_renders_every_point_and_the_figure_is_written(results, tmp_pa
     assert "below the frontier vs original Q3_K_M" in text and "above the frontier" in text
     os.makedirs(tmp_path / "quant_frontier")
     assert os.path.exists(rs.quant_frontier_figure(results, str(tmp_path)))
+
+
+def test_generation_speed_is_read_against_the_original_at_the_same_type(results):
+    by = {rs.label(p): p for p in results["points"]}
+    by["original Q4_K_M"]["speed"] = {"generate_tokens_per_s": 40.0, "prompt_tokens_per_s": 400.0, "peak_rss_mb": 300}
+    by["free50 Q4_K_M"]["speed"] = {"generate_tokens_per_s": 70.0, "prompt_tokens_per_s": 800.0, "peak_rss_mb": 200}
+    assert rs.generation_ratio(results, by["free50 Q4_K_M"]) == "1.75×"
+    assert rs.generation_ratio(results, by["distill25 Q4_K_M"]) == "—"  # not timed
