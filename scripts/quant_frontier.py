@@ -267,6 +267,8 @@ def main() -> None:
     parser.add_argument("--part", choices=("loss", "speed", "all"), default="all")
     parser.add_argument("--points_first", action="store_true", help="build POINTS before the original's ladder (a "
                         "second process on the other core; both share the cache; only the first writes the results)")
+    parser.add_argument("--points_reversed", action="store_true", help="build POINTS from the last (a third "
+                        "process, once the ladder is built: the two then meet in the middle)")
     parser.add_argument("--built_only", action="store_true", help="build nothing: write the results of the points "
                         "already built (the others listed in not_built)")
     parser.add_argument("--speed_of", default="", help=argparse.SUPPRESS)  # one point's timing, in its own process
@@ -288,6 +290,8 @@ def main() -> None:
     jobs = grid()
     if args.points_first:
         jobs = jobs[len(TYPES):] + jobs[:len(TYPES)]
+    if args.points_reversed:
+        jobs = jobs[len(TYPES):][::-1]
     built, missing = [], []
     for job in jobs:
         try:
@@ -295,7 +299,7 @@ def main() -> None:
         except harness.NotCached:
             missing.append(list(job))
     payload["not_built"] = missing
-    if args.points_first:
+    if args.points_first or args.points_reversed:
         return
     if args.part in ("loss", "all"):
         check = {r: checked(exported(sources[r], r)[0], sources[r], data["shakespeare"])
