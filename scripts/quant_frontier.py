@@ -162,7 +162,8 @@ def checked(path: str, source: str, data_dir: str) -> dict:
     worst, agree = 0.0, []
     for x, _ in windows(data_dir, "val")[:CHECK_WINDOWS]:
         with torch.no_grad():
-            ours = model(torch.tensor([x.astype(np.int64)]), all_logits=True)[0][0].double().log_softmax(-1).numpy()
+            ours = model(torch.from_numpy(x.astype(np.int64)[None]), all_logits=True)[0][0]
+            ours = ours.double().log_softmax(-1).numpy()
         llm.reset()
         llm.eval([int(t) for t in x])
         theirs = lcpp.log_softmax(np.asarray(llm.scores[:len(x)]))

@@ -73,6 +73,11 @@ def generation_ratio(r: dict, p: dict) -> str:
     return f"{mine['generate_tokens_per_s'] / theirs['generate_tokens_per_s']:.2f}×"
 
 
+def p_text(p: float) -> str:
+    """A p-value as text; below 1e-6 only its bound (the test's error is a lower bound: no more digits are earned)."""
+    return f"{p:.2g}" if p >= 1e-6 else "< 1e-6"
+
+
 def frontier_word(p: dict, q: dict | None, v: dict | None) -> str:
     if q is None:
         return "larger than every quantization-only point"
@@ -122,7 +127,7 @@ def quant_frontier(r: dict) -> str:
                      f"{100 * (p['losses']['test']['loss'] / full['losses']['test']['loss'] - 1):+.1f}%",
                      "— (the frontier)" if p["recipe"] == "original" and p["rotation"] == "none" else
                      frontier_word(p, q, v) + ("" if v is None else f", Δ {v['delta']:+.4f} ± {v['se']:.4f}, "
-                                               f"Holm p {v['p_holm']:.2g}"),
+                                               f"Holm p {p_text(v['p_holm'])}"),
                      s.get("generate_tokens_per_s", "—"), generation_ratio(r, p), s.get("prompt_tokens_per_s", "—"),
                      s.get("peak_rss_mb", "—")])
     out = head + table(header, body)
