@@ -120,7 +120,8 @@ def quant_frontier(r: dict) -> str:
         q, v = tests.get(label(p), (None, None))
         s = speed_of(r, p) or {}
         held = ", ".join(f"{k} {100 * x:.0f}%" for k, x in list(p["types"].items())[:3])
-        body.append([NAMES[p["recipe"]], p["rotation"], p["type"], p["width"], f"{p['parameters'] / 1e6:.1f} M",
+        width = p["width"] if p["width"] % 32 == 0 else f"{p['width']} (file: {-(-p['width'] // 32) * 32})"
+        body.append([NAMES[p["recipe"]], p["rotation"], p["type"], width, f"{p['parameters'] / 1e6:.1f} M",
                      f"{p['bytes'] / MB:.1f}", f"{p['bits_per_weight']:.2f}", held,
                      f"{p['losses']['dev']['loss']:.4f}", f"{p['losses']['test']['loss']:.4f}",
                      f"{p['losses']['test']['se']:.4f}",

@@ -7,9 +7,10 @@ without it each function here fails with one line that says so.
 
 Two rules of llama.cpp's quantizer decide what a narrow model gets (src/llama-quant.cpp):
 - a block type needs every row length to be a multiple of its block (32 for Q4_0 … Q8_0 and IQ4_NL, 256 for the
-  K-quants Q2_K … Q6_K and IQ4_XS); a K-quant tensor whose rows are not falls back to a 32-block type (Q4_K → Q5_0,
-  Q5_K → Q5_1, Q6_K → Q8_0, Q2_K and Q3_K → IQ4_NL), and one whose rows are not a multiple of 32 either is left in
-  F16 — or, for a 32-block type asked for directly, refused. ``QUANT_BLOCK`` and ``check_quantizable`` say which;
+  K-quants Q2_K … Q6_K and IQ4_XS); a K-quant tensor whose rows are not falls back to a 32-block type (in the
+  llama.cpp that llama-cpp-python 0.3.36 builds: Q2_K and Q3_K → Q4_0, Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, as
+  results/quant_frontier's files hold), and one whose rows are not a multiple of 32 either is left in F16 — or, for a
+  32-block type asked for directly, refused. ``QUANT_BLOCK`` and ``check_quantizable`` say which;
 - the token embedding of a tied model doubles as the head and is kept at Q6_K (Q8_0 where Q6_K falls back).
 So the width m of a shrunk model decides how much of it the asked type reaches: ``tensor_mix`` reads it back.
 """
