@@ -144,7 +144,8 @@ def quant_frontier(r: dict) -> str:
     torch_speed = (r.get("speed") or {}).get("torch") or {}
     if torch_speed:
         out += ["", "Our own sample.py path (PyTorch float32, KV cache, same threads, same run): " + "; ".join(
-            f"{k} {x['generate_tokens_per_s']} generate tok/s, {x['prompt_tokens_per_s']} prompt tok/s, peak "
+            f"{k} {x['generate_tokens_per_s']} generate tok/s, {x['prompt_tokens_per_s']} prompt tok/s "
+            f"({x.get('prompt_tokens', 256)}-token prompt), peak "
             f"{x['peak_rss_mb']:.0f} MB" for k, x in torch_speed.items()) + "."]
     return "\n".join(out)
 

@@ -136,18 +136,16 @@ def window_losses(llm, windows: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.n
 def speed(llm, prompt: list[int], generate: int, repeats: int = 3) -> dict:
     """Prompt processing and generation tokens/s: the prompt read from an empty cache, then ``generate`` tokens
     one at a time (greedy), the median of ``repeats`` after one warm-up; the process's peak memory after."""
-    import resource
-
     def once() -> tuple[float, float]:
         llm.reset()
         started = time.perf_counter()
         llm.eval(prompt)
         read = time.perf_counter() - started
-        token = int(np.argmax(llm.scores[len(prompt) - 1] if llm.context_params.logits_all else llm.eval_logits[-1]))
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))  # the last position's logits (kept in either mode)
         started = time.perf_counter()
         for _ in range(generate):
             llm.eval([token])
-            token = int(np.argmax(llm.eval_logits[-1]))
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         return read, time.perf_counter() - started
 
     once()
@@ -155,7 +153,18 @@ def speed(llm, prompt: list[int], generate: int, repeats: int = 3) -> dict:
     return {"prompt_tokens": len(prompt), "generated_tokens": generate, "repeats": repeats,
             "prompt_tokens_per_s": round(len(prompt) / float(np.median(reads)), 1),
             "generate_tokens_per_s": round(generate / float(np.median(gens)), 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: Linux's VmHWM, which starts afresh in a new program (getrusage's
+    ru_maxrss is inherited across exec, so a child started by a large parent reports the parent's peak)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return round(next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024, 1)
+    except (OSError, StopIteration):
+        import resource
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def padded_width(width: int) -> int:
