@@ -159,3 +159,27 @@ def test_a_padded_width_the_heads_do_not_divide_exports_and_reads_back_as_the_sa
         torch.testing.assert_close(back(idx, all_logits=True)[0].log_softmax(-1),
                                    ours(idx, all_logits=True)[0].log_softmax(-1), atol=2e-5, rtol=0)
     assert sorted(os.listdir(tmp_path)) == ["back", "hf", "ours", "padded.gguf"]
+
+
+def test_peak_memory_is_the_programs_own_not_its_parents():
+    """A timing runs in a fresh process started by a large one: its peak must be its own (getrusage's ru_maxrss
+    is inherited across exec and would report the parent's)."""
+    import subprocess
+    ballast = bytearray(600 * 2 ** 20)  # the parent's peak: over 600 MB
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touched, so resident
+    child = subprocess.run([sys.executable, "-c", "from lgpt.formats.llama_cpp import peak_rss_mb; "
+                            "print(peak_rss_mb())"], capture_output=True, text=True, check=True,
+                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert 0 < float(child.stdout) < 400, child.stdout
+    del ballast
+
+
+def test_speed_measures_prompt_and_generation(narrow, tmp_path):
+    pytest.importorskip("llama_cpp")
+    path = str(tmp_path / "m.gguf")
+    convert(ConvertConfig(in_dir=narrow, to_gguf=path, gguf_type="Q8_0", pad_width=32))
+    llm = lcpp.load(path, 48, threads=1)
+    timing = lcpp.speed(llm, list(range(2, 34)), generate=8, repeats=1)
+    llm.close()
+    assert timing["prompt_tokens"] == 32 and timing["generated_tokens"] == 8
+    assert timing["prompt_tokens_per_s"] > 0 and timing["generate_tokens_per_s"] > 0 and timing["peak_rss_mb"] > 0
