@@ -67,6 +67,9 @@ THREADS = 2  # the speed part: llama.cpp's threads (the machine's cores)
 PROMPT, GENERATE, REPEATS = 256, 64, 3
 CHECK_WINDOWS = 4  # dev windows on which llama.cpp's F32 logits are compared with our import's
 EXPERIMENT = "quant_frontier"
+# what happened to the test reads beside the plan, in order (said, not hidden)
+READ_NOTES = ["frontier-original-F16 read test twice: the first run stopped after its read, before its result was "
+              "kept (its folder was not made); the second read gave the recorded loss"]
 RESULTS_FILE = os.path.join(RESULTS, EXPERIMENT, "results.json")
 
 
@@ -318,7 +321,7 @@ def main() -> None:
         payload["speed"] = {"torch": timed["torch"], "threads": THREADS, "seconds": timed["seconds"]}
     payload.update(model="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", block=BLOCK,
                    text="tinyshakespeare", llama_cpp_python=lcpp.llama_cpp().__version__, types=list(TYPES),
-                   test_reads=len(reads_of_test(data["shakespeare"])))
+                   test_reads=len(reads_of_test(data["shakespeare"])), read_notes=READ_NOTES)
     save(payload, started, EXPERIMENT, "scripts/quant_frontier.sh")
 
 

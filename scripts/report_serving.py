@@ -136,6 +136,9 @@ def quant_frontier(r: dict) -> str:
             "beside the budget's own quantization-only point:", "",
             *table(["budget", "pick (on dev)", "MB", "test loss", "original at the budget", "pick − original"],
                    recommendations(r))]
+    if r.get("read_notes"):
+        out += ["", f"Test reads: {r['test_reads']} recorded on this text in all; beside the plan: "
+                + "; ".join(r["read_notes"]) + "."]
     check = r.get("check") or {}
     if check:
         out += ["", "llama.cpp against our import (F32 file, F32 KV cache, the first dev windows): " + "; ".join(
