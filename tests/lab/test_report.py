@@ -193,10 +193,11 @@ def test_a_generated_block_in_a_doc_is_refilled_and_checked():
 
 @pytest.fixture
 def repo(tmp_path):
-    """A copy of what report.py reads: itself, results/ and bench/results/, a small README."""
+    """A copy of what report.py reads: itself and its modules, results/ and bench/results/, a small README."""
     copy = tmp_path / "repo"
     (copy / "scripts").mkdir(parents=True)
-    shutil.copy(os.path.join(ROOT, "scripts", "report.py"), copy / "scripts" / "report.py")
+    for name in ("report.py", "report_stats.py", "report_serving.py"):  # report.py and the rooms it imports
+        shutil.copy(os.path.join(ROOT, "scripts", name), copy / "scripts" / name)
     shutil.copytree(os.path.join(ROOT, "results"), copy / "results")
     shutil.copytree(os.path.join(ROOT, "bench", "results"), copy / "bench" / "results")
     (copy / "README.md").write_text(DOC.format(report.quote("recipe@0.5")))
