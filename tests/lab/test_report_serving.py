@@ -34,19 +34,23 @@ def results():
     return {"model": "m", "llama_cpp_python": "0", "text": "t", "block": 256, "points": original + ours}
 
 
-def test_the_comparator_is_the_smallest_quantization_only_file_at_least_as_large(results):
+def test_the_comparator_is_what_quantization_alone_gives_the_same_budget(results):
+    """The best of the original's files no larger than the point (the frontier's envelope), or the smallest file
+    where none fits."""
     by = {rs.label(p): p for p in results["points"]}
-    assert rs.comparator(results, by["distill25 Q4_K_M"])["type"] == "Q3_K_M"
-    assert rs.comparator(results, by["free25 Q8_0"])["type"] == "Q8_0"
-    assert rs.comparator(results, by["free50 Q4_K_M"])["type"] == "Q2_K"
-    big = dict(by["free25 Q8_0"], bytes=int(300e6))
-    assert rs.comparator(results, big) is None
+    assert rs.comparator(results, by["distill25 Q4_K_M"])["type"] == "Q2_K"  # 85 MB: only Q2_K (80 MB) fits
+    assert rs.comparator(results, by["free25 Q8_0"])["type"] == "Q4_K_M"  # 120 MB: Q4_K_M is the best that fits
+    assert rs.comparator(results, by["free50 Q4_K_M"])["type"] == "Q2_K"  # smaller than every file
+    worse = point("original", "Q5_K_M", 112, 4.00, seed=9)  # a larger file that a smaller one beats
+    results["points"].append(worse)
+    assert rs.comparator(results, dict(by["free25 Q8_0"], bytes=int(113e6)))["type"] == "Q4_K_M"
+    assert [q["type"] for q in rs.envelope(results)] == ["Q2_K", "Q3_K_M", "Q4_K_M", "Q8_0", "F16"]
 
 
 def test_the_verdicts_follow_the_paired_test_after_holm(results):
     verdicts = {rs.label(p): v for p, _, v in rs.frontier_tests(results)}
     assert verdicts["distill25 Q4_K_M"]["word"] == "lower"
-    assert verdicts["free25 Q8_0"]["word"] == "higher"
+    assert verdicts["free25 Q8_0"]["word"] == "higher"  # 4.50 against Q4_K_M's 3.85
     assert verdicts["free50 Q4_K_M"]["word"] == "higher"  # 5.00 against Q2_K's 4.30
     assert all(v["p_holm"] >= v["p"] for v in verdicts.values())
 
@@ -82,7 +86,7 @@ def test_the_table_renders_every_point_and_the_figure_is_written(results, tmp_pa
     for p in results["points"]:
         cells = f"| {rs.NAMES[p['recipe']]} | {p['rotation']} | {p['type']} | {p['width']} |"
         assert sum(row.startswith(cells) for row in rows) == 1, cells
-    assert "below the frontier vs original Q3_K_M" in text and "above the frontier" in text
+    assert "below the frontier vs original Q2_K" in text and "above the frontier" in text
     os.makedirs(tmp_path / "quant_frontier")
     assert os.path.exists(rs.quant_frontier_figure(results, str(tmp_path)))
 
