@@ -57,7 +57,7 @@ from lgpt.formats.llama import (
     llama_state_from_hf,
     llama_state_to_hf,
 )
-from lgpt.formats.llama_cpp import QUANT_BLOCK, check_quantizable, llama_cpp, quantize
+from lgpt.formats.llama_cpp import QUANT_BLOCK, check_quantizable, llama_cpp, padded_width, quantize
 from lgpt.method.grow import pad_residual
 from lgpt.plumbing.checkpoint import (
     LOCK_NAME,
@@ -649,7 +649,7 @@ def convert(cfg: ConvertConfig) -> str:
         check_complete_for_export(ckpt, cfg)
         tokenizer_files(ckpt.get("meta"))  # a tokenizer GGUF cannot hold fails before anything is written
         if cfg.pad_width and model.config.n_embd % cfg.pad_width:
-            width = -(-model.config.n_embd // cfg.pad_width) * cfg.pad_width
+            width = padded_width(model.config.n_embd, cfg.pad_width)
             print(f"padding the residual width {model.config.n_embd} → {width} with zeros (the same function)")
             model = pad_residual(model, width)
         if cfg.gguf_type not in QUANT_BLOCK:

@@ -33,23 +33,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from protocol import summary  # noqa: E402
 
 import harness  # noqa: E402
 from harness import RESULTS, cached  # noqa: E402
 from lgpt.formats import llama_cpp as lcpp  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import BatchLoader, reads_of_test  # noqa: E402
+from lgpt.plumbing.logger import progress  # noqa: E402
 from real_model import BLOCK, imported, parameters, prepared, run_step  # noqa: E402
 from real_quantization import save  # noqa: E402
 
@@ -124,16 +124,10 @@ def quantized(f32: str, label: str, kind: str) -> tuple[str, dict]:
 
 
 def windows(data_dir: str, split: str, recipe: str = "") -> list[tuple[np.ndarray, np.ndarray]]:
-    """The protocol's consecutive 256-token windows of ``split`` (a test read is recorded for ``recipe``)."""
-    loader = BatchLoader(data_dir, BLOCK, 8, "cpu", test_for=recipe if split == "test" else "")
-    tokens = loader.tokens(split)
-    return [(np.array(tokens[i:i + BLOCK]), np.array(tokens[i + 1:i + 1 + BLOCK]))
-            for i in loader.full_split_starts(split)]
-
-
-def summary(losses: np.ndarray, seconds: float) -> dict:
-    return {"loss": float(losses.mean()), "se": float(losses.std(ddof=1) / math.sqrt(len(losses))),
-            "windows": len(losses), "seconds": round(seconds, 1), "each": [round(float(x), 6) for x in losses]}
+    """The protocol's consecutive 256-token windows of ``split`` (BatchLoader.full_split's, one at a time; a test
+    read is recorded for ``recipe``)."""
+    loader = BatchLoader(data_dir, BLOCK, 1, "cpu", test_for=recipe if split == "test" else "")
+    return [(x[0].numpy(), y[0].numpy()) for x, y in loader.full_split(split)]
 
 
 def evaluated(path: str, label: str, data_dir: str) -> dict:
@@ -149,8 +143,10 @@ def evaluated(path: str, label: str, data_dir: str) -> dict:
         for split, key in (("val", "dev"), ("test", "test")):
             started = time.time()
             split_windows = windows(data_dir, split, f"frontier-{label}")
-            result[key] = summary(lcpp.window_losses(llm, split_windows[:DEV_WINDOWS] if key == "dev" else
-                                                     split_windows), time.time() - started)
+            split_windows = split_windows[:DEV_WINDOWS] if key == "dev" else split_windows
+            result[key] = summary(lcpp.window_losses(llm, progress(split_windows, f"llama.cpp {label} {key}",
+                                                                   len(split_windows), unit="window")),
+                                  time.time() - started)
             print(f"  {label} {key}: {result[key]['loss']:.4f} ({result[key]['seconds']:.0f} s)", flush=True)
         llm.close()
         return result
@@ -236,7 +232,7 @@ def in_process(flag: str, target: str) -> dict:
     done = subprocess.run([sys.executable, os.path.abspath(__file__), f"{flag}={target}"], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode:
-        raise SystemExit(f"timing {target} failed: {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"timing {target} failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -299,7 +295,7 @@ def main() -> None:
     if args.points_reversed:
         jobs = jobs[len(TYPES):][::-1]
     built, missing = [], []
-    for job in jobs:
+    for job in progress(jobs, "frontier points", len(jobs), unit="point"):
         try:
             built.append(point(src, data, *job))
         except harness.NotCached:

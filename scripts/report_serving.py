@@ -62,8 +62,8 @@ def paired_z(a: dict, b: dict) -> dict:
 def frontier_tests(r: dict) -> list[tuple[dict, dict, dict]]:
     """(point, the quantization-only point it must beat, verdict) for every point off the quantization-only
     ladder; Holm across them."""
-    out = [(p, comparator(r, p), paired_z(p, comparator(r, p))) for p in r["points"]
-           if not (p["recipe"] == "original" and p["rotation"] == "none")]
+    pairs = [(p, comparator(r, p)) for p in r["points"] if not (p["recipe"] == "original" and p["rotation"] == "none")]
+    out = [(p, q, paired_z(p, q)) for p, q in pairs]
     adjust([v for _, _, v in out])
     return out
 
@@ -130,7 +130,8 @@ def quant_frontier(r: dict) -> str:
         q, v = tests.get(label(p), (None, None))
         s = speed_of(r, p) or {}
         held = ", ".join(f"{k} {100 * x:.0f}%" for k, x in list(p["types"].items())[:3])
-        width = p["width"] if p["width"] % 32 == 0 else f"{p['width']} (file: {-(-p['width'] // 32) * 32})"
+        file_width = -(-p["width"] // 32) * 32  # what --pad_width=32 made of it (report.py reads results alone)
+        width = p["width"] if file_width == p["width"] else f"{p['width']} (file: {file_width})"
         body.append([NAMES[p["recipe"]], p["rotation"], p["type"], width, f"{p['parameters'] / 1e6:.1f} M",
                      f"{p['bytes'] / MB:.1f}", f"{p['bits_per_weight']:.2f}", held,
                      f"{p['losses']['dev']['loss']:.4f}", f"{p['losses']['test']['loss']:.4f}",

@@ -16,7 +16,6 @@ So the width m of a shrunk model decides how much of it the asked type reaches: 
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Iterable
@@ -76,7 +75,7 @@ def quantize(source: str, destination: str, name: str, threads: int = 1) -> dict
     params = lib.llama_model_quantize_default_params()
     params.ftype = ftype(name)
     params.nthread = threads
-    partial = destination + ".partial"
+    partial = f"{destination}.partial-{os.getpid()}"  # this run's own name: nothing of the user's is touched
     started = time.time()
     try:
         failed = lib.llama_model_quantize(source.encode(), partial.encode(), params)
@@ -167,6 +166,6 @@ def peak_rss_mb() -> float:
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def padded_width(width: int) -> int:
-    """The smallest multiple of ROW_BLOCK at least ``width``."""
-    return int(math.ceil(width / ROW_BLOCK) * ROW_BLOCK)
+def padded_width(width: int, block: int = ROW_BLOCK) -> int:
+    """The smallest multiple of ``block`` (by default ROW_BLOCK, llama.cpp's smallest) at least ``width``."""
+    return -(-width // block) * block
