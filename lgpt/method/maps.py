@@ -24,7 +24,7 @@ from lgpt.plumbing.errors import TransformError
 from lgpt.plumbing.logger import progress
 from model import GPT, GPTConfig
 
-KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "hadamard", "pca", "truncate")
+KINDS = ("gaussian", "rademacher", "sparse", "srht", "orthogonal", "hadamard", "pca", "truncate", "split")
 JL_KINDS = ("gaussian", "rademacher", "sparse", "srht")  # random maps: the JL bound is what they guarantee
 
 
@@ -160,8 +160,8 @@ def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Ten
 
 def make_projection(kind: str, d: int, m: int, seed: int = 0,
                     calibration: Calibration | torch.Tensor | None = None,
-                    damping: float = 1e-6, coordinates: Coordinates = NO_COORDINATES
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    damping: float = 1e-6, coordinates: Coordinates = NO_COORDINATES,
+                    gains: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
     machine; ``transform_model`` moves it to the model's device, once):
 
@@ -176,6 +176,8 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
     pca         the top-m eigenvectors of the calibration set's uncentred second moment (m ≤ d); with
                 ``coordinates`` some kept out of range(T) or in it as rows of their own (``pca_map``)
     truncate    the first m coordinates
+    split       growth (d < m ≤ 3d/2) by m − d coordinate pairs, each mixed into three rows (``split_map``, which
+                reads ``gains``, the peri-LN output gains): orthonormal columns, exact for per-dimension gains
     """
     if m <= 0 or d <= 0:
         raise TransformError(f"widths must be positive, got d={d}, m={m}")
@@ -209,9 +211,58 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
     elif kind == "pca":
         T = pca_map(calibration, d, m, damping, coordinates)
         return T, T.T.clone()
+    elif kind == "split":
+        T = split_map(d, m, gains, seed)
+        return T, T.T.clone()
     else:
         raise TransformError(f"kind={kind!r} is not one of {KINDS}")
     return T, pseudo_inverse(T)
+
+
+def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
+    """A growth map that mixes coordinates and still carries per-dimension gains exactly (``porting.diagonal_fit``
+    has residual 0 for it). r = m − d coordinate pairs (j, k), drawn by ``seed``, each become three rows p, q, u:
+
+        T[p] = (e_j + s·e_k)/√2,   T[q] = (e_j − s·e_k)/√2,   T[u] = t·e_k,   t = √(1 − s²),
+
+    and every other coordinate keeps a row e_i. The columns are orthonormal (TᵀT = I) and rows p, q mix two
+    coordinates, so T is no coordinate map. A diagonal a with Tᵀ·diag(a)·T = diag(b) exists for every b:
+    a_p = a_q = b_j, a_u = (b_k − s²·b_j)/t². A peri-LN output norm needs a = 1/γ'² > 0, i.e. s² < b_k/b_j =
+    γ_j²/γ_k² for every output gain γ (``gains``, one row per norm): s² is half the smallest such ratio (at most
+    1/2), and each pair is ordered to make it largest. Without gains (pre-LN) s = 1/√2. Needs d < m ≤ 3d/2: a
+    pair gives one new row. Why nothing denser works: ``docs/transform.md`` (exact growth of a peri-LN model)."""
+    r = m - d
+    if not 0 < r <= d // 2:
+        raise TransformError(f"kind='split' grows by pairs of coordinates, one new row each: it needs "
+                             f"d < m ≤ d + d//2 = {d + d // 2} (d={d}), got m={m}; grow in two steps, or use "
+                             "kind='orthogonal' (approximate for peri-LN) / zero-padding")
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(d, generator=g).tolist()
+    pairs = [(order[2 * i], order[2 * i + 1]) for i in range(r)]
+    paired = {c for pair in pairs for c in pair}
+    T = torch.zeros(m, d, dtype=torch.float64)
+    row = 0
+    for i in range(d):  # the unpaired coordinates keep their rows, in order
+        if i not in paired:
+            T[row, i] = 1.0
+            row += 1
+    squares = None if gains is None else gains.detach().double().cpu().reshape(-1, d).pow(2)
+    for j, k in pairs:
+        s2 = 0.5
+        if squares is not None:
+            if bool((squares[:, [j, k]] == 0).any()):
+                raise TransformError(f"kind='split': coordinate {j if bool((squares[:, j] == 0).any()) else k} "
+                                     "has a zero output gain somewhere, so no mixed row can carry it")
+            forward, backward = float((squares[:, j] / squares[:, k]).min()), float((squares[:, k] / squares[:, j]).min())
+            if backward > forward:
+                j, k, forward = k, j, backward
+            s2 = min(0.5, forward / 2)
+        s, t = math.sqrt(s2), math.sqrt(1 - s2)
+        T[row, j], T[row, k] = 1 / math.sqrt(2), s / math.sqrt(2)
+        T[row + 1, j], T[row + 1, k] = 1 / math.sqrt(2), -s / math.sqrt(2)
+        T[row + 2, k] = t
+        row += 3
+    return T
 
 
 def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damping: float = 1e-6,
@@ -319,14 +370,15 @@ def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
 
 def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
                  calibration: Calibration | None, damping: float, keep_layernorm: bool,
-                 coordinates: Coordinates = NO_COORDINATES) -> tuple[torch.Tensor, ...]:
+                 coordinates: Coordinates = NO_COORDINATES, gains: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, ...]:
     """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
     model keeps its LayerNorm."""
     if given_map is not None:
         T = given_map.detach().cpu().double()
         T_pinv = pseudo_inverse(T)
     else:
-        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, coordinates)
+        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, coordinates, gains)
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()

@@ -101,7 +101,7 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
     calibration = calibrate(spec, sd, cfg, data)
     d, m = model.config.n_embd, spec.map.width
     T, T_pinv = starting_map(spec.given_map, spec.map.kind, d, m, spec.map.seed, calibration, spec.map.pca_damping,
-                             spec.port.keep_layernorm, coordinates)
+                             spec.port.keep_layernorm, coordinates, output_gains(model))
     kind = "file" if spec.given_map is not None else spec.map.kind
     check_orthonormal_growth(T, kind, spec.grow.grow_reader_std, spec.grow.grow_mask_iters)
     clock.lap("calibrate")
@@ -116,7 +116,7 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
         T, T_pinv, gains = learn(spec, sd, cfg, T, T_pinv, porting, original, batches, coordinates, kind, notes,
                                  corrections)
         clock.lap("learn")
-    new_sd, new_cfg, T, T_pinv = port(spec, sd, cfg, T, T_pinv, porting, gains)
+    new_sd, new_cfg, T, T_pinv = port(spec, sd, cfg, T, T_pinv, porting, gains, notes)
     new_model, ramp = finish(spec, model, new_sd, new_cfg, T, notes)
     clock.lap("port")
     if spec.learn.refit != "none" or spec.tie.tie_head:
@@ -127,6 +127,15 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
                               corrections, started, clock)
     record["growth_ramp"] = ramp  # MSG's masks or None: transform_checkpoint stores them beside the weights
     return new_model, record
+
+
+def output_gains(model: GPT) -> torch.Tensor | None:
+    """The peri-LN output norms' per-dimension gains, one row per norm (what kind='split' must carry), or None."""
+    norms = residual_roles(model.config).output_norms
+    if not norms or model.config.norm_gain != "vector":
+        return None
+    state = model.state_dict()
+    return torch.stack([state[f"{norm}.weight"].detach() for norm in norms])
 
 
 def held_coordinates(model: GPT, spec: TransformSpec) -> Coordinates:
@@ -155,13 +164,13 @@ def needs_batches(spec: TransformSpec) -> bool:
 
 def canonical_form(model: GPT, spec: TransformSpec, porting: str) -> tuple[dict, GPTConfig, list[str]]:
     """The (state_dict, config) the port starts from, and the notes so far. The paper's code neither folds nor
-    canonicalizes anything; a coordinate map keeps peri-LN output gains exactly (porting.average_output_gains
-    says why), so ``truncate`` keeps them unless a correction will refit the model anyway."""
+    canonicalizes anything; peri-LN output gains are carried through T (``porting.carry_output_norms``) by our
+    residual rule unless ``output_gains='average'``, or a learned map's gains will be fitted over them."""
     if porting == "paper_code":
         return (dict(model.state_dict()), copy.deepcopy(model.config),
                 ["paper_code: weights mapped by shape, architecture kept"])
-    keep_output_gains = (spec.map.kind == "truncate" and spec.given_map is None and not needs_batches(spec))
-    return canonicalize(model.state_dict(), model.config, spec.port.norms, keep_output_gains=keep_output_gains)
+    carry = spec.port.output_gains == "carry" and porting == "residual" and spec.learn.learn_steps == 0
+    return canonicalize(model.state_dict(), model.config, spec.port.norms, "carry" if carry else "average")
 
 
 def calibrate(spec: TransformSpec, sd: dict, cfg: GPTConfig, data: BatchLoader | None) -> Calibration | None:
@@ -203,7 +212,7 @@ def learn(spec: TransformSpec, sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv
 
 
 def port(spec: TransformSpec, sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
-         gains: LearnedGains) -> tuple[dict, GPTConfig, torch.Tensor, torch.Tensor]:
+         gains: LearnedGains, notes: list[str]) -> tuple[dict, GPTConfig, torch.Tensor, torch.Tensor]:
     """Apply T to every weight by the porting rule; returns the new (state_dict, config) and the (T, T⁺) it used
     (paper_code's own projection of a sampled map)."""
     if porting == "paper_code":
@@ -212,7 +221,7 @@ def port(spec: TransformSpec, sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv:
         return new_sd, new_cfg, T, pseudo_inverse(T)
     grow_noise = spec.grow.grow_noise
     reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, spec.map.seed) if grow_noise > 0 else None
-    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv, spec.port.rescale_gains)
+    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv, spec.port.rescale_gains, notes)
     new_sd = gain_writers(gain_readers(new_sd, gains.sites, gains.gains), gains.writers, gains.gains)
     return new_sd, new_cfg, T, T_pinv
 

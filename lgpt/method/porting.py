@@ -41,6 +41,8 @@ from model import GPT, GPTConfig
 PORTINGS = ("residual", "sandwich", "paper_code", "per_block")  # per_block: per_block.py (SliceGPT's maps)
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
+CARRY_EXACT = 1e-9  # a carried output gain's relative residual below which it counts as exact (float64 rounding)
+OUTPUT_GAINS = ("carry", "average")  # peri-LN output norms' per-dimension gains: carried through T, or averaged
 
 
 def resolve_porting(porting: str) -> str:
@@ -97,16 +99,70 @@ def average_gain(sd: dict, norm: str) -> None:
 
 
 def average_output_gains(sd: dict, roles: ResidualRoles, vector: bool) -> list[str]:
-    """Peri-LN's output norms write to the residual directly, so their per-dimension gains cannot fold: γ ⊙ n(y),
-    ported by T, is T·diag(γ)·T⁺ applied to T·n(y) — a per-dimension gain at width m only when T maps coordinates
-    to coordinates (kind='truncate', ``is_coordinate_map``). Otherwise γ → mean(γ) (the note says APPROXIMATE)."""
+    """``--output_gains=average``: peri-LN's output norms get γ → mean(γ), biases dropped (the plain average, kept
+    to measure against ``carry``; the note says APPROXIMATE)."""
     for norm in roles.output_norms:
         (average_gain if vector else drop_gain)(sd, norm)
     if vector and roles.output_norms:
-        return ["APPROXIMATE: peri-LN output norms with per-dimension gains cannot fold (they write to the residual "
-                "directly, and T·diag(γ)·T⁺ is a per-dimension gain only for a coordinate map T, kind='truncate'); "
-                "their gains were replaced by their means and biases dropped"]
+        return ["APPROXIMATE: peri-LN output norms' per-dimension gains replaced by their means (output_gains="
+                "'average') and biases dropped"]
     return []
+
+
+def diagonal_fit(T: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The diagonal a (one entry per row of T) that best carries diag(b) through T, and its relative residual:
+
+        a = argmin ‖Tᵀ·diag(a)·T − diag(b)‖_F,   i.e.   ((T·Tᵀ) ∘ (T·Tᵀ))·a = (T ∘ T)·b   (∘: entrywise).
+
+    Exact (residual 0) wherever an exact a exists: a coordinate map, ``maps.split_map``, any T whose rows lie in
+    the eigenspaces of diag(b). For orthonormal rows (T·Tᵀ = I, a shrink) a = (T ∘ T)·b: each row's gain is the
+    b-average over the coordinates it reads. ``B``: b, or several b as the columns of a d×k matrix (one solve for
+    all). Rows T never writes (all zero) get the mean of the others. Solved in float64 (a 1e-12 ridge: zero rows
+    make the system singular); differentiable in T. The residual is the largest over the columns."""
+    T64, B64 = T.double(), B.double()
+    column = B64.dim() == 1
+    B64 = B64[:, None] if column else B64
+    P = T64 @ T64.T
+    G = P * P
+    ridge = 1e-12 * G.diagonal().max().clamp_min(1e-300)
+    A = torch.linalg.solve(G + ridge * torch.eye(G.shape[0], dtype=G.dtype, device=G.device), (T64 * T64) @ B64)
+    used = (T64 != 0).any(1)
+    if not bool(used.all()):
+        A = torch.where(used[:, None], A, A[used].mean(0, keepdim=True))
+    residual = max(float((T64.T @ (A[:, j, None] * T64) - torch.diag(B64[:, j])).norm()
+                         / B64[:, j].norm().clamp_min(1e-300)) for j in range(B64.shape[1]))
+    return (A[:, 0] if column else A).to(T.dtype), residual
+
+
+def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps) -> tuple[dict, float]:
+    """``--output_gains=carry``, for every peri-LN output norm with per-dimension gains: it adds γ ⊙ norm_d(f) to
+    the residual, f = W·h its writer's output, and the ported block must add T·(γ ⊙ norm_d(f)). With
+    a = ``diagonal_fit``(T, 1/γ²), the writer W' = diag(√a)·T·diag(γ)·W (bias alike) and the gain
+    γ' = √(d/m)/√a (ε' = ε·d/m) add
+
+        γ' ⊙ norm_m(W'·h) = T·diag(γ)·f·√d / √(‖diag(√a)·T·diag(γ)·f‖² + ε·d),
+
+    which is T·(γ ⊙ norm_d(f)) exactly when Tᵀ·diag(a)·T = diag(1/γ²) (the two lengths then agree): the direction
+    is exact for every T; only the per-token length depends on the fit. Pops the writers and output norms from
+    ``sd``; returns them ported, and the fit's largest relative residual (0: exact)."""
+    roles = residual_roles(cfg)
+    gammas = torch.stack([sd[f"{norm}.weight"].double() for norm in roles.output_norms], 1)
+    if bool((gammas == 0).any()):
+        raise TransformError("a peri-LN output norm has a zero gain: that coordinate is never written, so its gain "
+                             "cannot be carried; use --output_gains=average")
+    A, residual = diagonal_fit(maps.T, gammas.pow(-2))
+    A = A.double().clamp_min(1e-12 * float(A.abs().max()))  # a least-squares a may touch 0 where T mixes very
+    #                                                          unequal gains: the length is approximate there anyway
+    out = {}
+    for j, (writer, norm) in enumerate(zip(roles.writers, roles.output_norms)):
+        gamma, root = sd.pop(f"{norm}.weight"), A[:, j].sqrt()
+        for name in (f"{writer}.weight", f"{writer}.bias"):
+            if name in sd:
+                W = sd.pop(name)
+                scaled = gamma[:, None] * W if W.dim() > 1 else gamma * W
+                out[name] = (root[:, None] if W.dim() > 1 else root).to(W.dtype) * (maps.T @ scaled)
+        out[f"{norm}.weight"] = (math.sqrt(maps.d / maps.m) / root).to(gamma.dtype)
+    return out, residual
 
 
 def drop_gain(sd: dict, norm: str) -> None:
@@ -140,13 +196,14 @@ def _one(like: torch.Tensor) -> torch.Tensor:
     return torch.ones(1, dtype=like.dtype, device=like.device)
 
 
-def canonicalize(sd: dict, cfg: GPTConfig, norms: str, keep_output_gains: bool = False
+def canonicalize(sd: dict, cfg: GPTConfig, norms: str, output_gains: str = "average"
                  ) -> tuple[dict, GPTConfig, list[str]]:
     """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain; returns the notes
-    of what changed. ``fold`` preserves the function except for peri-LN output norms with per-dimension gains
-    (averaged: recorded as APPROXIMATE); ``scalar`` and ``drop`` average or drop every per-dimension gain.
-    ``keep_output_gains`` (for a coordinate map T, ``is_coordinate_map``): peri-LN output norms keep their
-    per-dimension gains, every other norm gets a vector of ones, and the model stays exact."""
+    of what changed. ``fold`` preserves the function; ``scalar`` and ``drop`` average or drop every per-dimension
+    gain. Peri-LN output norms (RMSNorm) with per-dimension gains write to the residual directly, so nothing can
+    fold them: ``output_gains='carry'`` keeps them (every other norm then gets a vector of ones, and the model
+    stays exact; ``port_weights`` carries them through T by ``carry_output_norms``), ``'average'`` replaces them
+    by their means (APPROXIMATE)."""
     if norms not in NORM_MODES:
         raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
     sd = {k: v.detach() for k, v in sd.items()}  # every rule makes new tensors: no copies needed
@@ -171,7 +228,9 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str, keep_output_gains: bool =
             fold_gain_into_readers(sd, cfg, norm, readers)
         elif cfg.norm_gain == "none":
             drop_gain(sd, norm)
-    keep = keep_output_gains and vector and bool(roles.output_norms) and cfg.norm_type == "rmsnorm"
+    if output_gains not in OUTPUT_GAINS:
+        raise TransformError(f"output_gains={output_gains!r} is not one of {OUTPUT_GAINS}")
+    keep = output_gains == "carry" and vector and bool(roles.output_norms) and cfg.norm_type == "rmsnorm"
     if not keep:
         notes += average_output_gains(sd, roles, vector)
     if cfg.norm_type == "layernorm":
@@ -182,7 +241,7 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str, keep_output_gains: bool =
     if keep:  # output norms keep their vectors, so every norm carries one (the folded ones: all ones)
         for norm in roles.norms:
             sd[f"{norm}.weight"] = sd[f"{norm}.weight"].expand(cfg.n_embd).clone()
-        notes.append("peri-LN output norms keep their per-dimension gains: T maps coordinates to coordinates")
+        notes.append("peri-LN output norms keep their per-dimension gains (output_gains='carry')")
         return sd, cfg, notes
     cfg.norm_gain = "scalar"
     return sd, cfg, notes
@@ -205,11 +264,12 @@ def port_writer(W: torch.Tensor, maps: PortMaps) -> torch.Tensor:
 
 def scale_gain(g: torch.Tensor, maps: PortMaps) -> torch.Tensor:
     """g → g·√(d/m): RMSNorm over m coordinates of T·h is √(m/d)·T·norm_d(h) for orthonormal-column T. A
-    per-dimension gain (a coordinate map T only) moves with its coordinates, T·g, and a new coordinate (which the
-    ported model never writes) gets the mean gain."""
+    per-dimension gain becomes √(d/m)·``diagonal_fit``(T, g): T·g for a coordinate map (a new coordinate, which
+    the ported model never writes, gets the mean gain); a gain of equal entries stays one."""
+    if g.numel() > 1 and bool((g != g[0]).any()):
+        return diagonal_fit(maps.T, g)[0].to(g.dtype) * math.sqrt(maps.d / maps.m)
     if g.numel() > 1:
-        ones = torch.ones_like(g)
-        g = maps.T @ g + (1 - maps.T @ ones) * g.mean()
+        return g.new_full((maps.m,), float(g[0])) * math.sqrt(maps.d / maps.m)
     return g * math.sqrt(maps.d / maps.m)
 
 
@@ -251,12 +311,18 @@ def porting_plan(names: list[str], cfg: GPTConfig, porting: str, rescale_gains: 
 
 
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
-                 reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True) -> tuple[dict, GPTConfig]:
+                 reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True,
+                 notes: list[str] | None = None) -> tuple[dict, GPTConfig]:
     """Map a canonical (state_dict, config) of width d to width m = T.shape[0] by ``porting_plan``. ``sd`` is
     consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
     KNN heads follow the embeddings; norm ε × d/m (unless ``rescale_gains=False``, which keeps gains and ε);
-    ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv`` replaces T⁺ in the readers (grow symmetry breaking)."""
-    if cfg.norm_gain == "vector" and not is_coordinate_map(T):
+    ``sandwich`` sets head_dim = m / n_head. ``reader_T_pinv`` replaces T⁺ in the readers (grow symmetry breaking).
+    Per-dimension gains only where ``canonicalize`` kept them (peri-LN output norms, ``carry_output_norms``; the
+    other norms all ones) or for a coordinate map; ``notes`` gets an APPROXIMATE line where the carry is not exact."""
+    roles = residual_roles(cfg)
+    carried = (cfg.norm_gain == "vector" and bool(roles.output_norms) and porting in ("residual", "head")
+               and rescale_gains and all(bool((sd[f"{n}.weight"] == 1).all()) for n, _ in roles.norm_readers))
+    if cfg.norm_gain == "vector" and not carried and not is_coordinate_map(T):
         raise TransformError("port_weights needs scalar norm gains (or a coordinate map T); run canonicalize first")
     m, d = T.shape
     porting = resolve_porting(porting)
@@ -268,8 +334,16 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
                                                                     else reader_T_pinv)))
     if cfg.head != "linear":
         sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
+    out: dict = {}
+    if carried:
+        out, residual = carry_output_norms(sd, cfg, maps)
+        if residual > CARRY_EXACT and notes is not None:
+            notes.append(f"APPROXIMATE: peri-LN output gains carried through T with a relative residual of "
+                         f"{residual:.2g} (‖Tᵀ·diag(a)·T − diag(1/γ²)‖: this T mixes coordinates of unequal gain; "
+                         "the direction each output norm writes is exact, its length is not — kind='split' or "
+                         "zero-padding is exact)")
     plan = porting_plan(list(sd), cfg, porting, rescale_gains)
-    out = {name: plan[name](sd.pop(name), maps) for name in list(sd)}
+    out.update({name: plan[name](sd.pop(name), maps) for name in list(sd)})
     if cfg.head == "tied":
         out["lm_head.weight"] = out["transformer.wte.weight"]
     cfg = copy.deepcopy(cfg)

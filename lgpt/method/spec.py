@@ -26,7 +26,7 @@ import torch
 from lgpt.method.grow import DEPTH_MODES, GROW_MODES, check_depth, check_growth
 from lgpt.method.maps import CALIB_WEIGHTINGS, KINDS
 from lgpt.method.paper_rules import PAPER_CODE_KINDS, check_porting
-from lgpt.method.porting import NORM_MODES, PORTING_ALIASES, PORTINGS, resolve_porting
+from lgpt.method.porting import NORM_MODES, OUTPUT_GAINS, PORTING_ALIASES, PORTINGS, resolve_porting
 from lgpt.method.refit import LEARN_DECAYS, REFIT_MODES, RETIE_TARGETS
 from lgpt.plumbing.errors import TransformError
 from model import GPTConfig
@@ -62,6 +62,8 @@ class PortingSpec:
     #                             leaves them as they are, as the paper's Algorithm 1 does (residual, sandwich)
     restore_attn_scale: bool = False  # sandwich / paper_code: Q × √(m/d) keeps the attention scale 1/√(d/n_head)
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
+    output_gains: str = "carry"  # peri-LN output norms' per-dimension gains: 'carry' (through T, porting.py's
+    #                              carry_output_norms: exact for truncate and split maps) | 'average' (their means)
 
 
 @dataclass
@@ -195,7 +197,7 @@ def check_settings(spec: TransformSpec, error: type[Exception], map_file: bool =
                     "drop --rescale_gains=False")
     for name, allowed in (("kind", KINDS), ("norms", NORM_MODES), ("refit", REFIT_MODES),
                           ("calib_weighting", CALIB_WEIGHTINGS), ("grow_mode", GROW_MODES),
-                          ("depth_mode", DEPTH_MODES)):
+                          ("depth_mode", DEPTH_MODES), ("output_gains", OUTPUT_GAINS)):
         if s[name] not in allowed:
             raise error(f"{name}={s[name]!r} is not one of {allowed}")
     if PORTING_ALIASES.get(s["porting"], s["porting"]) not in PORTINGS:
