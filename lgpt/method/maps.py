@@ -249,7 +249,8 @@ def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) 
     for j, k in pairs:
         s2 = 0.5
         if squares is not None:
-            forward, backward = float((squares[:, j] / squares[:, k]).min()), float((squares[:, k] / squares[:, j]).min())
+            forward = float((squares[:, j] / squares[:, k]).min())
+            backward = float((squares[:, k] / squares[:, j]).min())
             if backward > forward:
                 j, k, forward = k, j, backward
             s2 = min(0.5, forward / 2)

@@ -42,7 +42,7 @@ PORTINGS = ("residual", "sandwich", "paper_code", "per_block")  # per_block: per
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
 ZERO_GAIN = 1e-6  # an output gain below this × its norm's largest counts as zero (carried as that tiny gain)
-CARRY_EXACT = 1e-6  # a carried output gain's relative residual below which it counts as exact (the solve's ridge: ~1e-8)
+CARRY_EXACT = 1e-6  # a carried output gain's relative residual below which it is exact (the solve's ridge: ~1e-8)
 OUTPUT_GAINS = ("carry", "average")  # peri-LN output norms' per-dimension gains: carried through T, or averaged
 
 

