@@ -24,7 +24,8 @@ every recipe; ``--part=draws`` seeds 1 and 2 of the −25% training-free one and
 distillation (``DRAWN``: the others have n = 1 here — each trained recipe costs about 50 single-core minutes — so
 their differences and aims are "not tested" over draws); ``--part=loto`` the general case, leaving one text out:
 the training-free recipe calibrated on the train splits of the other three texts (interleaved in equal shares, up
-to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all`` (the default) does the three in that order.
+to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all`` (the default) does the three in
+that order.
 Every model is read on the test split of every text and on Shakespeare's dev split, whole splits in 256-token
 windows; each window's mean loss is kept, so a loss's ± is its sampling error (the standard error over windows) and
 two models are compared paired over the same windows as well as over draws. Cost: the step's CPU seconds (its
