@@ -171,7 +171,7 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
     return record
 
 
-EXACT_KINDS = ("orthogonal", "hadamard", "truncate", "pca")  # orthonormal maps at m ≥ d
+EXACT_KINDS = ("orthogonal", "hadamard", "truncate", "pca", "split")  # orthonormal maps at m ≥ d
 
 
 def asks_for_exact(cfg: TransformConfig, d: int) -> bool:

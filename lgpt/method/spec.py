@@ -325,6 +325,10 @@ def check_width(d: int, m: int, kind: str, grow_noise: float) -> None:
     if kind == "pca" and m > d:
         raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got width={m} > d={d}; "
                              "use kind='orthogonal' to grow")
+    if kind == "split" and not d < m <= d + d // 2:
+        raise TransformError(f"kind='split' grows by pairs of coordinates, one new row each: it needs "
+                             f"d < m ≤ d + d//2 = {d + d // 2} (d={d}), got width={m}; grow in two steps, or use "
+                             "kind='orthogonal' (approximate for peri-LN) / kind='truncate' (zero padding)")
     if grow_noise > 0 and m <= d:
         raise TransformError(f"grow_noise applies when growing (m > d), got width={m}, d={d}")
 
