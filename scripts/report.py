@@ -22,6 +22,7 @@ import statistics
 import sys
 from collections.abc import Callable
 
+from report_gemma3 import real_gemma3
 from report_serving import quant_frontier, quant_frontier_figure
 from report_stats import (  # noqa: F401 - the cells and the rule (tests read them here)
     ALPHA,
@@ -1052,7 +1053,7 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging, grow_depth, grow_recipes,
     sandwich_ablation, quantization, real_model, real_model_slicegpt, real_model_recovery, real_model_geometry,
     real_model_quantization, real_model_tied, real_model_distill, real_model_gpu, real_model_hybrid,
-    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier)}
+    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier, real_gemma3)}
 
 
 def experiments() -> list[str]:

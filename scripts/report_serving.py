@@ -9,11 +9,9 @@ independent, so its error is a lower bound), Holm's correction across every poin
 """
 from __future__ import annotations
 
-import math
 import os
-import statistics
 
-from report_stats import ALPHA, adjust, decide, table
+from report_stats import ALPHA, adjust, paired_windows_z, table
 
 NAMES = {"original": "original", "free25": "tied PCA −25%, training-free", "distill25": "tied PCA −25% + distillation",
          "free50": "tied PCA −50%, training-free"}
@@ -52,11 +50,7 @@ def paired_z(a: dict, b: dict) -> dict:
     x, y = a["losses"]["test"]["each"], b["losses"]["test"]["each"]
     if len(x) != len(y):
         raise ValueError(f"{label(a)} and {label(b)} hold {len(x)} and {len(y)} test windows: not the same split")
-    diffs = [p - q for p, q in zip(x, y)]
-    delta, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
-    p = math.erfc(abs(delta) / se / math.sqrt(2)) if se > 0 else (1.0 if delta == 0 else 0.0)
-    return {"delta": delta, "se": se, "p": p, "n": (len(x), len(y)), "test": "paired z over test windows",
-            "word": decide(p, delta)}
+    return dict(paired_windows_z(x, y), test="paired z over test windows")
 
 
 def frontier_tests(r: dict) -> list[tuple[dict, dict, dict]]:

@@ -125,6 +125,19 @@ def decide(p: float | None, delta: float) -> str:
     return "no difference" if p >= ALPHA else "lower" if delta < 0 else "higher"
 
 
+def paired_windows_z(x: list[float], y: list[float]) -> dict:
+    """Mean(x − y) paired over the same evaluation windows: delta, its standard error, a two-sided z-test's p (one
+    model per side: the text's sampling error, not the recipe's; consecutive windows are not independent, so the
+    error is a lower bound)."""
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} and {len(y)} windows: not the same split")
+    diffs = [a - b for a, b in zip(x, y)]
+    delta, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    p = math.erfc(abs(delta) / se / math.sqrt(2)) if se > 0 else (1.0 if delta == 0 else 0.0)
+    return {"delta": delta, "se": se, "p": p, "n": (len(x), len(y)), "test": "paired z over windows",
+            "word": decide(p, delta)}
+
+
 def holm(ps: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given."""
     order = sorted(range(len(ps)), key=lambda i: ps[i])

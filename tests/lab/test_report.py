@@ -196,7 +196,7 @@ def repo(tmp_path):
     """A copy of what report.py reads: itself and its modules, results/ and bench/results/, a small README."""
     copy = tmp_path / "repo"
     (copy / "scripts").mkdir(parents=True)
-    for name in ("report.py", "report_stats.py", "report_serving.py"):  # report.py and the rooms it imports
+    for name in ("report.py", "report_stats.py", "report_serving.py", "report_gemma3.py"):  # report.py and its rooms
         shutil.copy(os.path.join(ROOT, "scripts", name), copy / "scripts" / name)
     shutil.copytree(os.path.join(ROOT, "results"), copy / "results")
     shutil.copytree(os.path.join(ROOT, "bench", "results"), copy / "bench" / "results")

@@ -1,0 +1,64 @@
+"""
+results/real_gemma3 (scripts/real_gemma3.py) as a table: the real Gemma 3 270M grown and shrunk with its peri-LN
+output gains carried through T or averaged, on Shakespeare's dev split.
+
+Verdicts: a growth is "exact" when its log-probabilities differ from the original's by at most EXACT (relative,
+‖Δ‖/‖log p‖, #73's goal); carried against averaged output gains at the same width and map, a z-test of the dev
+loss difference paired over the same windows (one model each: the text's error, not the recipe's), Holm across
+the table's tests (report_stats).
+"""
+from __future__ import annotations
+
+from report_stats import ALPHA, adjust, paired_windows_z, table
+
+EXACT = 1e-4  # relative log-probability error of an exact growth (#73's goal)
+GROW_NAMES = {"pad": "zero padding (coordinate map)", "split": "split (mixes coordinate pairs)",
+              "orthogonal-carry": "Haar-random orthogonal", "orthogonal-average": "Haar-random orthogonal"}
+
+
+def gap(loss: float, reference: float) -> str:
+    return f"{100 * (loss / reference - 1):+.1f}%"
+
+
+def carry_tests(r: dict) -> list[tuple[str, dict]]:
+    """(what, verdict) of carried − averaged output gains at each width: growth (orthogonal map) and each shrink."""
+    pairs = [("grow 768, orthogonal", r.get("grow", {}).get("orthogonal-carry"),
+              r.get("grow", {}).get("orthogonal-average"))]
+    for size in dict.fromkeys(x["size"] for x in r.get("shrink", {}).values()):
+        pairs.append((f"shrink {size}", r["shrink"].get(f"free{size}-carry"), r["shrink"].get(f"free{size}-average")))
+    out = [(what, paired_windows_z(a["windows"], b["windows"])) for what, a, b in pairs if a and b]
+    adjust([v for _, v in out])
+    return out
+
+
+def real_gemma3(r: dict) -> str:
+    original = r["original"]
+    head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
+            f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
+            f"(± the standard error over windows); a uniform guess is log V = {r['log_vocabulary']:.2f}. "
+            f"Relative error: ‖Δ log p‖/‖log p‖ against the original on the first {r['exact_windows']} windows "
+            f"(exact: ≤ {EXACT:g}). Output gains: 'carry' (porting.carry_output_norms: the direction each output "
+            "norm writes is exact, its length fitted) or 'average' (each output norm's gains replaced by their "
+            "mean, what every earlier version did). Cost: the transform's process CPU seconds. Nothing here is "
+            "trained and nothing read test: these are dev measurements (choices), n = 1 each.", ""]
+    rows = [["original", "—", "—", r["d"], f"{original['parameters'] / 1e6:.1f} M", "—", "—",
+             f"{original['dev']:.4f} ± {original['se']:.4f}", "—", "—", "—"]]
+    for name, x in r.get("grow", {}).items():
+        exact = "exact" if x["relative_error"] <= EXACT else "not exact"
+        rows.append([f"grow: {GROW_NAMES[name]}", x["kind"], x["output_gains"], x["m"],
+                     f"{x['parameters'] / 1e6:.1f} M", f"{x['relative_error']:.1e}", exact,
+                     f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
+                     f"{x['step']['cpu_seconds']:.0f}", "record: exact" if x["exact"] else "record: approximate"])
+    for x in r.get("shrink", {}).values():
+        rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", x["output_gains"], x["m"],
+                     f"{x['parameters'] / 1e6:.1f} M", "—", "—", f"{x['dev']:.4f} ± {x['se']:.4f}",
+                     gap(x["dev"], original["dev"]), f"{x['step']['cpu_seconds']:.0f}",
+                     "above log V" if x["dev"] > r["log_vocabulary"] else ""])
+    header = ["arm", "kind", "output gains", "m", "parameters", "relative error", "exact (≤ 1e-4)", "dev loss",
+              "gap", "CPU-s", "note"]
+    tests = carry_tests(r)
+    verdicts = [[what, f"{v['delta']:+.4f} ± {v['se']:.4f}", f"{v['p_holm']:.2g}", v["word"]] for what, v in tests]
+    return "\n".join(head + table(header, rows) + [
+        "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
+        f"across {len(tests)}; one model each, so the text's sampling error only):", ""]
+        + table(["at", "Δ dev loss", "p (Holm)", "verdict"], verdicts))
