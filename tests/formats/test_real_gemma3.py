@@ -100,3 +100,23 @@ def test_gguf_and_hf_exports_read_back_as_the_same_model(imported, reference, tm
         for theirs in (from_gguf, from_hf):
             lp = theirs(ids).logits.double().log_softmax(-1)
             assert relative_error(lp, ours) <= 1e-5, relative_error(lp, ours)
+
+
+def test_llama_cpp_reads_our_gguf_of_the_grown_model_as_our_model(imported, reference, tmp_path):
+    """The split-grown model (m = 768, exact) exported as F32 GGUF: llama.cpp's logits give the original's losses
+    (skipped where llama-cpp-python is not installed: it builds from source, so CI has no copy)."""
+    pytest.importorskip("llama_cpp")
+    import numpy as np
+
+    from lgpt.formats import llama_cpp as lcpp
+    from transform import TransformConfig, transform_checkpoint
+    ids, ours = reference
+    grown = str(tmp_path / "split")
+    transform_checkpoint(TransformConfig(in_dir=imported, out_dir=grown, width=768, kind="split", eval_iters=0))
+    path = str(tmp_path / "split-f32.gguf")
+    convert(ConvertConfig(in_dir=grown, to_gguf=path))
+    x = ids[0, :-1].numpy()
+    y = ids[0, 1:].numpy()
+    theirs = lcpp.window_losses(lcpp.load(path, 64, threads=1, logits_all=True, f32_cache=True), [(x, y)])
+    mine = -ours[0, np.arange(len(y)), y].mean()
+    np.testing.assert_allclose(theirs, [float(mine)], rtol=0, atol=2e-4)
