@@ -36,6 +36,7 @@ import torch  # noqa: E402
 
 import harness  # noqa: E402
 from harness import RESULTS, cached  # noqa: E402
+from lgpt.method.pipeline import output_gains  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import BatchLoader, token_losses  # noqa: E402
 from real_model import BLOCK, parameters, run_step  # noqa: E402
@@ -140,7 +141,13 @@ def main() -> None:
     if os.path.exists(RESULTS_FILE):
         with open(RESULTS_FILE, encoding="utf-8") as f:
             payload.update({k: v for k, v in json.load(f).items() if k in ("grow", "shrink")})
-    reference = logprobs(load_model(src)[0].eval(), data_dir)
+    model = load_model(src)[0].eval()
+    reference = logprobs(model, data_dir)
+    gains = output_gains(model).flatten()
+    payload["output_gains"] = {"count": gains.numel(), "min": float(gains.min()), "max": float(gains.max()),
+                               "zero": int((gains == 0).sum()), "negative": int((gains < 0).sum()),
+                               "median": float(gains.median())}
+    del model
     payload["original"] = dict(measured(src, data_dir, None, "original"), parameters=parameters(src))
 
     def write() -> None:
@@ -149,10 +156,10 @@ def main() -> None:
     write()
     if args.part in ("grow", "all"):
         grow = payload.setdefault("grow", {})
-        for name, (kind, output_gains) in GROW_ARMS.items():
+        for name, (kind, mode) in GROW_ARMS.items():
             out, built = transformed(src, data_dir, f"grow-{name}", [f"--width={GROW_WIDTH}", f"--kind={kind}",
-                                                                     f"--output_gains={output_gains}"])
-            grow[name] = dict(built, kind=kind, output_gains=output_gains, m=GROW_WIDTH,
+                                                                     f"--output_gains={mode}"])
+            grow[name] = dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH,
                               **measured(out, data_dir, reference, f"grow-{name}"))
             print(f"[{time.time() - started:.0f} s] grow {name}: dev {grow[name]['dev']:.4f}, relative error "
                   f"{grow[name]['relative_error']:.2e}", flush=True)
@@ -160,11 +167,11 @@ def main() -> None:
     if args.part in ("shrink", "all"):
         shrink = payload.setdefault("shrink", {})
         for size, width in SHRINK_WIDTHS.items():
-            for output_gains in OUTPUT_GAINS:
-                name = f"free{size}-{output_gains}"
+            for mode in OUTPUT_GAINS:
+                name = f"free{size}-{mode}"
                 out, built = transformed(src, data_dir, f"shrink-{name}",
-                                         [RECIPE, f"--width={width}", f"--output_gains={output_gains}"])
-                shrink[name] = dict(built, size=size, m=width, output_gains=output_gains,
+                                         [RECIPE, f"--width={width}", f"--output_gains={mode}"])
+                shrink[name] = dict(built, size=size, m=width, output_gains=mode,
                                     **measured(out, data_dir, None, f"shrink-{name}"))
                 print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)
                 write()

@@ -1488,6 +1488,12 @@ def _worked_kurtosis(model: str) -> str:
     return f"{max(read_json(path)['models'][model]['activation_kurtosis']):.1f}"
 
 
+def _gemma3_gains(what: str) -> str:
+    """results/real_gemma3's output-gain statistics: their range, how many are exactly zero, how many there are."""
+    g = load("real_gemma3")["output_gains"]
+    return {"range": f"{g['min']:.2f} to {g['max']:,.0f}", "zero": f"{g['zero']}", "count": f"{g['count']:,}"}[what]
+
+
 def _protocol_quote(what: str, name: str = "") -> str:
     """A number of results/protocol the docs quote: the held-out texts' mean gap ('loto'), a recipe's general mean
     gap ('general'), its aim verdict ('aim'), a PAIRED difference over the test windows of text ``name``: the learned
@@ -1518,6 +1524,7 @@ QUOTES: dict[str, Callable[[], str]] = {
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill")
        for t in ("shakespeare", *GENERAL_TEXTS)},
+    **{f"gemma3.gains.{k}": (lambda k=k: _gemma3_gains(k)) for k in ("range", "zero", "count")},
     "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),
     "worked_example.kurtosis_ref": lambda: _worked_kurtosis("ref"),
     **{f"recipe@{x}": (lambda x=x, d=d: _shrink_gap(x, RECIPE, d)) for x, d in ((0.75, 2), (0.5, 2), (0.25, 1))},
