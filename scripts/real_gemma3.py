@@ -15,7 +15,8 @@ the choices (#70's protocol), not the test-split results; nothing here reads tes
   relative error of the log-probabilities on the first EXACT_WINDOWS dev windows, ‖Δ‖/‖log p‖ and max |Δ|.
 - ``shrink``: the SmolLM2 training-free recipe unchanged (configs/smollm2_shrink_25_training_free.py: tied PCA,
   tie_keep 32, 8 × 16 × 256 calibration tokens) at −25% and −50% parameters (m = 480 and 320: every parameter of
-  this model scales with d), with the output gains carried and averaged.
+  this model scales with d), with the output gains carried, averaged, and carried with the 32 coordinates of most
+  outlying output gain kept as rows of their own (--output_keep=32).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
 """
 from __future__ import annotations
@@ -51,7 +52,8 @@ SHRINK_WIDTHS = {"-25%": 480, "-50%": 320}
 RECIPE = "configs/smollm2_shrink_25_training_free.py"  # the SmolLM2 training-free recipe, width set per model
 GROW_ARMS = {"pad": ("truncate", "carry"), "split": ("split", "carry"), "orthogonal-carry": ("orthogonal", "carry"),
              "orthogonal-average": ("orthogonal", "average")}
-OUTPUT_GAINS = ("carry", "average")
+SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=average",),
+               "carry-keep32": ("--output_gains=carry", "--output_keep=32")}  # keep: outlying output gains as rows
 
 
 def imported() -> tuple[str, dict]:
@@ -167,10 +169,9 @@ def main() -> None:
     if args.part in ("shrink", "all"):
         shrink = payload.setdefault("shrink", {})
         for size, width in SHRINK_WIDTHS.items():
-            for mode in OUTPUT_GAINS:
+            for mode, options in SHRINK_ARMS.items():
                 name = f"free{size}-{mode}"
-                out, built = transformed(src, data_dir, f"shrink-{name}",
-                                         [RECIPE, f"--width={width}", f"--output_gains={mode}"])
+                out, built = transformed(src, data_dir, f"shrink-{name}", [RECIPE, f"--width={width}", *options])
                 shrink[name] = dict(built, size=size, m=width, output_gains=mode,
                                     **measured(out, data_dir, None, f"shrink-{name}"))
                 print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)

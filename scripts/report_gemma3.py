@@ -50,7 +50,8 @@ def real_gemma3(r: dict) -> str:
                      f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "record: exact" if x["exact"] else "record: approximate"])
     for x in r.get("shrink", {}).values():
-        rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", x["output_gains"], x["m"],
+        mode = x["output_gains"].replace("-", ", ")
+        rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", mode, x["m"],
                      f"{x['parameters'] / 1e6:.1f} M", "—", "—", f"{x['dev']:.4f} ± {x['se']:.4f}",
                      gap(x["dev"], original["dev"]), f"{x['step']['cpu_seconds']:.0f}",
                      "above log V" if x["dev"] > r["log_vocabulary"] else ""])

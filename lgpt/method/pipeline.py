@@ -138,11 +138,24 @@ def output_gains(model: GPT) -> torch.Tensor | None:
     return torch.stack([state[f"{norm}.weight"].detach() for norm in norms])
 
 
+def output_gain_outliers(model: GPT, count: int) -> tuple[int, ...]:
+    """The ``count`` residual coordinates whose peri-LN output gains lie farthest from their norm's median, on a log
+    scale: score_j = max_ℓ |log|γ_ℓj| − median_i log|γ_ℓi||. A PCA row that mixes such a coordinate with others
+    cannot give both their gain (``porting.carry_output_norms`` fits one); kept as rows e_jᵀ of their own
+    (``--output_keep``), they are carried exactly."""
+    gains = output_gains(model)
+    if count <= 0 or gains is None:
+        return ()
+    logs = gains.detach().double().cpu().abs().clamp_min(1e-12).log()
+    score = (logs - logs.median(1, keepdim=True).values).abs().amax(0)
+    return tuple(torch.argsort(-score, stable=True)[:count].tolist())
+
+
 def held_coordinates(model: GPT, spec: TransformSpec) -> Coordinates:
     """The coordinates a PCA map keeps out of its range (pca_exclude) or in it as rows of their own (pca_keep,
     and tie_keep's outliers of the final gain: ``refit.gain_outliers``), checked against the model."""
-    coordinates = Coordinates(spec.map.pca_exclude,
-                              spec.map.pca_keep + gain_outliers(model, spec.tie.tie_keep)).normalized()
+    coordinates = Coordinates(spec.map.pca_exclude, spec.map.pca_keep + gain_outliers(model, spec.tie.tie_keep)
+                              + output_gain_outliers(model, spec.map.output_keep)).normalized()
     check_coordinates(coordinates, model.config.n_embd, spec.map.width, spec.map.kind, spec.given_map is not None)
     return coordinates
 

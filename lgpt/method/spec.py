@@ -47,6 +47,9 @@ class MapSpec:
     #                                    =507,199): the same PCA on the stream with those coordinates removed
     pca_keep: tuple[int, ...] = ()  # kind='pca': residual coordinates kept in range(T) as rows e_iᵀ of their own
     #                                 (--pca_keep=247,17); the rest is the PCA of the stream without them
+    output_keep: int = 0  # kind='pca' on a peri-LN model: T keeps the N coordinates whose output-norm gains lie
+    #                       farthest from their norm's median (log scale, the largest over norms) as rows of their own
+    #                       (--pca_keep), so their gains are carried exactly (porting.carry_output_norms)
     map_groups: int = 0  # porting='per_block': G maps, each shared by a run of consecutive sites (a shortcut matrix
     #                      only where the map changes: G − 1 of them); 0: a map per site, SliceGPT's construction
 
@@ -192,6 +195,9 @@ def check_settings(spec: TransformSpec, error: type[Exception], map_file: bool =
     s = spec.flat()
     if not isinstance(s["width"], int) or s["width"] <= 0:
         raise error(f"width must be a positive integer (the new residual width m), got {s['width']}")
+    if not isinstance(s["output_keep"], int) or s["output_keep"] < 0:
+        raise error(f"output_keep must be a count >= 0 (coordinates of outlying output gain kept as rows of T), "
+                    f"got {s['output_keep']}")
     if not s["rescale_gains"] and s["porting"] == "paper_code":
         raise error("rescale_gains=False applies to porting='residual' or 'sandwich' (paper_code never rescales); "
                     "drop --rescale_gains=False")

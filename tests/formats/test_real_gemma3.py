@@ -1,6 +1,7 @@
 """The real Gemma 3 270M as fetch.py gets it (GGUF, Q4_K_M, four chunks joined): imported as transformers reads the
 same file, grown exactly by a map that mixes coordinates, and written back as GGUF and Hugging Face. A peri-LN
-model whose output gains run from about 0 to 1,600 (results/real_gemma3): what the LGPT paper's peri-LN argument is about.
+model whose output gains span four orders of magnitude (results/real_gemma3): what the paper's peri-LN argument is
+about.
 
 The model is read from the cache (``python fetch.py --what=gemma3``; .ci/run does it first). Without it these
 tests are skipped locally, and fail under CI=true: CI must always run them.
