@@ -303,6 +303,9 @@ def check_spec(spec: TransformSpec, cfg: GPTConfig) -> str:
     if norms not in NORM_MODES:
         raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
     porting = resolve_porting(spec.port.porting)
+    if spec.map.output_keep < 0:
+        raise TransformError(f"output_keep must be a count >= 0 (coordinates of outlying output gain kept as rows "
+                             f"of T), got {spec.map.output_keep}")
     check_width(d, m, kind, spec.grow.grow_noise)
     check_paper_code(porting, kind, spec.port.keep_layernorm, spec.grow.grow_noise)
     check_shortcut_models(spec, cfg, porting)

@@ -125,6 +125,24 @@ def test_transform_grows_gemma_style_models_exactly_with_split_and_refuses_what_
             transform_model(model, _spec(width, "split"))
 
 
-def _spec(width: int, kind: str):
+def _spec(width: int, kind: str, **kw):
     from conftest import spec
-    return spec(width, kind=kind)
+    return spec(width, kind=kind, **kw)
+
+
+def test_output_keep_keeps_the_most_outlying_output_gains_as_rows_of_their_own(char_data_dir):
+    from lgpt.method.pipeline import output_gain_outliers
+    from lgpt.plumbing.dataset import BatchLoader
+    model = random_model(6, vocab_size=65, **PERI)
+    with torch.no_grad():
+        model.transformer.h[1].ln_2_out.weight[7] = 500.0  # far above its norm's median
+        model.transformer.h[0].ln_1_out.weight[3] = 1e-3  # far below
+    assert set(output_gain_outliers(model, 2)) == {3, 7}
+    loader = BatchLoader(char_data_dir, 8, 4, "cpu")
+    _, record = transform_model(model, _spec(12, "pca", output_keep=2, calib_batches=2), loader)
+    T = record["T"]
+    for j in (3, 7):
+        rows = torch.nonzero(T[:, j].abs() > 1e-6).flatten()
+        assert len(rows) == 1 and torch.allclose(T[rows[0]].abs(), torch.eye(16)[j])
+    with pytest.raises(TransformError, match="output_keep must be a count"):
+        transform_model(model, _spec(12, "pca", output_keep=-1), loader)
