@@ -16,7 +16,8 @@ the choices (#70's protocol), not the test-split results; nothing here reads tes
 - ``shrink``: the SmolLM2 training-free recipe unchanged (configs/smollm2_shrink_25_training_free.py: tied PCA,
   tie_keep 32, 8 × 16 × 256 calibration tokens) at −25% and −50% parameters (m = 480 and 320: every parameter of
   this model scales with d), with the output gains carried, averaged, and carried with the 32 coordinates of most
-  outlying output gain kept as rows of their own (--output_keep=32).
+  outlying output gain kept as rows of their own (--output_keep=32), and carried by a PCA whose rows stay inside
+  8 groups of near-equal output gain (--gain_groups=8).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
 """
 from __future__ import annotations
@@ -53,7 +54,8 @@ RECIPE = "configs/smollm2_shrink_25_training_free.py"  # the SmolLM2 training-fr
 GROW_ARMS = {"pad": ("truncate", "carry"), "split": ("split", "carry"), "orthogonal-carry": ("orthogonal", "carry"),
              "orthogonal-average": ("orthogonal", "average")}
 SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=average",),
-               "carry-keep32": ("--output_gains=carry", "--output_keep=32")}  # keep: outlying output gains as rows
+               "carry-keep32": ("--output_gains=carry", "--output_keep=32"),  # outlying output gains as rows
+               "carry-groups8": ("--output_gains=carry", "--gain_groups=8")}  # rows inside groups of equal gain
 
 
 def imported() -> tuple[str, dict]:

@@ -161,7 +161,7 @@ def _srht(d: int, m: int, g: torch.Generator, max_tries: int = 100) -> torch.Ten
 def make_projection(kind: str, d: int, m: int, seed: int = 0,
                     calibration: Calibration | torch.Tensor | None = None,
                     damping: float = 1e-6, coordinates: Coordinates = NO_COORDINATES,
-                    gains: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    gains: torch.Tensor | None = None, groups: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, T⁺) in float64 on the CPU, T of shape (m, d), for every projection kind (a seed gives the same T on every
     machine; ``transform_model`` moves it to the model's device, once):
 
@@ -209,7 +209,8 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
         T = torch.eye(m, d, dtype=torch.float64)
         return T, T.T.clone()
     elif kind == "pca":
-        T = pca_map(calibration, d, m, damping, coordinates)
+        labels = gain_groups(gains, groups) if groups > 1 and gains is not None else None
+        T = pca_map(calibration, d, m, damping, coordinates, labels)
         return T, T.T.clone()
     elif kind == "split":
         T = split_map(d, m, gains, seed)
@@ -287,12 +288,34 @@ def split_pairs(squares: torch.Tensor | None, d: int, r: int, seed: int) -> list
     return pairs
 
 
+def gain_groups(gains: torch.Tensor, count: int, iterations: int = 50) -> torch.Tensor:
+    """A group label per coordinate: k-means (``count`` groups) of the coordinates' output-gain profiles on a log
+    scale, log|γ_ℓj| over the norms ℓ; started from the quantiles of each profile's mean, so it is deterministic.
+    Within a group the gains are near equal, so a map whose rows stay inside groups nearly commutes with every
+    diag(γ_ℓ) (``pca_map``'s ``groups``)."""
+    logs = gains.detach().double().cpu().abs().clamp_min(1e-12).log().T  # d × norms
+    order = torch.argsort(logs.mean(1), stable=True)
+    centres = torch.stack([logs[chunk].mean(0) for chunk in torch.tensor_split(order, count)])
+    labels = torch.zeros(len(logs), dtype=torch.long)
+    for _ in range(iterations):
+        labels = torch.cdist(logs, centres).argmin(1)
+        moved = torch.stack([logs[labels == g].mean(0) if bool((labels == g).any()) else centres[g]
+                             for g in range(count)])
+        if torch.allclose(moved, centres):
+            break
+        centres = moved
+    return labels
+
+
 def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damping: float = 1e-6,
-            coordinates: Coordinates = NO_COORDINATES) -> torch.Tensor:
+            coordinates: Coordinates = NO_COORDINATES, groups: torch.Tensor | None = None) -> torch.Tensor:
     """T = the top-m eigenvectors (rows, largest first) of M_δ = M + δ·tr(M)/d·I, M the calibration's uncentred
     second moment. With ``coordinates`` E = exclude, K = keep and Q = I − Σ_{i∈E∪K} e_i e_iᵀ: the rows e_iᵀ
     (i ∈ K) and the top m − |K| eigenvectors of Q·M_δ·Q, ordered by their variance tᵀ·M_δ·t (largest first), so
-    range(T) ⟂ e_i for i ∈ E and ∋ e_i for i ∈ K; the rest is the PCA of the stream without those coordinates."""
+    range(T) ⟂ e_i for i ∈ E and ∋ e_i for i ∈ K; the rest is the PCA of the stream without those coordinates.
+    With ``groups`` (a label per coordinate, ``gain_groups``): M's entries between groups are set to 0 before the
+    eigendecomposition, so every row of T reads one group only — the top m of all the groups' own principal
+    directions (``--gain_groups``: blocks of near-equal peri-LN output gain)."""
     if m > d:
         raise TransformError(f"kind='pca' shrinks or keeps the width (m ≤ d), got m={m} > d={d}; "
                              "use kind='orthogonal' to grow")
@@ -305,10 +328,12 @@ def pca_map(calibration: Calibration | torch.Tensor | None, d: int, m: int, damp
     check_coordinates(coordinates, d, m)
     apart = sorted(set(coordinates.exclude) | set(coordinates.keep))
     masked = M
+    if groups is not None:
+        masked = M * (groups[:, None] == groups[None, :]).double()
     if apart:
         inside = torch.ones(d, dtype=torch.float64)
         inside[apart] = 0
-        masked = M * inside[:, None] * inside[None, :]
+        masked = masked * inside[:, None] * inside[None, :]
         masked[apart, apart] = -1.0  # below every other eigenvalue (≥ 0), whatever the damping
     _, vectors = torch.linalg.eigh(masked)  # ascending eigenvalues
     free = m - len(coordinates.keep)
@@ -392,15 +417,15 @@ def read_map_file(path: str, m: int, d: int) -> torch.Tensor:
 
 def starting_map(given_map: torch.Tensor | None, kind: str, d: int, m: int, seed: int,
                  calibration: Calibration | None, damping: float, keep_layernorm: bool,
-                 coordinates: Coordinates = NO_COORDINATES, gains: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, ...]:
+                 coordinates: Coordinates = NO_COORDINATES, gains: torch.Tensor | None = None,
+                 groups: int = 0) -> tuple[torch.Tensor, ...]:
     """(T, T⁺) before any learning: a given map as it is, else the one ``kind`` samples; mean-preserving when the
     model keeps its LayerNorm."""
     if given_map is not None:
         T = given_map.detach().cpu().double()
         T_pinv = pseudo_inverse(T)
     else:
-        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, coordinates, gains)
+        T, T_pinv = make_projection(kind, d, m, seed, calibration, damping, coordinates, gains, groups)
     if keep_layernorm:
         T = mean_preserving(T)
         T_pinv = T.T.clone()

@@ -101,7 +101,7 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
     calibration = calibrate(spec, sd, cfg, data)
     d, m = model.config.n_embd, spec.map.width
     T, T_pinv = starting_map(spec.given_map, spec.map.kind, d, m, spec.map.seed, calibration, spec.map.pca_damping,
-                             spec.port.keep_layernorm, coordinates, output_gains(model))
+                             spec.port.keep_layernorm, coordinates, output_gains(model), spec.map.gain_groups)
     kind = "file" if spec.given_map is not None else spec.map.kind
     check_orthonormal_growth(T, kind, spec.grow.grow_reader_std, spec.grow.grow_mask_iters)
     clock.lap("calibrate")

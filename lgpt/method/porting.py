@@ -42,7 +42,7 @@ PORTINGS = ("residual", "sandwich", "paper_code", "per_block")  # per_block: per
 PORTING_ALIASES = {"head": "residual"}  # the old name, kept so existing commands and records still work
 NORM_MODES = ("fold", "scalar", "drop")
 ZERO_GAIN = 1e-6  # an output gain below this × its norm's largest counts as zero (carried as that tiny gain)
-CARRY_EXACT = 1e-6  # a carried output gain's relative residual below which it is exact (the solve's ridge: ~1e-8)
+CARRY_EXACT = 1e-6  # a carried output gain's relative residual below which it counts as exact (float64 rounding)
 OUTPUT_GAINS = ("carry", "average")  # peri-LN output norms' per-dimension gains: carried through T, or averaged
 
 
@@ -118,21 +118,20 @@ def diagonal_fit(T: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, float]
     Exact (residual 0) wherever an exact a exists: a coordinate map, ``maps.split_map``, any T whose rows lie in
     the eigenspaces of diag(b). For orthonormal rows (T·Tᵀ = I, a shrink) a = (T ∘ T)·b: each row's gain is the
     b-average over the coordinates it reads. ``B``: b, or several b as the columns of a d×k matrix (one solve for
-    all). Rows T never writes (all zero) get the mean of the others. Solved in float64 (a 1e-12 ridge: zero rows
-    make the system singular); differentiable in T. The residual is the largest over the columns."""
-    T64, B64 = T.double(), B.double()
+    all). Rows T never writes (all zero) get the mean of the others. Solved in float64 on the host (an SVD-based
+    least squares: zero rows make the system singular); returned on T's device. The residual is the largest over
+    the columns."""
+    T64, B64 = T.detach().double().cpu(), B.detach().double().cpu()
     column = B64.dim() == 1
     B64 = B64[:, None] if column else B64
     P = T64 @ T64.T
-    G = P * P
-    ridge = 1e-12 * G.diagonal().max().clamp_min(1e-300)
-    A = torch.linalg.solve(G + ridge * torch.eye(G.shape[0], dtype=G.dtype, device=G.device), (T64 * T64) @ B64)
+    A = torch.linalg.lstsq(P * P, (T64 * T64) @ B64, driver="gelsd").solution  # min-norm where G is singular
     used = (T64 != 0).any(1)
     if not bool(used.all()):
         A = torch.where(used[:, None], A, A[used].mean(0, keepdim=True))
     residual = max(float((T64.T @ (A[:, j, None] * T64) - torch.diag(B64[:, j])).norm()
                          / B64[:, j].norm().clamp_min(1e-300)) for j in range(B64.shape[1]))
-    return (A[:, 0] if column else A).to(T.dtype), residual
+    return (A[:, 0] if column else A).to(T.device, T.dtype), residual
 
 
 def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps) -> tuple[dict, float]:

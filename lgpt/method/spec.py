@@ -50,6 +50,9 @@ class MapSpec:
     output_keep: int = 0  # kind='pca' on a peri-LN model: T keeps the N coordinates whose output-norm gains lie
     #                       farthest from their norm's median (log scale, the largest over norms) as rows of their own
     #                       (--pca_keep), so their gains are carried exactly (porting.carry_output_norms)
+    gain_groups: int = 0  # kind='pca' on a peri-LN model: G groups of coordinates of near-equal output gains
+    #                       (maps.gain_groups, k-means of their log-gain profiles); every row of T reads one group,
+    #                       so T nearly commutes with the output gains (0 or 1: one PCA over all coordinates)
     map_groups: int = 0  # porting='per_block': G maps, each shared by a run of consecutive sites (a shortcut matrix
     #                      only where the map changes: G − 1 of them); 0: a map per site, SliceGPT's construction
 
@@ -303,6 +306,9 @@ def check_spec(spec: TransformSpec, cfg: GPTConfig) -> str:
     if norms not in NORM_MODES:
         raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
     porting = resolve_porting(spec.port.porting)
+    if spec.map.gain_groups < 0 or spec.map.gain_groups > 1 and (kind != "pca" or cfg.norm_placement != "peri"):
+        raise TransformError(f"gain_groups={spec.map.gain_groups} groups a PCA map's coordinates by peri-LN output "
+                             "gain: it needs kind='pca' on a peri-LN model with per-dimension gains; drop it")
     if spec.map.output_keep < 0:
         raise TransformError(f"output_keep must be a count >= 0 (coordinates of outlying output gain kept as rows "
                              f"of T), got {spec.map.output_keep}")
