@@ -178,12 +178,15 @@ def needs_batches(spec: TransformSpec) -> bool:
 def canonical_form(model: GPT, spec: TransformSpec, porting: str) -> tuple[dict, GPTConfig, list[str]]:
     """The (state_dict, config) the port starts from, and the notes so far. The paper's code neither folds nor
     canonicalizes anything; peri-LN output gains are carried through T (``porting.carry_output_norms``) by our
-    residual rule unless ``output_gains='average'``, or a learned map's gains will be fitted over them."""
+    residual rule unless ``output_gains='average'``, or a learned map's gains will be fitted over them; a tied head
+    then stays tied, its final gain carried alike, unless a refit or --tie_head fits it."""
     if porting == "paper_code":
         return (dict(model.state_dict()), copy.deepcopy(model.config),
                 ["paper_code: weights mapped by shape, architecture kept"])
     carry = spec.port.output_gains == "carry" and porting == "residual" and spec.learn.learn_steps == 0
-    return canonicalize(model.state_dict(), model.config, spec.port.norms, "carry" if carry else "average")
+    keep_tied = carry and not needs_batches(spec)  # a refit or --tie_head fits the head its own way
+    return canonicalize(model.state_dict(), model.config, spec.port.norms, "carry" if carry else "average",
+                        keep_tied)
 
 
 def calibrate(spec: TransformSpec, sd: dict, cfg: GPTConfig, data: BatchLoader | None) -> Calibration | None:

@@ -202,14 +202,25 @@ def _one(like: torch.Tensor) -> torch.Tensor:
     return torch.ones(1, dtype=like.dtype, device=like.device)
 
 
-def canonicalize(sd: dict, cfg: GPTConfig, norms: str, output_gains: str = "average"
+def head_for_folding(sd: dict, cfg: GPTConfig, fold_final: bool) -> list[str]:
+    """A tied or KNN head under a per-dimension final gain that will fold (``fold_final``) becomes a linear head
+    (``untie_head``, ``knn_to_linear``); the notes of what changed."""
+    if fold_final and cfg.head == "tied":
+        return [untie_head(sd, cfg)]
+    if fold_final and cfg.head == "knn":
+        return [knn_to_linear(sd, cfg)]
+    return []
+
+
+def canonicalize(sd: dict, cfg: GPTConfig, norms: str, output_gains: str = "average", keep_tied: bool = False
                  ) -> tuple[dict, GPTConfig, list[str]]:
     """Rewrite (state_dict, config) at the same width so that every norm has one scalar gain; returns the notes
     of what changed. ``fold`` preserves the function; ``scalar`` and ``drop`` average or drop every per-dimension
     gain. Peri-LN output norms (RMSNorm) with per-dimension gains write to the residual directly, so nothing can
     fold them: ``output_gains='carry'`` keeps them (every other norm then gets a vector of ones, and the model
     stays exact; ``port_weights`` carries them through T by ``carry_output_norms``), ``'average'`` replaces them
-    by their means (APPROXIMATE)."""
+    by their means (APPROXIMATE). ``keep_tied`` (with ``carry``): a tied head stays tied and the final norm keeps
+    its gain, which ``port_weights`` carries as it carries the output gains (exact wherever they are)."""
     if norms not in NORM_MODES:
         raise TransformError(f"norms={norms!r} is not one of {NORM_MODES}")
     sd = {k: v.detach() for k, v in sd.items()}  # every rule makes new tensors: no copies needed
@@ -225,18 +236,18 @@ def canonicalize(sd: dict, cfg: GPTConfig, norms: str, output_gains: str = "aver
             notes.append(f"APPROXIMATE: per-dimension norm gains replaced by {replacement}, LayerNorm biases dropped")
         cfg.norm_gain = "scalar"
         return sd, cfg, notes
-    if vector and cfg.head == "tied":
-        notes.append(untie_head(sd, cfg))
-    elif vector and cfg.head == "knn":
-        notes.append(knn_to_linear(sd, cfg))
+    if output_gains not in OUTPUT_GAINS:
+        raise TransformError(f"output_gains={output_gains!r} is not one of {OUTPUT_GAINS}")
+    keep = output_gains == "carry" and vector and bool(roles.output_norms) and cfg.norm_type == "rmsnorm"
+    carry_final = keep and keep_tied and cfg.head == "tied"  # the final gain carried like the output gains
+    notes += head_for_folding(sd, cfg, vector and not carry_final)
     for norm, readers in roles.norm_readers:
+        if carry_final and norm == "transformer.ln_f":
+            continue
         if vector:
             fold_gain_into_readers(sd, cfg, norm, readers)
         elif cfg.norm_gain == "none":
             drop_gain(sd, norm)
-    if output_gains not in OUTPUT_GAINS:
-        raise TransformError(f"output_gains={output_gains!r} is not one of {OUTPUT_GAINS}")
-    keep = output_gains == "carry" and vector and bool(roles.output_norms) and cfg.norm_type == "rmsnorm"
     if not keep:
         notes += average_output_gains(sd, roles, vector)
     if cfg.norm_type == "layernorm":
@@ -316,6 +327,19 @@ def porting_plan(names: list[str], cfg: GPTConfig, porting: str, rescale_gains: 
     return {name: plan.get(name, keep) for name in names}
 
 
+def rescale_tied_embedding(out: dict, cfg: GPTConfig, d: int, m: int) -> None:
+    """A tied model whose input scale is √d (Gemma: the embeddings × √d on the way in, the head reading E itself)
+    keeps that rule at width m: s' = √m, E' → c·E', the final gain → g/c with c = √(d/m), so the input c·E'·√m =
+    E'·√d and the head (c·E')·diag(g/c) are unchanged (Gemma's exports derive the scale from the width)."""
+    if abs(cfg.embed_scale - math.sqrt(d)) > 1e-6 * math.sqrt(d) or m == d:
+        return
+    c = math.sqrt(d / m)
+    out["transformer.wte.weight"] = out["transformer.wte.weight"] * c
+    out["lm_head.weight"] = out["transformer.wte.weight"]
+    out["transformer.ln_f.weight"] = out["transformer.ln_f.weight"] / c
+    cfg.embed_scale = math.sqrt(m)
+
+
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
                  reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True,
                  notes: list[str] | None = None) -> tuple[dict, GPTConfig]:
@@ -326,8 +350,10 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     Per-dimension gains only where ``canonicalize`` kept them (peri-LN output norms, ``carry_output_norms``; the
     other norms all ones) or for a coordinate map; ``notes`` gets an APPROXIMATE line where the carry is not exact."""
     roles = residual_roles(cfg)
+    final_kept = cfg.head == "tied" and cfg.norm_gain == "vector"  # canonicalize(keep_tied=True) kept its gain
     carried = (cfg.norm_gain == "vector" and bool(roles.output_norms) and porting in ("residual", "head")
-               and rescale_gains and all(bool((sd[f"{n}.weight"] == 1).all()) for n, _ in roles.norm_readers))
+               and rescale_gains and all(bool((sd[f"{n}.weight"] == 1).all()) for n, _ in roles.norm_readers
+                                         if not (final_kept and n == "transformer.ln_f")))
     if cfg.norm_gain == "vector" and not carried and not is_coordinate_map(T):
         raise TransformError("port_weights needs scalar norm gains (or a coordinate map T); run canonicalize first")
     m, d = T.shape
@@ -343,8 +369,14 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     out: dict = {}
     if carried:
         out, residual = carry_output_norms(sd, cfg, maps)
+        if final_kept:
+            gamma = sd.pop("transformer.ln_f.weight")
+            fitted, final_residual = diagonal_fit(maps.T, gamma)
+            out["transformer.ln_f.weight"] = (fitted * math.sqrt(maps.d / maps.m)).to(gamma.dtype)
+            residual = max(residual, final_residual)  # Tᵀ·diag(g')·T = √(d/m)·diag(γ): the tied head reads E·Tᵀ
         if residual > CARRY_EXACT and notes is not None:
-            notes.append(f"APPROXIMATE: peri-LN output gains carried through T with a relative residual of "
+            notes.append(f"APPROXIMATE: peri-LN output gains{' and the final gain' if final_kept else ''} carried "
+                         f"through T with a relative residual of "
                          f"{residual:.2g} (‖Tᵀ·diag(a)·T − diag(1/γ²)‖: this T mixes coordinates of unequal gain; "
                          "the direction each output norm writes is exact, its length is not — kind='split' or "
                          "zero-padding is exact)")
@@ -353,6 +385,8 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
     if cfg.head == "tied":
         out["lm_head.weight"] = out["transformer.wte.weight"]
     cfg = copy.deepcopy(cfg)
+    if carried and final_kept:
+        rescale_tied_embedding(out, cfg, d, m)
     cfg.n_embd = m
     if rescale_gains:
         if cfg.qk_norm and cfg.qk_norm_eps is None and m != d:  # the q/k norms (over head_dim) keep their ε

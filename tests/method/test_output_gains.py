@@ -114,9 +114,12 @@ def test_carrying_without_the_writer_rule_is_not_exact():
 
 
 def test_transform_grows_gemma_style_models_exactly_with_split_and_refuses_what_it_cannot():
-    model = spread_gains(random_model(5, **PERI))
+    model = spread_gains(random_model(5, head="tied", **PERI))
+    with torch.no_grad():
+        model.transformer.ln_f.weight.copy_(torch.linspace(-3, 40, 16))  # a final gain far from equal
     grown, record = transform_model(model, _spec(20, "split"))
     assert record["exact"] and int(((record["T"] != 0).sum(1) == 2).sum()) == 8
+    assert grown.config.head == "tied" and grown.lm_head.weight is grown.transformer.wte.weight  # kept tied
     idx = torch.randint(0, 11, (2, 8))
     torch.testing.assert_close(outputs(grown, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
                                rtol=0)
