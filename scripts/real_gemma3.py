@@ -55,7 +55,11 @@ GROW_ARMS = {"pad": ("truncate", "carry"), "split": ("split", "carry"), "orthogo
              "orthogonal-average": ("orthogonal", "average")}
 SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=average",),
                "carry-keep32": ("--output_gains=carry", "--output_keep=32"),  # outlying output gains as rows
-               "carry-groups8": ("--output_gains=carry", "--gain_groups=8")}  # rows inside groups of equal gain
+               "carry-groups8": ("--output_gains=carry", "--gain_groups=8"),  # rows inside groups of equal gain
+               "carry-groups64": ("--output_gains=carry", "--gain_groups=64"),
+               "carry-groups640": ("--output_gains=carry", "--gain_groups=640")}  # a group per coordinate: T selects
+#                                                                                   the m coordinates of most variance
+SHRINK_50 = ("carry", "average")  # −50%: the plain arms, and the arm chosen at −25% on dev (--choose)
 
 
 def imported() -> tuple[str, dict]:
@@ -170,14 +174,22 @@ def main() -> None:
             write()
     if args.part in ("shrink", "all"):
         shrink = payload.setdefault("shrink", {})
-        for size, width in SHRINK_WIDTHS.items():
-            for mode, options in SHRINK_ARMS.items():
-                name = f"free{size}-{mode}"
-                out, built = transformed(src, data_dir, f"shrink-{name}", [RECIPE, f"--width={width}", *options])
-                shrink[name] = dict(built, size=size, m=width, output_gains=mode,
-                                    **measured(out, data_dir, None, f"shrink-{name}"))
-                print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)
-                write()
+
+        def run(size: str, mode: str) -> None:
+            name = f"free{size}-{mode}"
+            out, built = transformed(src, data_dir, f"shrink-{name}",
+                                     [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[mode]])
+            shrink[name] = dict(built, size=size, m=SHRINK_WIDTHS[size], output_gains=mode,
+                                **measured(out, data_dir, None, f"shrink-{name}"))
+            print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)
+            write()
+
+        for mode in SHRINK_ARMS:
+            run("-25%", mode)
+        chosen = min(SHRINK_ARMS, key=lambda mode: shrink[f"free-25%-{mode}"]["dev"])  # on dev, at −25%
+        payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": len(SHRINK_ARMS)}
+        for mode in dict.fromkeys((*SHRINK_50, chosen)):
+            run("-50%", mode)
 
 
 if __name__ == "__main__":
