@@ -143,7 +143,8 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
         loader = BatchLoader(data_dir, BLOCK, 4, "cpu", test_for=recipe)
         windows = window_losses(load_model(model_dir)[0].eval(), loader, "test")
         return {"test": float(windows.mean()), "se": float(windows.std(ddof=1) / math.sqrt(len(windows))),
-                "windows": [round(float(w), 6) for w in windows], "cpu_seconds": round(time.process_time() - started)}
+                "windows": [round(float(w), 6) for w in windows],
+                "cpu_seconds": round(time.process_time() - started)}
 
     return cached("test-gemma3", recipe, {"model": harness.relative(model_dir), "block": BLOCK}, build)[1]
 
