@@ -59,7 +59,18 @@ def real_gemma3(r: dict) -> str:
               "gap", "CPU-s", "note"]
     tests = carry_tests(r)
     verdicts = [[what, f"{v['delta']:+.4f} ± {v['se']:.4f}", f"{v['p_holm']:.2g}", v["word"]] for what, v in tests]
-    return "\n".join(head + table(header, rows) + [
+    test_lines = []
+    if r.get("test"):
+        base = r["test"]["original"]
+        chosen = r["chosen"]
+        test_lines = ["", f"Test (the whole split, read once per model): the arm chosen on dev at −25% "
+                      f"({chosen['arm']}: {chosen['by']}, of {chosen['tried']} tried), at both sizes, beside the "
+                      "original.", ""] + table(
+            ["model", "test loss", "gap"],
+            [["original", f"{base['test']:.4f} ± {base['se']:.4f}", "—"]]
+            + [[name, f"{x['test']:.4f} ± {x['se']:.4f}", gap(x["test"], base["test"])]
+               for name, x in r["test"].items() if name != "original"])
+    return "\n".join(head + table(header, rows) + test_lines + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across {len(tests)}; one model each, so the text's sampling error only):", ""]
         + table(["at", "Δ dev loss", "p (Holm)", "verdict"], verdicts))
