@@ -160,9 +160,10 @@ def main() -> None:
     payload = {"model": "google/gemma-3-270m (GGUF Q4_K_M, dequantized to float32)", "d": D, "block": BLOCK,
                "dev_windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS, "split": "dev (val), Shakespeare",
                "recipe": RECIPE, "log_vocabulary": math.log(262144)}
+    sections = ("grow", "shrink", "test", "chosen")
     if os.path.exists(RESULTS_FILE):
         with open(RESULTS_FILE, encoding="utf-8") as f:
-            payload.update({k: v for k, v in json.load(f).items() if k in ("grow", "shrink")})
+            payload.update({k: v for k, v in json.load(f).items() if k in sections})
     model = load_model(src)[0].eval()
     reference = logprobs(model, data_dir)
     gains = output_gains(model).flatten()
@@ -172,7 +173,19 @@ def main() -> None:
     del model
     payload["original"] = dict(measured(src, data_dir, None, "original"), parameters=parameters(src))
 
+    fresh: dict[str, set] = {}  # what this process built: another one (another --part) may save beside it
+
     def write() -> None:
+        if os.path.exists(RESULTS_FILE):
+            with open(RESULTS_FILE, encoding="utf-8") as f:
+                now = json.load(f)
+            for section in ("grow", "shrink", "test"):  # the file's entries, but what this process built
+                mine = payload.setdefault(section, {})
+                merged = {**mine, **now.get(section, {}), **{k: mine[k] for k in fresh.get(section, ())}}
+                mine.clear()
+                mine.update(merged)
+            if "chosen" in now and "chosen" not in fresh:
+                payload["chosen"] = now["chosen"]
         save(payload, started, "real_gemma3", "scripts/real_gemma3.sh")
 
     write()
@@ -181,6 +194,7 @@ def main() -> None:
         for name, (kind, mode) in GROW_ARMS.items():
             out, built = transformed(src, data_dir, f"grow-{name}", [f"--width={GROW_WIDTH}", f"--kind={kind}",
                                                                      f"--output_gains={mode}"])
+            fresh.setdefault("grow", set()).add(name)
             grow[name] = dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH,
                               **measured(out, data_dir, reference, f"grow-{name}"))
             print(f"[{time.time() - started:.0f} s] grow {name}: dev {grow[name]['dev']:.4f}, relative error "
@@ -193,6 +207,7 @@ def main() -> None:
             name = f"free{size}-{mode}"
             out, built = transformed(src, data_dir, f"shrink-{name}",
                                      [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[mode]])
+            fresh.setdefault("shrink", set()).add(name)
             shrink[name] = dict(built, size=size, m=SHRINK_WIDTHS[size], output_gains=mode,
                                 **measured(out, data_dir, None, f"shrink-{name}"))
             print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)
@@ -202,6 +217,7 @@ def main() -> None:
             run("-25%", mode)
         chosen = min(SHRINK_ARMS, key=lambda mode: shrink[f"free-25%-{mode}"]["dev"])  # on dev, at −25%
         payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": len(SHRINK_ARMS)}
+        fresh["chosen"] = set()
         for mode in dict.fromkeys((*SHRINK_50, chosen)):
             run("-50%", mode)
     if args.part in ("test", "all"):  # the chosen arm's final run, read on test once (and the original)
@@ -212,6 +228,7 @@ def main() -> None:
             name = f"free{size}-{chosen}"
             out, _ = transformed(src, data_dir, f"shrink-{name}",
                                  [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[chosen]])
+            fresh.setdefault("test", set()).update({"original", name})
             tested[name] = test_read(out, data_dir, f"gemma3-{name}")
             print(f"[{time.time() - started:.0f} s] test {name}: {tested[name]['test']:.4f}", flush=True)
             write()
