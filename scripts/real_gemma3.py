@@ -152,97 +152,111 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
     return cached("test-gemma3", recipe, {"model": harness.relative(model_dir), "block": BLOCK}, build)[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("grow", "shrink", "diagnose", "test", "all"), default="all")
-    args = parser.parse_args()
-    started = time.time()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    src, imported_step = imported()
-    data_dir = prepared(src)
-    payload = {"model": "google/gemma-3-270m (GGUF Q4_K_M, dequantized to float32)", "d": D, "block": BLOCK,
-               "dev_windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS, "split": "dev (val), Shakespeare",
-               "recipe": RECIPE, "log_vocabulary": math.log(262144)}
-    sections = ("grow", "shrink", "diagnose", "test", "chosen")
-    if os.path.exists(RESULTS_FILE):
-        with open(RESULTS_FILE, encoding="utf-8") as f:
-            payload.update({k: v for k, v in json.load(f).items() if k in sections})
-    model = load_model(src)[0].eval()
-    reference = logprobs(model, data_dir)
-    gains = output_gains(model).flatten()
-    payload["output_gains"] = {"count": gains.numel(), "min": float(gains.min()), "max": float(gains.max()),
-                               "zero": int((gains == 0).sum()), "negative": int((gains < 0).sum()),
-                               "median": float(gains.median())}
-    del model
-    payload["original"] = dict(measured(src, data_dir, None, "original"), parameters=parameters(src))
+SECTIONS = ("grow", "shrink", "diagnose", "test")  # results.json's parts, each a dict of arms
 
-    fresh: dict[str, set] = {}  # what this process built: another one (another --part) may save beside it
 
-    def write() -> None:
+class Run:
+    """One process's work on results/real_gemma3: the model, its data, and the results it saves (merged with what
+    another process — another --part — saved beside it: the file's entries, but the ones this process built)."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.src, _ = imported()
+        self.data_dir = prepared(self.src)
+        self.payload = {"model": "google/gemma-3-270m (GGUF Q4_K_M, dequantized to float32)", "d": D,
+                        "block": BLOCK, "dev_windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS,
+                        "split": "dev (val), Shakespeare", "recipe": RECIPE, "log_vocabulary": math.log(262144)}
+        if os.path.exists(RESULTS_FILE):
+            with open(RESULTS_FILE, encoding="utf-8") as f:
+                self.payload.update({k: v for k, v in json.load(f).items() if k in (*SECTIONS, "chosen")})
+        model = load_model(self.src)[0].eval()
+        self.reference = logprobs(model, self.data_dir)
+        gains = output_gains(model).flatten()
+        self.payload["output_gains"] = {"count": gains.numel(), "min": float(gains.min()),
+                                        "max": float(gains.max()), "zero": int((gains == 0).sum()),
+                                        "negative": int((gains < 0).sum()), "median": float(gains.median())}
+        del model
+        self.payload["original"] = dict(measured(self.src, self.data_dir, None, "original"),
+                                        parameters=parameters(self.src))
+        self.fresh: dict[str, set] = {}
+        self.write()
+
+    def write(self) -> None:
         if os.path.exists(RESULTS_FILE):
             with open(RESULTS_FILE, encoding="utf-8") as f:
                 now = json.load(f)
-            for section in ("grow", "shrink", "diagnose", "test"):  # the file's entries, but what this process built
-                mine = payload.setdefault(section, {})
-                merged = {**mine, **now.get(section, {}), **{k: mine[k] for k in fresh.get(section, ())}}
+            for section in SECTIONS:
+                mine = self.payload.setdefault(section, {})
+                merged = {**mine, **now.get(section, {}), **{k: mine[k] for k in self.fresh.get(section, ())}}
                 mine.clear()
                 mine.update(merged)
-            if "chosen" in now and "chosen" not in fresh:
-                payload["chosen"] = now["chosen"]
-        save(payload, started, "real_gemma3", "scripts/real_gemma3.sh")
+            if "chosen" in now and "chosen" not in self.fresh:
+                self.payload["chosen"] = now["chosen"]
+        save(self.payload, self.started, "real_gemma3", "scripts/real_gemma3.sh")
 
-    write()
-    if args.part in ("grow", "all"):
-        grow = payload.setdefault("grow", {})
+    def keep(self, section: str, name: str, entry: dict) -> dict:
+        self.fresh.setdefault(section, set()).add(name)
+        self.payload.setdefault(section, {})[name] = entry
+        self.write()
+        return entry
+
+    def say(self, what: str) -> None:
+        print(f"[{time.time() - self.started:.0f} s] {what}", flush=True)
+
+    def grow(self) -> None:
         for name, (kind, mode) in GROW_ARMS.items():
-            out, built = transformed(src, data_dir, f"grow-{name}", [f"--width={GROW_WIDTH}", f"--kind={kind}",
-                                                                     f"--output_gains={mode}"])
-            fresh.setdefault("grow", set()).add(name)
-            grow[name] = dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH,
-                              **measured(out, data_dir, reference, f"grow-{name}"))
-            print(f"[{time.time() - started:.0f} s] grow {name}: dev {grow[name]['dev']:.4f}, relative error "
-                  f"{grow[name]['relative_error']:.2e}", flush=True)
-            write()
-    if args.part in ("shrink", "all"):
-        shrink = payload.setdefault("shrink", {})
+            out, built = transformed(self.src, self.data_dir, f"grow-{name}",
+                                     [f"--width={GROW_WIDTH}", f"--kind={kind}", f"--output_gains={mode}"])
+            x = self.keep("grow", name, dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH,
+                                             **measured(out, self.data_dir, self.reference, f"grow-{name}")))
+            self.say(f"grow {name}: dev {x['dev']:.4f}, relative error {x['relative_error']:.2e}")
 
+    def shrunk(self, size: str, mode: str) -> tuple[str, str, dict]:
+        name = f"free{size}-{mode}"
+        out, built = transformed(self.src, self.data_dir, f"shrink-{name}",
+                                 [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[mode]])
+        return name, out, built
+
+    def shrink(self) -> None:
         def run(size: str, mode: str) -> None:
-            name = f"free{size}-{mode}"
-            out, built = transformed(src, data_dir, f"shrink-{name}",
-                                     [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[mode]])
-            fresh.setdefault("shrink", set()).add(name)
-            shrink[name] = dict(built, size=size, m=SHRINK_WIDTHS[size], output_gains=mode,
-                                **measured(out, data_dir, None, f"shrink-{name}"))
-            print(f"[{time.time() - started:.0f} s] shrink {name}: dev {shrink[name]['dev']:.4f}", flush=True)
-            write()
+            name, out, built = self.shrunk(size, mode)
+            x = self.keep("shrink", name, dict(built, size=size, m=SHRINK_WIDTHS[size], output_gains=mode,
+                                               **measured(out, self.data_dir, None, f"shrink-{name}")))
+            self.say(f"shrink {name}: dev {x['dev']:.4f}")
 
         for mode in SHRINK_ARMS:
             run("-25%", mode)
-        chosen = min(SHRINK_ARMS, key=lambda mode: shrink[f"free-25%-{mode}"]["dev"])  # on dev, at −25%
-        payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": len(SHRINK_ARMS)}
-        fresh["chosen"] = set()
+        chosen = min(SHRINK_ARMS, key=lambda mode: self.payload["shrink"][f"free-25%-{mode}"]["dev"])  # on dev
+        self.payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": len(SHRINK_ARMS)}
+        self.fresh["chosen"] = set()
         for mode in dict.fromkeys((*SHRINK_50, chosen)):
             run("-50%", mode)
-    if args.part in ("diagnose", "all"):
-        diagnosis = payload.setdefault("diagnose", {})
+
+    def diagnose(self) -> None:
         for name, options in DIAGNOSTIC.items():
-            out, built = transformed(src, data_dir, f"diagnose-{name}", [RECIPE, *options])
-            fresh.setdefault("diagnose", set()).add(name)
-            diagnosis[name] = dict(built, **measured(out, data_dir, None, f"diagnose-{name}"))
-            print(f"[{time.time() - started:.0f} s] diagnose {name}: dev {diagnosis[name]['dev']:.4f}", flush=True)
-            write()
-    if args.part in ("test", "all"):  # the chosen arm's final run, read on test once (and the original)
-        chosen = payload["chosen"]["arm"]
-        tested = payload.setdefault("test", {})
-        tested["original"] = test_read(src, data_dir, "original")
+            out, built = transformed(self.src, self.data_dir, f"diagnose-{name}", [RECIPE, *options])
+            x = self.keep("diagnose", name, dict(built, **measured(out, self.data_dir, None, f"diagnose-{name}")))
+            self.say(f"diagnose {name}: dev {x['dev']:.4f}")
+
+    def test(self) -> None:
+        """The arm chosen on dev, its final run read on test once at each size (and the original)."""
+        chosen = self.payload["chosen"]["arm"]
+        self.keep("test", "original", test_read(self.src, self.data_dir, "original"))
         for size in SHRINK_WIDTHS:
-            name = f"free{size}-{chosen}"
-            out, _ = transformed(src, data_dir, f"shrink-{name}",
-                                 [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[chosen]])
-            fresh.setdefault("test", set()).update({"original", name})
-            tested[name] = test_read(out, data_dir, f"gemma3-{name}")
-            print(f"[{time.time() - started:.0f} s] test {name}: {tested[name]['test']:.4f}", flush=True)
-            write()
+            name, out, _ = self.shrunk(size, chosen)
+            x = self.keep("test", name, test_read(out, self.data_dir, f"gemma3-{name}"))
+            self.say(f"test {name}: {x['test']:.4f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=(*SECTIONS, "all"), default="all")
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    run = Run(time.time())
+    for part in SECTIONS:
+        if args.part in (part, "all"):
+            getattr(run, part)()
 
 
 if __name__ == "__main__":
