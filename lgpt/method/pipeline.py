@@ -45,6 +45,7 @@ from lgpt.method.porting import canonicalize, model_from_state, port_weights, re
 from lgpt.method.refit import (
     apply_refit,
     calibration_batches,
+    fit_output_lengths,
     gain_outliers,
     gain_readers,
     gain_writers,
@@ -116,7 +117,13 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
         T, T_pinv, gains = learn(spec, sd, cfg, T, T_pinv, porting, original, batches, coordinates, kind, notes,
                                  corrections)
         clock.lap("learn")
-    new_sd, new_cfg, T, T_pinv = port(spec, sd, cfg, T, T_pinv, porting, gains, notes)
+    lengths = None
+    if spec.port.fit_lengths > 0 and residual_roles(cfg).output_norms and cfg.norm_gain == "vector":
+        lengths = fit_output_lengths(model_from_state(dict(sd), cfg), T, batches[:spec.port.fit_lengths])
+        notes.append(f"peri-LN output lengths fitted on {min(spec.port.fit_lengths, len(batches))} calibration "
+                     "batches (refit.fit_output_lengths)")
+        clock.lap("fit lengths")
+    new_sd, new_cfg, T, T_pinv = port(spec, sd, cfg, T, T_pinv, porting, gains, notes, lengths)
     new_model, ramp = finish(spec, model, new_sd, new_cfg, T, notes)
     clock.lap("port")
     if spec.learn.refit != "none" or spec.tie.tie_head:
@@ -164,7 +171,8 @@ def check_calibration_data(spec: TransformSpec, data: BatchLoader | None) -> Non
     """PCA, the corrections and the tie fit on calibration text: raise TransformError when there is none."""
     for what, needed in (("kind='pca'", spec.map.kind == "pca"), (f"refit={spec.learn.refit!r}",
                                                                   spec.learn.refit != "none"),
-                         ("learn_steps", spec.learn.learn_steps > 0), ("tie_head", spec.tie.tie_head)):
+                         ("learn_steps", spec.learn.learn_steps > 0), ("tie_head", spec.tie.tie_head),
+                         ("fit_lengths", spec.port.fit_lengths > 0)):
         if needed and data is None:
             raise TransformError(f"{what} needs calibration data: pass data, a BatchLoader (the CLI uses the "
                                  "checkpoint's training data, or --data_dir)")
@@ -172,7 +180,8 @@ def check_calibration_data(spec: TransformSpec, data: BatchLoader | None) -> Non
 
 def needs_batches(spec: TransformSpec) -> bool:
     """Whether a step after the map (learned map, refit, tie) fits on calibration batches and the original."""
-    return spec.learn.refit != "none" or spec.learn.learn_steps > 0 or spec.tie.tie_head
+    return (spec.learn.refit != "none" or spec.learn.learn_steps > 0 or spec.tie.tie_head
+            or spec.port.fit_lengths > 0)
 
 
 def canonical_form(model: GPT, spec: TransformSpec, porting: str) -> tuple[dict, GPTConfig, list[str]]:
@@ -184,7 +193,7 @@ def canonical_form(model: GPT, spec: TransformSpec, porting: str) -> tuple[dict,
         return (dict(model.state_dict()), copy.deepcopy(model.config),
                 ["paper_code: weights mapped by shape, architecture kept"])
     carry = spec.port.output_gains == "carry" and porting == "residual" and spec.learn.learn_steps == 0
-    keep_tied = carry and not needs_batches(spec)  # a refit or --tie_head fits the head its own way
+    keep_tied = carry and spec.learn.refit == "none" and not spec.tie.tie_head  # these fit the head their own way
     return canonicalize(model.state_dict(), model.config, spec.port.norms, "carry" if carry else "average",
                         keep_tied)
 
@@ -228,7 +237,8 @@ def learn(spec: TransformSpec, sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv
 
 
 def port(spec: TransformSpec, sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
-         gains: LearnedGains, notes: list[str]) -> tuple[dict, GPTConfig, torch.Tensor, torch.Tensor]:
+         gains: LearnedGains, notes: list[str], lengths: torch.Tensor | None = None
+         ) -> tuple[dict, GPTConfig, torch.Tensor, torch.Tensor]:
     """Apply T to every weight by the porting rule; returns the new (state_dict, config) and the (T, T⁺) it used
     (paper_code's own projection of a sampled map)."""
     if porting == "paper_code":
@@ -237,7 +247,8 @@ def port(spec: TransformSpec, sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv:
         return new_sd, new_cfg, T, pseudo_inverse(T)
     grow_noise = spec.grow.grow_noise
     reader_T_pinv = symmetry_breaking_pinv(T, T_pinv, grow_noise, spec.map.seed) if grow_noise > 0 else None
-    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv, spec.port.rescale_gains, notes)
+    new_sd, new_cfg = port_weights(sd, cfg, T, T_pinv, porting, reader_T_pinv, spec.port.rescale_gains, notes,
+                                   lengths)
     new_sd = gain_writers(gain_readers(new_sd, gains.sites, gains.gains), gains.writers, gains.gains)
     return new_sd, new_cfg, T, T_pinv
 

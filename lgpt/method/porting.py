@@ -134,7 +134,17 @@ def diagonal_fit(T: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, float]
     return (A[:, 0] if column else A).to(T.device, T.dtype), residual
 
 
-def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps) -> tuple[dict, float]:
+def carried_gains(sd: dict, cfg: GPTConfig) -> torch.Tensor:
+    """The peri-LN output gains as ``carry_output_norms`` carries them: d × (one column per output norm), float64;
+    a zero gain never writes its coordinate, whose f_j still counts in the norm's length: it is carried as a tiny
+    gain δ (ZERO_GAIN of its norm's largest), exact to O(δ) on a coordinate row (writer row × δ/δ)."""
+    gammas = torch.stack([sd[f"{norm}.weight"].double() for norm in residual_roles(cfg).output_norms], 1)
+    tiny = ZERO_GAIN * gammas.abs().amax(0, keepdim=True)
+    return torch.where(gammas.abs() < tiny, tiny, gammas)
+
+
+def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps, fitted: torch.Tensor | None = None
+                       ) -> tuple[dict, float]:
     """``--output_gains=carry``, for every peri-LN output norm with per-dimension gains: it adds γ ⊙ norm_d(f) to
     the residual, f = W·h its writer's output, and the ported block must add T·(γ ⊙ norm_d(f)). With
     a = ``diagonal_fit``(T, 1/γ²), the writer W' = diag(√a)·T·diag(γ)·W (bias alike) and the gain
@@ -144,15 +154,17 @@ def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps) -> tuple[dict, 
         γ' ⊙ norm_m(W'·h) = T·diag(γ)·f·√d / √(‖diag(√a)·T·diag(γ)·f‖² + ε·d),
 
     which is T·(γ ⊙ norm_d(f)) exactly when Tᵀ·diag(a)·T = diag(1/γ²) (the two lengths then agree): the direction
-    is exact for every T; only the per-token length depends on the fit. Pops the writers and output norms from
-    ``sd``; returns them ported, and the fit's largest relative residual (0: exact)."""
+    is exact for every T; only the per-token length depends on the fit. ``fitted``: a (m × norms) from calibration
+    text instead (``refit.fit_output_lengths``). Pops the writers and output norms from ``sd``; returns them ported,
+    and the fit's largest relative residual (0: exact)."""
     roles = residual_roles(cfg)
-    gammas = torch.stack([sd[f"{norm}.weight"].double() for norm in roles.output_norms], 1)
-    tiny = ZERO_GAIN * gammas.abs().amax(0, keepdim=True)
-    gammas = torch.where(gammas.abs() < tiny, tiny, gammas)  # a zero gain never writes its coordinate, whose f_j
-    #   still counts in the norm's length: as a tiny gain δ, a coordinate row carries it (writer row × δ/δ) to O(δ)
+    gammas = carried_gains(sd, cfg)
     A, residual = diagonal_fit(maps.T, gammas.pow(-2))
     A = A.double()
+    if fitted is not None:  # lengths fitted on calibration text (refit.fit_output_lengths) instead
+        A = fitted.to(A)
+        residual = max(float((maps.T.double().T @ (A[:, j, None] * maps.T.double()) - torch.diag(gammas[:, j].pow(-2)))
+                             .norm() / gammas[:, j].pow(-2).norm()) for j in range(A.shape[1]))
     if not bool((A > 0).all()):  # the best fit is no gain (a ≤ 0 somewhere: T mixes very unequal gains): each
         #                          row's average of 1/γ² over the coordinates it reads instead, positive always
         squares = maps.T.double().pow(2)
@@ -342,7 +354,8 @@ def rescale_tied_embedding(out: dict, cfg: GPTConfig, d: int, m: int) -> None:
 
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
                  reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True,
-                 notes: list[str] | None = None) -> tuple[dict, GPTConfig]:
+                 notes: list[str] | None = None, output_lengths: torch.Tensor | None = None
+                 ) -> tuple[dict, GPTConfig]:
     """Map a canonical (state_dict, config) of width d to width m = T.shape[0] by ``porting_plan``. ``sd`` is
     consumed (entries removed as they are ported, so peak memory stays near two copies of the model). Tied and
     KNN heads follow the embeddings; norm ε × d/m (unless ``rescale_gains=False``, which keeps gains and ε);
@@ -368,7 +381,7 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
         sd.pop("lm_head.weight", None)  # tied: set to the ported embeddings below; KNN: reads wte itself
     out: dict = {}
     if carried:
-        out, residual = carry_output_norms(sd, cfg, maps)
+        out, residual = carry_output_norms(sd, cfg, maps, output_lengths)
         if final_kept:
             gamma = sd.pop("transformer.ln_f.weight")
             fitted, final_residual = diagonal_fit(maps.T, gamma)

@@ -510,3 +510,47 @@ def apply_refit(original: GPT, new: GPT, T: torch.Tensor, batches: list[torch.Te
                      f"{fit['relative_logit_residual_untied_gain']:.3f} (gain 1) → "
                      f"{fit['relative_logit_residual']:.3f}")
     return new
+
+
+@torch.no_grad()
+def fit_output_lengths(canonical: GPT, T: torch.Tensor, batches: list[torch.Tensor], ridge: float = 1e-3
+                       ) -> torch.Tensor:
+    """The carried output norms' lengths fitted on calibration text (``--fit_lengths``): for each peri-LN output
+    norm, its writer's outputs f on ``batches`` (from ``canonical``, the model at width d with the output gains
+    kept), z = (T·diag(γ)·f)² per token, and a ≥ 0 with
+
+        a = argmin Σ_tokens (zᵀa − ‖f‖² − ε·d)² + λ·‖a − a₀‖²,    λ = ridge · tr(ZᵀZ)/m,
+
+    a₀ the data-free fit (``porting.diagonal_fit``), so that ‖diag(√a)·T·diag(γ)·f‖² — the length the ported norm
+    computes — matches the true ‖f‖² + ε·d on this text where the data-free fit cannot (T mixes unequal gains, or
+    drops coordinates, as a shrink does). Returns a, m × (one column per output norm), float64."""
+    from lgpt.method.porting import carried_gains, diagonal_fit
+    from lgpt.method.roles import residual_roles
+
+    cfg = canonical.config
+    norms = residual_roles(cfg).output_norms
+    gammas = carried_gains(canonical.state_dict(), cfg)
+    T64 = T.detach().double().cpu()
+    seen: dict[str, list[torch.Tensor]] = {norm: [] for norm in norms}
+    modules = dict(canonical.named_modules())
+    hooks = [modules[norm].register_forward_pre_hook(
+        lambda _m, args, norm=norm: seen[norm].append(args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()))
+        for norm in norms]
+    try:
+        for batch in batches:
+            canonical(batch, features=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    A0 = diagonal_fit(T64, gammas.cpu().pow(-2))[0].double()
+    out = []
+    for j, norm in enumerate(norms):
+        f = torch.cat(seen.pop(norm)).double()
+        Z = (f * gammas[:, j].cpu()) @ T64.T
+        Z = Z * Z
+        y = f.pow(2).sum(1) + cfg.norm_eps * cfg.n_embd
+        lam = ridge * float((Z * Z).sum()) / Z.shape[1]
+        eye = torch.eye(Z.shape[1], dtype=torch.float64)
+        a = torch.linalg.solve(Z.T @ Z + lam * eye, Z.T @ y + lam * A0[:, j])
+        out.append(a.clamp_min(1e-3 * float(A0[:, j].clamp_min(0).mean())))
+    return torch.stack(out, 1)

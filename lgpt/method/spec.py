@@ -70,6 +70,8 @@ class PortingSpec:
     keep_layernorm: bool = False  # LayerNorm models, fold, orthogonal, m ≥ d: stay LayerNorm (GPT-2 exportable)
     output_gains: str = "carry"  # peri-LN output norms' per-dimension gains: 'carry' (through T, porting.py's
     #                              carry_output_norms: exact for truncate and split maps) | 'average' (their means)
+    fit_lengths: int = 0  # with output_gains='carry': fit each output norm's carried length on N calibration
+    #                       batches (refit.fit_output_lengths) instead of the data-free fit (0: data-free)
 
 
 @dataclass
@@ -309,6 +311,9 @@ def check_spec(spec: TransformSpec, cfg: GPTConfig) -> str:
     if spec.map.gain_groups < 0 or spec.map.gain_groups > 1 and (kind != "pca" or cfg.norm_placement != "peri"):
         raise TransformError(f"gain_groups={spec.map.gain_groups} groups a PCA map's coordinates by peri-LN output "
                              "gain: it needs kind='pca' on a peri-LN model with per-dimension gains; drop it")
+    if spec.port.fit_lengths < 0 or spec.port.fit_lengths and spec.port.output_gains != "carry":
+        raise TransformError(f"fit_lengths={spec.port.fit_lengths} fits carried peri-LN output lengths: give a count "
+                             ">= 0 of calibration batches, with --output_gains=carry")
     if spec.map.output_keep < 0:
         raise TransformError(f"output_keep must be a count >= 0 (coordinates of outlying output gain kept as rows "
                              f"of T), got {spec.map.output_keep}")

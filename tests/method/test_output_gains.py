@@ -166,3 +166,23 @@ def test_gain_groups_keep_every_row_of_a_pca_map_inside_one_group_of_near_equal_
     with pytest.raises(TransformError, match="gain_groups=4 groups a PCA map's coordinates"):
         transform_model(random_model(7, norm_type="rmsnorm", norm_placement="pre"), _spec(12, "pca", gain_groups=4),
                         loader)
+
+
+def test_fitted_lengths_match_the_true_lengths_on_calibration_text_better_than_the_data_free_fit(char_data_dir):
+    """--fit_lengths: each carried output norm's length fitted on calibration text. On that text it brings the
+    shrunk model's outputs closer to the original's than the data-free fit."""
+    from lgpt.plumbing.dataset import BatchLoader
+    model = spread_gains(random_model(8, vocab_size=65, n_embd=32, **PERI), low=0.01, high=100, seed=8)
+    loader = BatchLoader(char_data_dir, 8, 8, "cpu")
+    idx = loader.get_batch("train", seed=10_000)[0]  # a calibration batch (refit.calibration_batches' first)
+    reference = outputs(model, idx).log_softmax(-1)
+
+    def kl(new) -> float:
+        return float((reference.exp() * (reference - outputs(new, idx).log_softmax(-1))).sum(-1).mean())
+
+    plain, _ = transform_model(model, _spec(24, "pca", calib_batches=4), loader)
+    fitted, record = transform_model(model, _spec(24, "pca", calib_batches=4, fit_lengths=4), loader)
+    assert any("lengths fitted" in n for n in record["notes"])
+    assert kl(fitted) < kl(plain)
+    with pytest.raises(TransformError, match="fit_lengths=2 fits carried"):
+        transform_model(model, _spec(24, "pca", fit_lengths=2, output_gains="average"), loader)
