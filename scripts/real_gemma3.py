@@ -57,9 +57,9 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
                "carry-keep32": ("--output_gains=carry", "--output_keep=32"),  # outlying output gains as rows
                "carry-groups8": ("--output_gains=carry", "--gain_groups=8"),  # rows inside groups of equal gain
                "carry-groups64": ("--output_gains=carry", "--gain_groups=64"),
-               "carry-groups640": ("--output_gains=carry", "--gain_groups=640"),
-               "carry-fit2": ("--output_gains=carry", "--fit_lengths=2")}  # lengths fitted on 2 calibration batches  # a group per coordinate: T selects
-#                                                                                   the m coordinates of most variance
+               "carry-groups640": ("--output_gains=carry", "--gain_groups=640"),  # a group per coordinate: T
+               #                                                 selects the m coordinates of most variance
+               "carry-fit2": ("--output_gains=carry", "--fit_lengths=2")}  # lengths fitted on 2 calibration batches
 # where the shrink loses (dev): the same recipe at m = d (a PCA rotation: only the carried lengths are inexact), and
 # a coordinate cut at m = 480 (the first 480 coordinates: every gain carried exactly, only the width lost)
 DIAGNOSTIC = {"rotation-640": ("--width=640",), "cut-480": ("--width=480", "--kind=truncate", "--tie_keep=0")}
