@@ -63,7 +63,7 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
 # where the shrink loses (dev): the same recipe at m = d (a PCA rotation: only the carried lengths are inexact), and
 # a coordinate cut at m = 480 (the first 480 coordinates: every gain carried exactly, only the width lost)
 DIAGNOSTIC = {"rotation-640": ("--width=640",), "cut-480": ("--width=480", "--kind=truncate", "--tie_keep=0")}
-SHRINK_50 = ("carry", "average")  # −50%: the plain arms, and the arm chosen at −25% on dev (--choose)
+SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% on dev
 
 
 def imported() -> tuple[str, dict]:
