@@ -60,9 +60,9 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
                "carry-groups640": ("--output_gains=carry", "--gain_groups=640"),  # a group per coordinate: T
                #                                                 selects the m coordinates of most variance
                "carry-fit2": ("--output_gains=carry", "--fit_lengths=2")}  # lengths fitted on 2 calibration batches
-# where the shrink loses (dev): the same recipe at m = d (a PCA rotation: only the carried lengths are inexact), and
-# a coordinate cut at m = 480 (the first 480 coordinates: every gain carried exactly, only the width lost)
-DIAGNOSTIC = {"rotation-640": ("--width=640",), "cut-480": ("--width=480", "--kind=truncate", "--tie_keep=0")}
+# where the shrink loses (dev): the same recipe at m = d, a PCA rotation — no width lost, only the carried lengths
+# inexact (the coordinate cut, every gain exact and only the width lost, is the gain_groups=640 arm)
+DIAGNOSTIC = {"rotation-640": ("--width=640",)}
 SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% on dev
 
 

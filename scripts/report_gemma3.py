@@ -16,8 +16,7 @@ GROW_NAMES = {"pad": "zero padding (coordinate map)", "split": "split (mixes coo
               "orthogonal-carry": "Haar-random orthogonal", "orthogonal-average": "Haar-random orthogonal"}
 
 
-DIAGNOSES = {"rotation-640": "the recipe at m = d (a PCA rotation; only the carried lengths inexact)",
-             "cut-480": "the first 480 coordinates (every gain exact; only the width cut)"}
+DIAGNOSES = {"rotation-640": "the recipe at m = d (a PCA rotation; only the carried lengths inexact)"}
 
 
 def gap(loss: float, reference: float) -> str:
@@ -60,8 +59,8 @@ def real_gemma3(r: dict) -> str:
                      gap(x["dev"], original["dev"]), f"{x['step']['cpu_seconds']:.0f}",
                      "above log V" if x["dev"] > r["log_vocabulary"] else ""])
     for name, x in r.get("diagnose", {}).items():
-        rows.append([f"diagnosis: {DIAGNOSES.get(name, name)}", "pca" if name.startswith("rotation") else "truncate",
-                     "carry", x["parameters"] and name.split("-")[-1], f"{x['parameters'] / 1e6:.1f} M", "—", "—",
+        rows.append([f"diagnosis: {DIAGNOSES.get(name, name)}", "pca", "carry", name.split("-")[-1],
+                     f"{x['parameters'] / 1e6:.1f} M", "—", "—",
                      f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "above log V" if x["dev"] > r["log_vocabulary"] else ""])
     header = ["arm", "kind", "output gains", "m", "parameters", "relative error", "exact (≤ 1e-4)", "dev loss",
