@@ -52,7 +52,10 @@ def real_gemma3(r: dict) -> str:
                      f"{x['parameters'] / 1e6:.1f} M", f"{x['relative_error']:.1e}", exact,
                      f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "record: exact" if x["exact"] else "record: approximate"])
-    for x in r.get("shrink", {}).values():
+    order = ("carry", "average", "carry-keep32", "carry-groups8", "carry-groups64", "carry-groups640", "carry-fit2")
+    arms = sorted(r.get("shrink", {}).values(), key=lambda x: (x["size"] != "-25%", order.index(x["output_gains"])
+                                                               if x["output_gains"] in order else len(order)))
+    for x in arms:
         mode = x["output_gains"].replace("-", ", ")
         rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", mode, x["m"],
                      f"{x['parameters'] / 1e6:.1f} M", "—", "—", f"{x['dev']:.4f} ± {x['se']:.4f}",
