@@ -46,6 +46,7 @@ from real_quantization import save  # noqa: E402
 
 RESULTS_FILE = os.path.join(RESULTS, "real_gemma3", "results.json")
 D = 640
+GEOMETRY_WINDOWS = 4  # as scripts/massive_activations.py reads SmolLM2 (4 windows of 256 tokens)
 DEV_WINDOWS = 16  # dev windows per loss (a Gemma forward of one window costs seconds on one core: 262k logits)
 EXACT_WINDOWS = 2  # windows for the log-probability comparison of an exact growth
 GROW_WIDTH = 768
@@ -153,7 +154,7 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
     return cached("test-gemma3", recipe, {"model": harness.relative(model_dir), "block": BLOCK}, build)[1]
 
 
-SECTIONS = ("grow", "shrink", "diagnose", "test")  # results.json's parts, each a dict of arms
+SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry")  # results.json's parts, each a dict
 
 
 class Run:
@@ -238,6 +239,25 @@ class Run:
             out, built = transformed(self.src, self.data_dir, f"diagnose-{name}", [RECIPE, *options])
             x = self.keep("diagnose", name, dict(built, **measured(out, self.data_dir, None, f"diagnose-{name}")))
             self.say(f"diagnose {name}: dev {x['dev']:.4f}")
+
+    def geometry(self) -> None:
+        """Massive activations and attention sinks (scripts/massive_activations.py's measurement, SmolLM2's in
+        results/real_model_geometry) on the first GEOMETRY_WINDOWS dev windows, and the output gains of the
+        coordinates that carry the massive activations."""
+        from lgpt.plumbing.dataset import Tokenizer
+        from massive_activations import stream_report
+        model, ckpt = load_model(self.src)
+        loader = BatchLoader(self.data_dir, BLOCK, GEOMETRY_WINDOWS, "cpu")
+        x, _ = next(iter(loader.full_split("val")))
+        report = stream_report(model.eval(), x, Tokenizer(ckpt["meta"]).decode)
+        gains = output_gains(model).abs()
+        ranks = gains.argsort(1).argsort(1).double() / (gains.shape[1] - 1)  # 1: the largest gain of its norm
+        for entry in report["massive"]:
+            k = entry["coordinate"]
+            entry.update(max_output_gain=float(gains[:, k].max()), median_gain_rank=float(ranks[:, k].median()))
+        for name, value in report.items():
+            self.keep("geometry", name, value)
+        self.say(f"geometry: {len(report['massive'])} massive coordinates")
 
     def test(self) -> None:
         """The arm chosen on dev, its final run read on test once at each size (and the original)."""

@@ -1053,7 +1053,8 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging, grow_depth, grow_recipes,
     sandwich_ablation, quantization, real_model, real_model_slicegpt, real_model_recovery, real_model_geometry,
     real_model_quantization, real_model_tied, real_model_distill, real_model_gpu, real_model_hybrid,
-    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier, real_gemma3)}
+    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier)}
+TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"))  # beside SmolLM2's geometry
 
 
 def experiments() -> list[str]:

@@ -34,7 +34,37 @@ def carry_tests(r: dict) -> list[tuple[str, dict]]:
     return out
 
 
-def real_gemma3(r: dict) -> str:
+def geometry_summary(x: dict) -> list:
+    """One model's row: the largest state coordinate over the median state norm (its layer), the massive
+    coordinates, the mean attention on position 0 (median over layers) and the heads that put over half there."""
+    top = max(x["layers"], key=lambda e: e["max_over_median_norm"])
+    sinks = x["sinks"]
+    weights = sorted(s["mean_weight_on_position_0"] for s in sinks)
+    return [f"{top['max_over_median_norm']:.1f} (layer {top['layer']} of {len(x['layers']) - 1})",
+            f"{top['max_abs']:,.0f}", len(x["massive"]), f"{weights[len(weights) // 2]:.2f}",
+            f"{sum(s['heads_over_half'] for s in sinks)} of {sum(s['heads'] for s in sinks)}"]
+
+
+def geometry_lines(r: dict, smollm2: dict | None) -> list[str]:
+    g = r.get("geometry")
+    if not g or "layers" not in g:
+        return []
+    rows = [["Gemma 3 270M (peri-LN)", *geometry_summary(g)]]
+    if smollm2 and "layers" in smollm2:
+        rows.insert(0, ["SmolLM2-135M (pre-LN)", *geometry_summary(smollm2)])
+    massive = [[e["coordinate"], f"{e['max_abs']:,.0f}", len(e["layers"]), e["layers"][0],
+                f"{e['max_output_gain']:,.1f}", f"{e['median_gain_rank']:.2f}"] for e in g["massive"][:6]]
+    return ["", "Massive activations and attention sinks (scripts/massive_activations.py's measurement: the residual "
+            "stream entering each block and the last one's output, the first 4 dev windows of 256 tokens; a coordinate "
+            "is massive where it reaches 100 × the median |coordinate|; SmolLM2's from results/real_model_geometry):",
+            "", *table(["model", "max |h_k| / median ‖h‖", "max |h_k|", "massive coordinates",
+                        "attention on position 0 (median layer)", "heads > ½ on position 0"], rows),
+            "", "Gemma's massive coordinates and their output gains (the largest over its 36 output norms; rank: the "
+            "median over norms of the coordinate's place among its norm's 640 gains, 1 = the largest):", "",
+            *table(["coordinate", "max |h_k|", "layers", "first layer", "largest output gain", "gain rank"], massive)]
+
+
+def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
     original = r["original"]
     head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
             f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
@@ -81,7 +111,7 @@ def real_gemma3(r: dict) -> str:
             [["original", f"{base['test']:.4f} ± {base['se']:.4f}", "—"]]
             + [[name, f"{x['test']:.4f} ± {x['se']:.4f}", gap(x["test"], base["test"])]
                for name, x in r["test"].items() if name != "original"])
-    return "\n".join(head + table(header, rows) + test_lines + [
+    return "\n".join(head + table(header, rows) + test_lines + geometry_lines(r, smollm2_geometry) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across {len(tests)}; one model each, so the text's sampling error only):", ""]
         + table(["at", "Δ dev loss", "p (Holm)", "verdict"], verdicts))
