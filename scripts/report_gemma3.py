@@ -57,11 +57,12 @@ def geometry_lines(r: dict, smollm2: dict | None) -> list[str]:
     return ["", "Massive activations and attention sinks (scripts/massive_activations.py's measurement: the residual "
             "stream entering each block and the last one's output, the first 4 dev windows of 256 tokens; a coordinate "
             "is massive where it reaches 100 × the median |coordinate|; SmolLM2's from results/real_model_geometry):",
-            "", *table(["model", "max |h_k| / median ‖h‖", "max |h_k|", "massive coordinates",
+            "", *table(["model", "max \\|h_k\\| / median ‖h‖ (its layer)", "max \\|h_k\\| there", "massive coordinates",
                         "attention on position 0 (median layer)", "heads > ½ on position 0"], rows),
             "", "Gemma's massive coordinates and their output gains (the largest over its 36 output norms; rank: the "
             "median over norms of the coordinate's place among its norm's 640 gains, 1 = the largest):", "",
-            *table(["coordinate", "max |h_k|", "layers", "first layer", "largest output gain", "gain rank"], massive)]
+            *table(["coordinate", "max \\|h_k\\|", "layers", "first layer", "largest output gain", "gain rank"],
+                   massive)]
 
 
 def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
