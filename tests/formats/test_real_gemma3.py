@@ -83,12 +83,16 @@ def test_split_growth_to_768_is_exact_and_keeps_the_head_tied(imported, referenc
 
 def test_gguf_export_round_trips_bit_for_bit(imported, tmp_path):
     """Our F32 GGUF export of the imported model, imported again, is the same checkpoint bit for bit, with the
-    original file's tokenizer and layer pattern (transformers reads such exports: tests/formats/test_gemma3.py)."""
+    original file's vocabulary and layer pattern (transformers reads such exports: tests/formats/test_gemma3.py)."""
     path = str(tmp_path / "gemma3-f32.gguf")
     convert(ConvertConfig(in_dir=imported, to_gguf=path))
     reader, original = gguf.GGUFReader(path), gguf.GGUFReader(GGUF)
-    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.model", "gemma3.attention.sliding_window"):
+    for key in ("tokenizer.ggml.model", "gemma3.attention.sliding_window"):
         assert reader.fields[key].contents() == original.fields[key].contents(), key
+    # known difference: the original file spells some whitespace tokens with spaces ('  '), our export with ▁
+    # (SentencePiece's spelling, docs/real_models.md); the vocabulary is otherwise the same, token for token
+    theirs = [t.replace(" ", "▁") for t in original.fields["tokenizer.ggml.tokens"].contents()]
+    assert reader.fields["tokenizer.ggml.tokens"].contents() == theirs
     again = str(tmp_path / "again")
     convert(ConvertConfig(from_gguf=path, out_dir=again))
     a, b = load_model(imported)[0].state_dict(), load_model(again)[0].state_dict()
