@@ -133,3 +133,18 @@ def gemma3(layers: int = 4, hidden: int = 64, n_head: int = 4, n_kv_head: int = 
     torch.manual_seed(seed)
     model = transformers.Gemma3ForCausalLM(config)
     return far_from_uniform(model, seed, std=0.15)
+
+
+def fetched(name: str, what: str) -> str:
+    """The cached path of a real model fetch.py gets (``--what=WHAT``): skipped when it is not there, an error under
+    CI=true (.ci/run fetches it first: CI must always run the real-model tests)."""
+    import pytest
+
+    from fetch import cache_path
+    path = cache_path(name)
+    if not os.path.isfile(path):
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{path} is missing: CI runs `python fetch.py --what={what}` before the tests")
+        pytest.skip(f"the real model is not fetched ({path}); run `python fetch.py --what={what}`",
+                    allow_module_level=True)
+    return path

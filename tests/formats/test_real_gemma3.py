@@ -11,7 +11,8 @@ import os
 import pytest
 import torch
 
-from fetch import GEMMA3_GGUF, cache_path
+from fetch import GEMMA3_GGUF
+from hf_models import fetched
 from lgpt.plumbing.checkpoint import load_model
 from lgpt.plumbing.dataset import Tokenizer
 
@@ -20,12 +21,7 @@ gguf = pytest.importorskip("gguf")
 
 from convert import ConvertConfig, convert  # noqa: E402
 
-GGUF = cache_path(GEMMA3_GGUF)
-if not os.path.isfile(GGUF):
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{GGUF} is missing: CI runs `python fetch.py --what=gemma3` before the tests")
-    pytest.skip(f"the real model is not fetched ({GGUF}); run `python fetch.py --what=gemma3`",
-                allow_module_level=True)
+GGUF = fetched(GEMMA3_GGUF, "gemma3")
 
 TEXT = "ROMEO: But, soft! what light through yonder window breaks? It is the east, and Juliet is the sun."
 

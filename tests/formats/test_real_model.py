@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import spec
-from fetch import SMOLLM2_GGUF, cache_path
-from hf_models import shakespeare_text
+from fetch import SMOLLM2_GGUF
+from hf_models import fetched, shakespeare_text
 from lgpt.plumbing.checkpoint import load_model
 from lgpt.plumbing.dataset import BatchLoader, Tokenizer, evaluate_loss, prepare_text
 
@@ -21,12 +21,7 @@ gguf = pytest.importorskip("gguf")
 
 from convert import ConvertConfig, convert  # noqa: E402
 
-GGUF = cache_path(SMOLLM2_GGUF)
-if not os.path.isfile(GGUF):
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{GGUF} is missing: CI runs `python fetch.py --what=smollm2` before the tests")
-    pytest.skip(f"the real model is not fetched ({GGUF}); run `python fetch.py --what=smollm2`",
-                allow_module_level=True)
+GGUF = fetched(SMOLLM2_GGUF, "smollm2")
 
 TEXT = ("ROMEO: But, soft! what light through yonder window breaks? It is the east, and Juliet is the sun. "
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>")
