@@ -74,7 +74,7 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
             f"(exact: ≤ {EXACT:g}). Output gains: 'carry' (porting.carry_output_norms: the direction each output "
             "norm writes is exact, its length fitted) or 'average' (each output norm's gains replaced by their "
             "mean, what every earlier version did). Cost: the transform's process CPU seconds. Nothing here is "
-            "trained and nothing read test: these are dev measurements (choices), n = 1 each.", ""]
+            "trained; the rows below are dev measurements (choices), n = 1 each; test is read once, after them.", ""]
     rows = [["original", "—", "—", r["d"], f"{original['parameters'] / 1e6:.1f} M", "—", "—",
              f"{original['dev']:.4f} ± {original['se']:.4f}", "—", "—", "—"]]
     for name, x in r.get("grow", {}).items():
