@@ -73,8 +73,10 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
             f"Relative error: ‖Δ log p‖/‖log p‖ against the original on the first {r['exact_windows']} windows "
             f"(exact: ≤ {EXACT:g}). Output gains: 'carry' (porting.carry_output_norms: the direction each output "
             "norm writes is exact, its length fitted) or 'average' (each output norm's gains replaced by their "
-            "mean, what every earlier version did). Cost: the transform's process CPU seconds. Nothing here is "
-            "trained; the rows below are dev measurements (choices), n = 1 each; test is read once, after them.", ""]
+            "mean, what every earlier version did). Cost: the transform's process CPU seconds, measured while "
+            "other runs shared the 2 cores (a shrink also reads its recipe's calibration tokens forward). Nothing "
+            "here is trained; the rows below are dev measurements (choices), n = 1 each; test is read once, after "
+            "them.", ""]
     rows = [["original", "—", "—", r["d"], f"{original['parameters'] / 1e6:.1f} M", "—", "—",
              f"{original['dev']:.4f} ± {original['se']:.4f}", "—", "—", "—"]]
     for name, x in r.get("grow", {}).items():
