@@ -65,6 +65,10 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
 # inexact (the coordinate cut, every gain exact and only the width lost, is the gain_groups=640 arm)
 DIAGNOSTIC = {"rotation-640": ("--width=640",)}
 SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% on dev
+# the carried lengths' fit (porting.length_fit). Until 2026-11-28 it was an absolute least squares on 1/γ² that the
+# smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
+LENGTH_FIT = "isotropic-relative"
+SUPERSEDED_FIT = "absolute (Tᵀ·diag(a)·T ≈ diag(1/γ²), unweighted; replaced 2026-11-28)"
 
 
 def imported() -> tuple[str, dict]:
@@ -88,6 +92,11 @@ def prepared(model_dir: str) -> str:
     return cached("data", "gemma3-shakespeare", {"model": harness.relative(model_dir), "splits": 3}, build)[0]
 
 
+def carries(args: list[str] | tuple[str, ...]) -> bool:
+    """Whether a transform's output norms are carried (the default) rather than averaged: its lengths are fitted."""
+    return "--output_gains=average" not in args
+
+
 def transformed(src: str, data_dir: str, label: str, args: list[str]) -> tuple[str, dict]:
     """transform.py with ``args`` (no evaluation; a broken or approximate result is kept: it is what we measure)."""
     def build(out: str) -> dict:
@@ -98,8 +107,10 @@ def transformed(src: str, data_dir: str, label: str, args: list[str]) -> tuple[s
         return {"step": step, "exact": transform.get("exact"), "notes": transform.get("notes", []),
                 "parameters": parameters(out)}
 
-    return cached("gemma3", label, {"args": args, "model": harness.relative(src), "data": harness.relative(data_dir)},
-                  build)
+    spec = {"args": args, "model": harness.relative(src), "data": harness.relative(data_dir),
+            **({"length_fit": LENGTH_FIT} if carries(args) else {})}
+    out, result = cached("gemma3", label, spec, build)
+    return out, dict(result, **({"length_fit": LENGTH_FIT} if carries(args) else {}))
 
 
 def dev_losses(model, data_dir: str) -> np.ndarray:
@@ -155,14 +166,15 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
 
 
 SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry")  # results.json's parts, each a dict
+FITTED = ("grow", "shrink", "diagnose")  # the sections whose carried arms depend on the length fit
 
 
 class Run:
     """One process's work on results/real_gemma3: the model, its data, and the results it saves (merged with what
     another process — another --part — saved beside it: the file's entries, but the ones this process built)."""
 
-    def __init__(self, started: float):
-        self.started = started
+    def __init__(self, started: float, arms: set[str] | None = None):
+        self.started, self.arms = started, arms
         self.src, _ = imported()
         self.data_dir = prepared(self.src)
         self.payload = {"model": "google/gemma-3-270m (GGUF Q4_K_M, dequantized to float32)", "d": D,
@@ -170,7 +182,8 @@ class Run:
                         "split": "dev (val), Shakespeare", "recipe": RECIPE, "log_vocabulary": math.log(262144)}
         if os.path.exists(RESULTS_FILE):
             with open(RESULTS_FILE, encoding="utf-8") as f:
-                self.payload.update({k: v for k, v in json.load(f).items() if k in (*SECTIONS, "chosen")})
+                self.payload.update({k: v for k, v in json.load(f).items()
+                                     if k in (*SECTIONS, "chosen", "superseded")})
         model = load_model(self.src)[0].eval()
         self.reference = logprobs(model, self.data_dir)
         gains = output_gains(model).flatten()
@@ -196,22 +209,39 @@ class Run:
                 self.payload["chosen"] = now["chosen"]
         save(self.payload, self.started, "real_gemma3", "scripts/real_gemma3.sh")
 
+    def wanted(self, name: str) -> bool:
+        return self.arms is None or name in self.arms
+
     def keep(self, section: str, name: str, entry: dict) -> dict:
+        old = self.payload.get(section, {}).get(name)
+        if section in FITTED and old and old.get("length_fit") != entry.get("length_fit"):
+            # built by another length fit: kept, named, beside the new one (what the referee's fix changed)
+            self.payload.setdefault("superseded", {}).setdefault(section, {})[name] = dict(
+                old, length_fit=old.get("length_fit", SUPERSEDED_FIT))
         self.fresh.setdefault(section, set()).add(name)
         self.payload.setdefault(section, {})[name] = entry
         self.write()
         return entry
 
-    def say(self, what: str) -> None:
-        print(f"[{time.time() - self.started:.0f} s] {what}", flush=True)
+    def say(self, what: str, done: int = 0, total: int = 0) -> None:
+        """A line of progress; with ``done`` of ``total`` arms of this part, an ETA (arms take minutes each)."""
+        elapsed = time.time() - self.started
+        if total:
+            self.part_started = getattr(self, "part_started", None) or time.time()
+            rate = (time.time() - self.part_started) / max(done, 1)
+            what += f" [{done}/{total}, ETA {rate * (total - done) / 60:.0f} min]"
+        print(f"[{elapsed:.0f} s] {what}", flush=True)
 
     def grow(self) -> None:
-        for name, (kind, mode) in GROW_ARMS.items():
+        todo = [name for name in GROW_ARMS if self.wanted(name)]
+        self.part_started = time.time()
+        for done, name in enumerate(todo, 1):
+            kind, mode = GROW_ARMS[name]
             out, built = transformed(self.src, self.data_dir, f"grow-{name}",
                                      [f"--width={GROW_WIDTH}", f"--kind={kind}", f"--output_gains={mode}"])
             x = self.keep("grow", name, dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH,
                                              **measured(out, self.data_dir, self.reference, f"grow-{name}")))
-            self.say(f"grow {name}: dev {x['dev']:.4f}, relative error {x['relative_error']:.2e}")
+            self.say(f"grow {name}: dev {x['dev']:.4f}, relative error {x['relative_error']:.2e}", done, len(todo))
 
     def shrunk(self, size: str, mode: str) -> tuple[str, str, dict]:
         name = f"free{size}-{mode}"
@@ -220,25 +250,34 @@ class Run:
         return name, out, built
 
     def shrink(self) -> None:
+        todo = [mode for mode in SHRINK_ARMS if self.wanted(mode)]
+        self.part_started, count = time.time(), [0]
+
         def run(size: str, mode: str) -> None:
             name, out, built = self.shrunk(size, mode)
             x = self.keep("shrink", name, dict(built, size=size, m=SHRINK_WIDTHS[size], output_gains=mode,
                                                **measured(out, self.data_dir, None, f"shrink-{name}")))
-            self.say(f"shrink {name}: dev {x['dev']:.4f}")
+            count[0] += 1
+            self.say(f"shrink {name}: dev {x['dev']:.4f}", count[0], len(todo) + 2)  # and about two at −50%
 
-        for mode in SHRINK_ARMS:
+        for mode in todo:
             run("-25%", mode)
         chosen = min(SHRINK_ARMS, key=lambda mode: self.payload["shrink"][f"free-25%-{mode}"]["dev"])  # on dev
-        self.payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": len(SHRINK_ARMS)}
+        tried = len(SHRINK_ARMS) + len(self.payload.get("superseded", {}).get("shrink", {}))
+        self.payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": tried}
         self.fresh["chosen"] = set()
         for mode in dict.fromkeys((*SHRINK_50, chosen)):
-            run("-50%", mode)
+            if self.wanted(mode) or (mode == chosen and f"free-50%-{mode}" not in self.payload["shrink"]):
+                run("-50%", mode)
 
     def diagnose(self) -> None:
-        for name, options in DIAGNOSTIC.items():
+        todo = [name for name in DIAGNOSTIC if self.wanted(name)]
+        self.part_started = time.time()
+        for done, name in enumerate(todo, 1):
+            options = DIAGNOSTIC[name]
             out, built = transformed(self.src, self.data_dir, f"diagnose-{name}", [RECIPE, *options])
             x = self.keep("diagnose", name, dict(built, **measured(out, self.data_dir, None, f"diagnose-{name}")))
-            self.say(f"diagnose {name}: dev {x['dev']:.4f}")
+            self.say(f"diagnose {name}: dev {x['dev']:.4f}", done, len(todo))
 
     def geometry(self) -> None:
         """Massive activations and attention sinks (scripts/massive_activations.py's measurement, SmolLM2's in
@@ -272,9 +311,14 @@ class Run:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=(*SECTIONS, "all"), default="all")
+    parser.add_argument("--arms", default="", help="comma-separated arm names to (re)build (default: every arm)")
     args = parser.parse_args()
+    arms = {a for a in args.arms.split(",") if a} or None
+    known = {*GROW_ARMS, *SHRINK_ARMS, *DIAGNOSTIC}
+    if arms and not arms <= known:
+        sys.exit(f"error: unknown arm(s) {sorted(arms - known)}; the arms are {sorted(known)}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    run = Run(time.time())
+    run = Run(time.time(), arms)
     for part in SECTIONS:
         if args.part in (part, "all"):
             getattr(run, part)()

@@ -221,7 +221,7 @@ def make_projection(kind: str, d: int, m: int, seed: int = 0,
 
 
 def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
-    """A growth map that mixes coordinates and still carries per-dimension gains exactly (``porting.diagonal_fit``
+    """A growth map that mixes coordinates and still carries per-dimension gains exactly (``porting.length_fit``
     has residual 0 for it). r = m − d coordinate pairs (j, k), drawn by ``seed``, each become three rows p, q, u:
 
         T[p] = (e_j + s·e_k)/√2,   T[q] = (e_j − s·e_k)/√2,   T[u] = t·e_k,   t = √(1 − s²),
@@ -276,9 +276,10 @@ def split_pairs(squares: torch.Tensor | None, d: int, r: int, seed: int) -> list
                              f"this model has {len(usable)}: grow by less")
     logs = squares[:, usable].log().T  # one profile per usable coordinate
     distance = torch.cdist(logs, logs, p=float("inf"))
-    distance.fill_diagonal_(float("inf"))
+    upper = torch.ones_like(distance, dtype=torch.bool).triu(1)  # each pair once; a zero distance (equal gains) first
     pairs, taken = [], torch.zeros(len(usable), dtype=torch.bool)
-    for flat in torch.argsort(distance.triu(1).where(distance.triu(1) > 0, torch.tensor(float("inf"))).flatten()):
+    for flat in torch.argsort(distance.where(upper, torch.tensor(float("inf"), dtype=distance.dtype)).flatten(),
+                              stable=True):
         a, b = divmod(int(flat), len(usable))
         if a < b and not taken[a] and not taken[b]:
             pairs.append((int(usable[a]), int(usable[b])))

@@ -134,52 +134,113 @@ def diagonal_fit(T: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, float]
     return (A[:, 0] if column else A).to(T.device, T.dtype), residual
 
 
-def carried_gains(sd: dict, cfg: GPTConfig) -> torch.Tensor:
-    """The peri-LN output gains as ``carry_output_norms`` carries them: d × (one column per output norm), float64;
-    a zero gain never writes its coordinate, whose f_j still counts in the norm's length: it is carried as a tiny
-    gain δ (ZERO_GAIN of its norm's largest), exact to O(δ) on a coordinate row (writer row × δ/δ)."""
-    gammas = torch.stack([sd[f"{norm}.weight"].double() for norm in residual_roles(cfg).output_norms], 1)
-    tiny = ZERO_GAIN * gammas.abs().amax(0, keepdim=True)
-    return torch.where(gammas.abs() < tiny, tiny, gammas)
+def carried_gains(sd: dict, cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The peri-LN output gains as ``carry_output_norms`` carries them: d × (one column per output norm), float64,
+    and a mask of the zero ones. A zero gain never writes its coordinate, but its f_j still counts in the norm's
+    length: it is carried as a tiny gain δ (ZERO_GAIN of its norm's largest) in the writer and the length, and a
+    row that reads only such coordinates gets output gain 0 (exact on a coordinate row: writer row × δ/δ)."""
+    raw = torch.stack([sd[f"{norm}.weight"].double() for norm in residual_roles(cfg).output_norms], 1)
+    tiny = ZERO_GAIN * raw.abs().amax(0, keepdim=True)
+    zero = raw.abs() < tiny
+    return torch.where(zero, tiny, raw), zero
+
+
+def length_matrix(T: torch.Tensor, a: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """M = diag(γ)·Tᵀ·diag(a)·T·diag(γ): the ported norm's squared length is fᵀ·M·f where the original's is fᵀ·f
+    (all float64)."""
+    U = T * gamma
+    return U.T @ (a[:, None] * U)
+
+
+def length_residual(T: torch.Tensor, A: torch.Tensor, gammas: torch.Tensor) -> float:
+    """The carried lengths' relative error, max over the output norms of ‖M − I‖_F / √d (0: exact for every f)."""
+    d = T.shape[1]
+    eye = torch.eye(d, dtype=torch.float64)
+    return max(float((length_matrix(T, A[:, j], gammas[:, j]) - eye).norm()) / math.sqrt(d)
+               for j in range(gammas.shape[1]))
+
+
+def bounded_quadratic(H: torch.Tensor, g: torch.Tensor, lower: torch.Tensor) -> torch.Tensor:
+    """argmin ½·cᵀ·H·c − gᵀ·c subject to c ≥ ``lower`` (H symmetric positive semi-definite, float64): the
+    unconstrained solution where it keeps the bounds, else, with H = Q·Λ·Qᵀ, the least squares
+    ‖Λ^½·Qᵀ·c − Λ^-½·Qᵀ·g‖² (the same objective up to a constant) under the bounds (scipy's ``lsq_linear``, BVLS)."""
+    from scipy.optimize import lsq_linear
+
+    c = torch.linalg.lstsq(H, g[:, None], driver="gelsd").solution[:, 0]
+    if bool((c >= lower).all()):
+        return c
+    values, vectors = torch.linalg.eigh(H)
+    keep = values > 1e-12 * values.amax()
+    root = values[keep].sqrt()
+    design = (root[:, None] * vectors[:, keep].T).numpy()
+    target = ((vectors[:, keep].T @ g) / root).numpy()
+    return torch.from_numpy(lsq_linear(design, target, bounds=(lower.numpy(), float("inf")), method="bvls").x)
+
+
+def length_fit(T: torch.Tensor, gamma: torch.Tensor, floor: float = 1e-3) -> torch.Tensor:
+    """The per-row length a > 0 that carries one output norm's gains γ through T: with M = ``length_matrix``,
+
+        a = argmin E_f (fᵀ·M·f − fᵀ·f)² = 2·‖M − I‖²_F + (tr M − d)²,   f ~ N(0, I_d):
+
+    relative (every coordinate's length counts alike, whatever its gain: an absolute fit of Tᵀ·diag(a)·T to
+    diag(1/γ²) is ruled by the smallest gains), and the trace term lets a shrink scale up for the energy of the
+    directions it drops (≈ d/m for a projection). With u_i = row i of T·diag(γ), v_i = u_i/‖u_i‖ and
+    c_i = a_i·‖u_i‖² it is the quadratic
+
+        cᵀ·(2·G + 11ᵀ)·c − 2·(d + 2)·1ᵀc,   G = (V·Vᵀ) ∘ (V·Vᵀ)   (∘: entrywise),
+
+    solved unconstrained (c = 1 on a coordinate map; exact wherever M = I can hold: ``maps.split_map``, zero
+    padding), and with c ≥ ``floor`` where that gives some c < floor (``bounded_quadratic``). Rows T never writes
+    get the mean of the others. float64, on the host."""
+    T64, g64 = T.detach().double().cpu(), gamma.detach().double().cpu()
+    d = T64.shape[1]
+    U = T64 * g64
+    size = U.norm(dim=1)
+    used = size > 1e-300
+    V = U[used] / size[used, None]
+    P = V @ V.T
+    c = bounded_quadratic(2 * P * P + 1.0, torch.full((len(V),), d + 2.0, dtype=torch.float64),
+                          torch.full((len(V),), floor, dtype=torch.float64))
+    a = torch.empty(len(U), dtype=torch.float64)
+    a[used] = c / size[used].pow(2)
+    if not bool(used.all()):
+        a[~used] = a[used].mean()
+    return a
 
 
 def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps, fitted: torch.Tensor | None = None
                        ) -> tuple[dict, float]:
     """``--output_gains=carry``, for every peri-LN output norm with per-dimension gains: it adds γ ⊙ norm_d(f) to
-    the residual, f = W·h its writer's output, and the ported block must add T·(γ ⊙ norm_d(f)). With
-    a = ``diagonal_fit``(T, 1/γ²), the writer W' = diag(√a)·T·diag(γ)·W (bias alike) and the gain
-    γ' = √(d/m)/√a (ε' = ε·d/m; where the fit has some a ≤ 0, each row's average of 1/γ² over the coordinates it
-    reads, (T∘T)·(1/γ²) / (T∘T)·1, instead) add
+    the residual, f = W·h its writer's output, and the ported block must add T·(γ ⊙ norm_d(f)). With a per row of T
+    (``length_fit``), the writer W' = diag(√a)·T·diag(γ)·W (bias alike) and the gain γ' = √(d/m)/√a (ε' = ε·d/m) add
 
         γ' ⊙ norm_m(W'·h) = T·diag(γ)·f·√d / √(‖diag(√a)·T·diag(γ)·f‖² + ε·d),
 
-    which is T·(γ ⊙ norm_d(f)) exactly when Tᵀ·diag(a)·T = diag(1/γ²) (the two lengths then agree): the direction
-    is exact for every T; only the per-token length depends on the fit. ``fitted``: a (m × norms) from calibration
-    text instead (``refit.fit_output_lengths``). Pops the writers and output norms from ``sd``; returns them ported,
-    and the fit's largest relative residual (0: exact)."""
+    which is T·(γ ⊙ norm_d(f)) exactly when diag(γ)·Tᵀ·diag(a)·T·diag(γ) = I (the two lengths then agree): the
+    direction is exact for every T; only the per-token length depends on the fit. ``fitted``: a (m × norms) from
+    calibration text instead (``refit.fit_output_lengths``). Pops the writers and output norms from ``sd``; returns
+    them ported, and the lengths' relative error (``length_residual``; 0: exact)."""
     roles = residual_roles(cfg)
-    gammas = carried_gains(sd, cfg)
-    A, residual = diagonal_fit(maps.T, gammas.pow(-2))
-    A = A.double()
-    if fitted is not None:  # lengths fitted on calibration text (refit.fit_output_lengths) instead
-        A = fitted.to(A)
-        residual = max(float((maps.T.double().T @ (A[:, j, None] * maps.T.double()) - torch.diag(gammas[:, j].pow(-2)))
-                             .norm() / gammas[:, j].pow(-2).norm()) for j in range(A.shape[1]))
-    if not bool((A > 0).all()):  # the best fit is no gain (a ≤ 0 somewhere: T mixes very unequal gains): each
-        #                          row's average of 1/γ² over the coordinates it reads instead, positive always
-        squares = maps.T.double().pow(2)
-        A = (squares @ gammas.pow(-2)) / (squares @ torch.ones_like(gammas[:, :1])).clamp_min(1e-300)
-        residual = max(float((maps.T.double().T @ (A[:, j, None] * maps.T.double()) - torch.diag(gammas[:, j].pow(-2)))
-                             .norm() / gammas[:, j].pow(-2).norm()) for j in range(A.shape[1]))
+    gammas, zero = carried_gains(sd, cfg)
+    T64 = maps.T.detach().double().cpu()
+    if fitted is None:
+        A = torch.stack([length_fit(T64, gammas[:, j]) for j in range(gammas.shape[1])], 1)
+    else:  # lengths fitted on calibration text (refit.fit_output_lengths)
+        A = fitted.double().cpu()
+    residual = length_residual(T64, A, gammas)
+    reads = T64.abs() > 1e-12 * T64.abs().amax()
     out = {}
     for j, (writer, norm) in enumerate(zip(roles.writers, roles.output_norms)):
-        gamma, root = gammas[:, j].to(sd.pop(f"{norm}.weight").dtype), A[:, j].sqrt()
+        gamma = gammas[:, j].to(maps.T.device, sd.pop(f"{norm}.weight").dtype)
+        root = A[:, j].sqrt().to(maps.T.device)
         for name in (f"{writer}.weight", f"{writer}.bias"):
             if name in sd:
                 W = sd.pop(name)
                 scaled = gamma[:, None] * W if W.dim() > 1 else gamma * W
                 out[name] = (root[:, None] if W.dim() > 1 else root).to(W.dtype) * (maps.T @ scaled)
-        out[f"{norm}.weight"] = (math.sqrt(maps.d / maps.m) / root).to(gamma.dtype)
+        silent = ~(reads & ~zero[:, j]).any(1)  # rows that read only zero-gain coordinates write nothing
+        gain = torch.where(silent.to(root.device), torch.zeros_like(root), math.sqrt(maps.d / maps.m) / root)
+        out[f"{norm}.weight"] = gain.to(gamma.dtype)
     return out, residual
 
 
@@ -390,7 +451,8 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
         if residual > CARRY_EXACT and notes is not None:
             notes.append(f"APPROXIMATE: peri-LN output gains{' and the final gain' if final_kept else ''} carried "
                          f"through T with a relative residual of "
-                         f"{residual:.2g} (‖Tᵀ·diag(a)·T − diag(1/γ²)‖: this T mixes coordinates of unequal gain; "
+                         f"{residual:.2g} (‖diag(γ)·Tᵀ·diag(a)·T·diag(γ) − I‖/√d: this T mixes coordinates of "
+                         "unequal gain or drops some; "
                          "the direction each output norm writes is exact, its length is not — kind='split' or "
                          "zero-padding is exact)")
     plan = porting_plan(list(sd), cfg, porting, rescale_gains)

@@ -517,19 +517,21 @@ def fit_output_lengths(canonical: GPT, T: torch.Tensor, batches: list[torch.Tens
                        ) -> torch.Tensor:
     """The carried output norms' lengths fitted on calibration text (``--fit_lengths``): for each peri-LN output
     norm, its writer's outputs f on ``batches`` (from ``canonical``, the model at width d with the output gains
-    kept), z = (T·diag(γ)·f)² per token, and a ≥ 0 with
+    kept), z = (T·diag(γ)·f)² per token, and a > 0 with
 
-        a = argmin Σ_tokens (zᵀa − ‖f‖² − ε·d)² + λ·‖a − a₀‖²,    λ = ridge · tr(ZᵀZ)/m,
+        a = argmin Σ_tokens ((zᵀa − ‖f‖²) / (‖f‖² + ε·d))² + λ·‖a − a₀‖²,    λ = ridge · tr(ZᵀZ)/m  (Z weighted),
+        a ≥ a₀/1000,
 
-    a₀ the data-free fit (``porting.diagonal_fit``), so that ‖diag(√a)·T·diag(γ)·f‖² — the length the ported norm
-    computes — matches the true ‖f‖² + ε·d on this text where the data-free fit cannot (T mixes unequal gains, or
-    drops coordinates, as a shrink does). Returns a, m × (one column per output norm), float64."""
-    from lgpt.method.porting import carried_gains, diagonal_fit
+    a₀ the data-free fit (``porting.length_fit``): the ported norm's denominator ‖diag(√a)·T·diag(γ)·f‖² + ε·d
+    matches the true ‖f‖² + ε·d in relative terms, every token alike (ε·d is added by the ported norm itself), where
+    the data-free fit cannot (f is not isotropic: T mixes unequal gains, or drops coordinates, as a shrink does).
+    Returns a, m × (one column per output norm), float64."""
+    from lgpt.method.porting import bounded_quadratic, carried_gains, length_fit
     from lgpt.method.roles import residual_roles
 
     cfg = canonical.config
     norms = residual_roles(cfg).output_norms
-    gammas = carried_gains(canonical.state_dict(), cfg)
+    gammas = carried_gains(canonical.state_dict(), cfg)[0].cpu()
     T64 = T.detach().double().cpu()
     seen: dict[str, list[torch.Tensor]] = {norm: [] for norm in norms}
     modules = dict(canonical.named_modules())
@@ -542,15 +544,15 @@ def fit_output_lengths(canonical: GPT, T: torch.Tensor, batches: list[torch.Tens
     finally:
         for hook in hooks:
             hook.remove()
-    A0 = diagonal_fit(T64, gammas.cpu().pow(-2))[0].double()
     out = []
     for j, norm in enumerate(norms):
+        a0 = length_fit(T64, gammas[:, j])
         f = torch.cat(seen.pop(norm)).double()
-        Z = (f * gammas[:, j].cpu()) @ T64.T
-        Z = Z * Z
-        y = f.pow(2).sum(1) + cfg.norm_eps * cfg.n_embd
+        length = f.pow(2).sum(1)
+        weight = 1.0 / (length + cfg.norm_eps * cfg.n_embd)
+        Z = ((f * gammas[:, j]) @ T64.T).pow(2) * weight[:, None]
+        y = length * weight
         lam = ridge * float((Z * Z).sum()) / Z.shape[1]
         eye = torch.eye(Z.shape[1], dtype=torch.float64)
-        a = torch.linalg.solve(Z.T @ Z + lam * eye, Z.T @ y + lam * A0[:, j])
-        out.append(a.clamp_min(1e-3 * float(A0[:, j].clamp_min(0).mean())))
+        out.append(bounded_quadratic(Z.T @ Z + lam * eye, Z.T @ y + lam * a0, 1e-3 * a0))  # a length stays > 0
     return torch.stack(out, 1)

@@ -309,3 +309,15 @@ def test_an_export_that_does_not_read_back_is_refused_and_not_written(ours, tmp_
     with pytest.raises(ConversionError, match="reads back model.layers.0.mlp.up_proj.weight changed"):
         convert(ConvertConfig(in_dir=ours["llama_gqa"], to_gguf=str(tmp_path / "m.gguf")))
     assert os.listdir(tmp_path) == []
+
+
+def test_the_reader_is_reused_for_the_same_file_and_never_for_a_changed_one(tmp_path):
+    """open_reader parses a file once (a big vocabulary costs ~30 s a parse) but reads a file written again."""
+    from lgpt.formats.gguf_file import open_reader
+    path = write_file(str(tmp_path / "a.gguf"))
+    first = open_reader(path)
+    assert open_reader(path) is first
+    os.replace(write_file(str(tmp_path / "b.gguf"), claims={"block_count": 3}), path)  # another file, same name
+    again = open_reader(path)
+    assert again is not first and again.fields["llama.block_count"].contents() == 3
+    assert open_reader(write_file(str(tmp_path / "c.gguf"))) is not again

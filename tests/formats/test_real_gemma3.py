@@ -41,6 +41,14 @@ def reference(imported):
         return ids, model.eval()(ids, all_logits=True)[0].double().log_softmax(-1)
 
 
+@pytest.fixture(scope="module")
+def exported(imported, tmp_path_factory):
+    """Our F32 GGUF export of the imported model (written once: 1 GB)."""
+    path = str(tmp_path_factory.mktemp("gemma3-gguf") / "gemma3-f32.gguf")
+    convert(ConvertConfig(in_dir=imported, to_gguf=path))
+    return path
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
@@ -77,25 +85,27 @@ def test_split_growth_to_768_is_exact_and_keeps_the_head_tied(imported, referenc
     assert relative_error(lp, ours) <= 1e-4, relative_error(lp, ours)
 
 
-def test_gguf_export_round_trips_bit_for_bit(imported, tmp_path):
+def test_gguf_export_round_trips_bit_for_bit(imported, exported, tmp_path):
     """Our F32 GGUF export of the imported model, imported again, is the same checkpoint bit for bit, with the
     original file's vocabulary and layer pattern (transformers reads such exports: tests/formats/test_gemma3.py)."""
-    path = str(tmp_path / "gemma3-f32.gguf")
-    convert(ConvertConfig(in_dir=imported, to_gguf=path))
-    reader, original = gguf.GGUFReader(path), gguf.GGUFReader(GGUF)
+    from lgpt.formats.gguf_file import open_reader
+    original = {key: open_reader(GGUF).fields[key].contents()
+                for key in ("tokenizer.ggml.model", "gemma3.attention.sliding_window", "tokenizer.ggml.tokens")}
+    reader = open_reader(exported)
     for key in ("tokenizer.ggml.model", "gemma3.attention.sliding_window"):
-        assert reader.fields[key].contents() == original.fields[key].contents(), key
+        assert reader.fields[key].contents() == original[key], key
     # known difference: the original file spells some whitespace tokens with spaces ('  '), our export with ▁
     # (SentencePiece's spelling, docs/real_models.md); the vocabulary is otherwise the same, token for token
-    theirs = [t.replace(" ", "▁") for t in original.fields["tokenizer.ggml.tokens"].contents()]
+    theirs = [t.replace(" ", "▁") for t in original["tokenizer.ggml.tokens"]]
     assert reader.fields["tokenizer.ggml.tokens"].contents() == theirs
+    path = exported
     again = str(tmp_path / "again")
     convert(ConvertConfig(from_gguf=path, out_dir=again))
     a, b = load_model(imported)[0].state_dict(), load_model(again)[0].state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_llama_cpp_reads_our_gguf_as_our_model(imported, reference, tmp_path):
+def test_llama_cpp_reads_our_gguf_as_our_model(exported, reference):
     """llama.cpp's logits of our F32 export give our losses (skipped where llama-cpp-python is not installed: it
     builds from source, so CI has no copy)."""
     pytest.importorskip("llama_cpp")
@@ -103,8 +113,7 @@ def test_llama_cpp_reads_our_gguf_as_our_model(imported, reference, tmp_path):
 
     from lgpt.formats import llama_cpp as lcpp
     ids, ours = reference
-    path = str(tmp_path / "gemma3-f32.gguf")
-    convert(ConvertConfig(in_dir=imported, to_gguf=path))
+    path = exported
     x, y = ids[0, :-1].numpy(), ids[0, 1:].numpy()
     theirs = lcpp.window_losses(lcpp.load(path, 64, threads=1, logits_all=True, f32_cache=True), [(x, y)])
     # 1.5e-3 nats apart here (a mean loss near 9), not diagnosed: one candidate is ggml's fp16 table for GELU

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from lgpt.method.maps import make_projection, split_map
 from lgpt.method.pipeline import output_gains, transform_model
-from lgpt.method.porting import canonicalize, diagonal_fit, model_from_state, port_weights
+from lgpt.method.porting import canonicalize, diagonal_fit, length_fit, length_residual, model_from_state, port_weights
 from lgpt.plumbing.errors import TransformError
 from test_transform import outputs, random_model
 
@@ -25,6 +25,7 @@ def spread_gains(model, low: float = 0.05, high: float = 20.0, seed: int = 0):
             if name.endswith("_out.weight"):
                 p.copy_(torch.exp(torch.empty(p.shape).uniform_(math.log(low), math.log(high), generator=g)))
                 p[0] = -p[0]
+                p[1] = 0.0
     return model
 
 
@@ -64,13 +65,14 @@ def test_split_maps_are_orthonormal_mixing_and_carry_every_diagonal_exactly(d, s
     T = split_map(d, d + r, gains, seed)
     assert torch.allclose(T.T @ T, torch.eye(d, dtype=torch.float64), atol=1e-12)
     assert int(((T != 0).sum(1) == 2).sum()) == 2 * r  # 2r rows read two coordinates: no coordinate map
-    A, residual = diagonal_fit(T, gains.T.pow(-2))  # the output norms' equation, every norm at once
+    A = torch.stack([length_fit(T, gains[k]) for k in range(5)], 1)  # the output norms' lengths, each exact
+    residual = length_residual(T, A, gains.T)
     assert residual < 1e-9 and bool((A > 0).all())
 
 
 @settings(max_examples=15, deadline=None)
 @given(head=st.sampled_from(["linear", "tied"]), mlp=st.sampled_from(["gelu", "swiglu"]), qk_norm=st.booleans(),
-       n_kv_head=st.sampled_from([None, 1]), grow=st.integers(1, 8), seed=st.integers(0, 20))
+       n_kv_head=st.sampled_from([None, 1]), grow=st.integers(1, 7), seed=st.integers(0, 20))
 def test_split_and_padding_carry_peri_ln_output_gains_exactly(head, mlp, qk_norm, n_kv_head, grow, seed):
     model = random_model(seed, head=head, mlp=mlp, qk_norm=qk_norm, n_kv_head=n_kv_head, **PERI)
     model = spread_gains(model, seed=seed)
@@ -82,13 +84,22 @@ def test_split_and_padding_carry_peri_ln_output_gains_exactly(head, mlp, qk_norm
         torch.testing.assert_close(outputs(new, idx).log_softmax(-1), reference, atol=5e-5, rtol=0)
 
 
-def test_a_dense_rotation_cannot_carry_unequal_output_gains_and_says_so():
+def test_a_dense_rotation_carries_unequal_output_gains_approximately_and_says_so():
+    """A Haar-random rotation cannot carry unequal gains exactly (the length's equation has no solution): flagged,
+    measurably off where split growth is exact, and far closer than the plain average (on this random model's
+    near-isotropic f, the isotropic length fit leaves 2e-4 of the logits, the average 0.85)."""
     model = spread_gains(random_model(3, **PERI))
     T, _ = make_projection("orthogonal", 16, 20, seed=1)
-    new, notes = ported(model, T)
-    assert len(notes) == 1 and notes[0].startswith("APPROXIMATE: peri-LN output gains carried")
     idx = torch.randint(0, 11, (2, 8))
-    assert (outputs(new, idx).log_softmax(-1) - outputs(model, idx).log_softmax(-1)).abs().max() > 1e-3
+    reference = outputs(model, idx)
+
+    def error(new) -> float:
+        return float((outputs(new, idx) - reference).norm() / reference.norm())
+
+    carried, notes = ported(model, T)
+    assert len(notes) == 1 and notes[0].startswith("APPROXIMATE: peri-LN output gains carried")
+    exact = error(ported(model, split_map(16, 20, output_gains(model), 0))[0])
+    assert 100 * exact < error(carried) < 0.01 * error(ported(model, T, "average")[0])
 
 
 def test_carrying_without_the_writer_rule_is_not_exact():
@@ -168,21 +179,87 @@ def test_gain_groups_keep_every_row_of_a_pca_map_inside_one_group_of_near_equal_
                         loader)
 
 
-def test_fitted_lengths_match_the_true_lengths_on_calibration_text_better_than_the_data_free_fit(char_data_dir):
-    """--fit_lengths: each carried output norm's length fitted on calibration text. On that text it brings the
-    shrunk model's outputs closer to the original's than the data-free fit."""
+def test_fitted_lengths_are_the_weighted_least_squares_of_the_true_lengths(char_data_dir):
+    """--fit_lengths: on the calibration tokens' writer outputs f, a minimises Σ ((zᵀa − ‖f‖²)/(‖f‖² + ε·d))²,
+    z = (T·diag(γ)·f)², a ≥ a₀/1000 (checked against a naive bounded least squares, one row per token, without the
+    ridge), so it matches the true lengths there better than the data-free fit."""
+    import numpy as np
+    from scipy.optimize import lsq_linear
+
+    from lgpt.method.refit import fit_output_lengths
+    from lgpt.method.roles import residual_roles
     from lgpt.plumbing.dataset import BatchLoader
     model = spread_gains(random_model(8, vocab_size=65, n_embd=32, **PERI), low=0.01, high=100, seed=8)
-    loader = BatchLoader(char_data_dir, 8, 8, "cpu")
-    idx = loader.get_batch("train", seed=10_000)[0]  # a calibration batch (refit.calibration_batches' first)
-    reference = outputs(model, idx).log_softmax(-1)
+    batches = [BatchLoader(char_data_dir, 8, 8, "cpu").get_batch("train", seed=10_000 + i)[0] for i in range(3)]
+    sd, cfg, _ = canonicalize(model.state_dict(), model.config, "fold", "carry")
+    canonical = model_from_state(sd, cfg).eval()
+    T = torch.linalg.qr(torch.randn(32, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64))[0][:24]
+    norms = residual_roles(cfg).output_norms
+    seen = {n: [] for n in norms}
+    modules = dict(canonical.named_modules())
+    hooks = [modules[n].register_forward_pre_hook(lambda _m, args, n=n: seen[n].append(args[0].reshape(-1, 32)))
+             for n in norms]
+    with torch.no_grad():
+        for batch in batches:
+            canonical(batch, features=True)
+    for hook in hooks:
+        hook.remove()
+    fitted = fit_output_lengths(canonical, T, batches, ridge=0.0)
+    for j, norm in enumerate(norms):
+        gamma = sd[f"{norm}.weight"].double()
+        gamma = torch.where(gamma.abs() < 1e-6 * gamma.abs().max(), 1e-6 * gamma.abs().max(), gamma)
+        rows, targets = [], []
+        for f in torch.cat(seen[norm]).double():
+            scale = 1.0 / (float(f @ f) + cfg.norm_eps * 32)
+            rows.append((T @ (gamma * f)) ** 2 * scale)
+            targets.append(float(f @ f) * scale)
+        Z, y = torch.stack(rows), torch.tensor(targets, dtype=torch.float64)
+        floor = 1e-3 * length_fit(T, gamma)
+        naive = torch.from_numpy(lsq_linear(Z.numpy(), y.numpy(), bounds=(floor.numpy(), np.inf), tol=1e-12).x)
+        error = lambda a, Z=Z, y=y: float((Z @ a - y).pow(2).sum())  # noqa: E731
+        assert error(fitted[:, j]) == pytest.approx(error(naive), rel=1e-6)
+        assert bool((fitted[:, j] >= floor * (1 - 1e-12)).all())
+        assert error(fitted[:, j]) < error(length_fit(T, gamma))
 
-    def kl(new) -> float:
-        return float((reference.exp() * (reference - outputs(new, idx).log_softmax(-1))).sum(-1).mean())
 
-    plain, _ = transform_model(model, _spec(24, "pca", calib_batches=4), loader)
-    fitted, record = transform_model(model, _spec(24, "pca", calib_batches=4, fit_lengths=4), loader)
-    assert any("lengths fitted" in n for n in record["notes"])
-    assert kl(fitted) < kl(plain)
-    with pytest.raises(TransformError, match="fit_lengths=2 fits carried"):
-        transform_model(model, _spec(24, "pca", fit_lengths=2, output_gains="average"), loader)
+@settings(max_examples=20, deadline=None)
+@given(d=st.integers(2, 8), extra=st.integers(-3, 3), seed=st.integers(0, 99))
+def test_the_length_fit_minimises_the_isotropic_length_error(d, extra, seed):
+    """length_fit against a naive least squares over M's d² entries and its trace (the same objective written
+    out), and that objective against its meaning: E_f (fᵀMf − fᵀf)² for f ~ N(0, I), by sampling."""
+    m = max(1, d + extra)
+    g = torch.Generator().manual_seed(seed)
+    T = torch.randn(m, d, generator=g, dtype=torch.float64)
+    gamma = torch.exp(torch.randn(d, generator=g, dtype=torch.float64) * 2)
+    a = length_fit(T, gamma)
+    U = T * gamma
+    design = torch.cat([math.sqrt(2) * torch.stack([torch.outer(u, u).flatten() for u in U], 1),
+                        U.pow(2).sum(1)[None]])
+    target = torch.cat([math.sqrt(2) * torch.eye(d, dtype=torch.float64).flatten(), torch.tensor([float(d)],
+                                                                                                 dtype=torch.float64)])
+    naive = torch.linalg.lstsq(design, target[:, None], driver="gelsd").solution[:, 0]
+
+    def objective(x: torch.Tensor) -> float:
+        M = U.T @ (x[:, None] * U) - torch.eye(d, dtype=torch.float64)
+        return float(2 * M.pow(2).sum() + M.trace() ** 2)
+
+    assert bool((a > 0).all())
+    if bool((naive * U.pow(2).sum(1) > 1e-3).all()):  # the unconstrained optimum is allowed: it is found
+        assert objective(a) <= objective(naive) * (1 + 1e-6) + 1e-9
+    f = torch.randn(200_000, d, generator=g, dtype=torch.float64)
+    M = U.T @ (a[:, None] * U)
+    sampled = float((((f @ M) * f).sum(1) - f.pow(2).sum(1)).pow(2).mean())
+    assert sampled == pytest.approx(objective(a), rel=0.1, abs=1e-6)
+
+
+def test_a_zero_output_gain_is_carried_exactly_by_a_coordinate_map():
+    """Its coordinate still counts in the norm's length (the writer row is kept) and is never written (γ' = 0)."""
+    model = spread_gains(random_model(9, **PERI))
+    assert any(bool((p == 0).any()) for n, p in model.named_parameters() if n.endswith("_out.weight"))
+    new, notes = ported(model, torch.eye(16, dtype=torch.float64)[torch.randperm(16)])
+    assert not notes
+    gains = [p for n, p in new.named_parameters() if n.endswith("_out.weight")]
+    assert all(int((p == 0).sum()) == 1 for p in gains)
+    idx = torch.randint(0, 11, (2, 8))
+    torch.testing.assert_close(outputs(new, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
+                               rtol=0)
