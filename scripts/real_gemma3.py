@@ -60,10 +60,16 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
                "carry-groups64": ("--output_gains=carry", "--gain_groups=64"),
                "carry-groups640": ("--output_gains=carry", "--gain_groups=640"),  # a group per coordinate: T
                #                                                 selects the m coordinates of most variance
-               "carry-fit2": ("--output_gains=carry", "--fit_lengths=2")}  # lengths fitted on 2 calibration batches
+               "carry-fit2": ("--output_gains=carry", "--fit_lengths=2"),  # lengths fitted on 2 calibration batches
+               # added after the length fit's repair (2026-11-28): the coordinate selection, its lengths fitted too
+               "carry-groups640-fit2": ("--output_gains=carry", "--gain_groups=640", "--fit_lengths=2")}
 # where the shrink loses (dev): the same recipe at m = d, a PCA rotation — no width lost, only the carried lengths
 # inexact (the coordinate cut, every gain exact and only the width lost, is the gain_groups=640 arm)
-DIAGNOSTIC = {"rotation-640": ("--width=640",)}
+DIAGNOSTIC = {"rotation-640": ("--width=640",),
+              # which inexact part it is (added 2026-11-28): the head untied (the final gain folded into it exactly,
+              # only the output norms' lengths left inexact), and the lengths fitted on 2 calibration batches
+              "rotation-640-untied": ("--width=640", "--tie_head=False", "--tie_keep=0"),
+              "rotation-640-fit2": ("--width=640", "--fit_lengths=2")}
 SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% on dev
 # the carried lengths' fit (porting.length_fit). Until 2026-11-28 it was an absolute least squares on 1/γ² that the
 # smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
@@ -165,7 +171,7 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
     return cached("test-gemma3", recipe, {"model": harness.relative(model_dir), "block": BLOCK}, build)[1]
 
 
-SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry")  # results.json's parts, each a dict
+SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry")  # results.json's parts, each a dict
 FITTED = ("grow", "shrink", "diagnose")  # the sections whose carried arms depend on the length fit
 
 
@@ -297,6 +303,34 @@ class Run:
         for name, value in report.items():
             self.keep("geometry", name, value)
         self.say(f"geometry: {len(report['massive'])} massive coordinates")
+
+    def eval_geometry(self) -> None:
+        """eval_geometry.py on Gemma as scripts/real_geometry.py runs it on SmolLM2 (results/real_model_geometry):
+        the original alone (per-layer intrinsic dimension, kurtosis, norms), and against the same map at the same
+        m/d — a plain PCA at m/d = 0.75 (SmolLM2's pca_m432; here m = 480, the output gains carried) — for AE,
+        concordance, kurtosis and KL. The same probes: 1,024 from 16 dev windows, loss on 32 (in batches of 4 where
+        SmolLM2's were 16: Gemma's 262k-token logits)."""
+        import shutil
+
+        from real_geometry import report, summary
+        probes = ["--n_probes=1024", "--probe_batches=4", "--batch_size=4", "--eval_iters=8", "--heatmap_probes=48",
+                  f"--block_size={BLOCK}", "--wandb_log=False", "--seed=0"]
+        pca, _ = transformed(self.src, self.data_dir, "pca-m480", ["--width=480", "--kind=pca", "--porting=residual",
+                                                                    "--calib_batches=8", "--calib_batch_size=16"])
+        todo = [("alone", None), ("pca_m480", pca)]
+        self.part_started = time.time()
+        for done, (name, new) in enumerate(todo, 1):
+            r = report(name, self.src, self.data_dir, new, family="gemma3", probes=probes)
+            into = os.path.join(RESULTS, "real_gemma3", "eval_geometry", name)
+            os.makedirs(into, exist_ok=True)
+            for file in r["metrics"]["figures"].values():
+                shutil.copy(os.path.join(r["report_dir"], file), os.path.join(into, file))
+            with open(os.path.join(into, "metrics.json"), "w") as f:
+                json.dump(harness.repo_relative(r["metrics"]), f, indent=2)
+            row = dict(summary(r["metrics"]), seconds=r["step"]["seconds"], peak_mb=r["step"]["peak_mb"],
+                       figures_dir=os.path.relpath(into, RESULTS), probes=probes)
+            self.keep("eval_geometry", name, harness.repo_relative(row))
+            self.say(f"eval_geometry {name}: {row['loss']}", done, len(todo))
 
     def test(self) -> None:
         """The arm chosen on dev, its final run read on test once at each size (and the original)."""

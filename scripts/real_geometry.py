@@ -31,9 +31,10 @@ PROBES = ["--n_probes=1024", "--probe_batches=1", "--batch_size=16", "--eval_ite
           f"--block_size={BLOCK}", "--wandb_log=False", "--seed=0"]
 
 
-def report(name: str, ref: str, data_dir: str, new: str | None = None) -> dict:
+def report(name: str, ref: str, data_dir: str, new: str | None = None, family: str = "smollm2",
+           probes: list[str] | None = None) -> dict:
     """One eval_geometry.py run (cached by its arguments): its metrics and where its figures are."""
-    args = ["eval_geometry.py", f"--ref_dir={ref}", f"--data_dir={data_dir}", *PROBES] + (
+    args = ["eval_geometry.py", f"--ref_dir={ref}", f"--data_dir={data_dir}", *(probes or PROBES)] + (
         [f"--in_dir={new}"] if new else [])
     spec = {"args": [a.split("=")[0] + "=" + relative(a.split("=", 1)[1]) if a.startswith(
         ("--ref_dir", "--in_dir", "--data_dir")) else a for a in args], "v": 1}
@@ -42,7 +43,7 @@ def report(name: str, ref: str, data_dir: str, new: str | None = None) -> dict:
         step = run_step([*args, f"--out_dir={out}/report", "--overwrite=True"])
         return {"step": {k: v for k, v in step.items() if k != "log"}}
 
-    out, result = cached("geometry", f"smollm2-{name}", spec, build)
+    out, result = cached("geometry", f"{family}-{name}", spec, build)
     with open(os.path.join(out, "report", "metrics.json")) as f:
         return dict(result, metrics=json.load(f), report_dir=os.path.join(out, "report"))
 
