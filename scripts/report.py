@@ -22,7 +22,7 @@ import statistics
 import sys
 from collections.abc import Callable
 
-from report_gemma3 import real_gemma3
+from report_gemma3 import gemma3_figure, real_gemma3, smollm2_eval_geometry
 from report_serving import quant_frontier, quant_frontier_figure
 from report_stats import (  # noqa: F401 - the cells and the rule (tests read them here)
     ALPHA,
@@ -1054,7 +1054,8 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     sandwich_ablation, quantization, real_model, real_model_slicegpt, real_model_recovery, real_model_geometry,
     real_model_quantization, real_model_tied, real_model_distill, real_model_gpu, real_model_hybrid,
     real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier)}
-TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"))  # beside SmolLM2's geometry
+TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"), smollm2_eval_geometry(RESULTS))
+#                                                      beside SmolLM2's geometry
 
 
 def experiments() -> list[str]:
@@ -1432,6 +1433,8 @@ def draw_figures(tables: dict[str, str]) -> None:
                         quant_frontier_figure(r, RESULTS))
             except ResultsError as e:  # the table names the same damage; the figure waits for the fix
                 print(f"{name}: no figure ({e})", file=sys.stderr)
+        elif name == "real_gemma3" and load(name) is not None:
+            gemma3_figure(load(name), RESULTS)
         elif name in PLOTS and load(name) is not None:
             try:
                 replot(name, load(name))

@@ -9,6 +9,9 @@ the table's tests (report_stats).
 """
 from __future__ import annotations
 
+import json
+import os
+
 from report_stats import ALPHA, adjust, paired_windows_z, table
 
 EXACT = 1e-4  # relative log-probability error of an exact growth (#73's goal)
@@ -16,11 +19,125 @@ GROW_NAMES = {"pad": "zero padding (coordinate map)", "split": "split (mixes coo
               "orthogonal-carry": "Haar-random orthogonal", "orthogonal-average": "Haar-random orthogonal"}
 
 
-DIAGNOSES = {"rotation-640": "the recipe at m = d (a PCA rotation; only the carried lengths inexact)"}
+DIAGNOSES = {"rotation-640": "the recipe at m = d (a PCA rotation; the carried lengths and the tied head's final "
+                             "gain inexact)",
+             "rotation-640-untied": "the same, the head untied (the final gain exact: only the lengths inexact)",
+             "rotation-640-fit2": "the same, the lengths fitted on 2 calibration batches"}
 
 
 def gap(loss: float, reference: float) -> str:
     return f"{100 * (loss / reference - 1):+.1f}%"
+
+
+def fit_of(x: dict) -> str:
+    """How an arm's carried lengths were fitted: the fit named in its record, or none needed (averaged gains)."""
+    if x.get("output_gains") == "average":
+        return "—"
+    return x.get("length_fit", "absolute (superseded)")
+
+
+def superseded_lines(r: dict) -> list[str]:
+    """The arms the old length fit built beside the same arms rebuilt by the present one: dev loss paired over the
+    same windows (one model each), Holm across these tests."""
+    old = r.get("superseded", {})
+    pairs = [(section, name, x, r.get(section, {}).get(name)) for section in ("grow", "shrink", "diagnose")
+             for name, x in old.get(section, {}).items()]
+    pairs = [(section, name, a, b) for section, name, a, b in pairs if b and b.get("windows") and a.get("windows")]
+    if not pairs:
+        return []
+    verdicts = [paired_windows_z(b["windows"], a["windows"]) for _, _, a, b in pairs]
+    adjust(verdicts)
+    rows = [[f"{section}: {name}", f"{a['dev']:.4f}", f"{b['dev']:.4f}", f"{v['delta']:+.4f} ± {v['se']:.4f}",
+             f"{v['p_holm']:.2g}", v["word"]] for (section, name, a, b), v in zip(pairs, verdicts)]
+    return ["", f"The length fit repaired (2026-11-28): each arm the old fit built ({pairs[0][2]['length_fit']}) "
+            f"beside the same arm rebuilt with the present one ({LENGTH_FIT}); dev loss paired over the same "
+            f"windows (z-test at α = {ALPHA}, Holm across {len(pairs)}; one model each):", "",
+            *table(["arm", "dev, old fit", "dev, present fit", "present − old", "p (Holm)", "verdict"], rows)]
+
+
+LENGTH_FIT = "isotropic-relative"  # scripts/real_gemma3.py's name for porting.length_fit
+
+
+def smollm2_eval_geometry(results_dir: str) -> dict | None:
+    """results/real_model_geometry/eval_geometry.json's rows (SmolLM2's eval_geometry runs), or None."""
+    path = os.path.join(results_dir, "real_model_geometry", "eval_geometry.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["rows"]
+
+
+def eval_geometry_lines(r: dict, smollm2: dict | None) -> list[str]:
+    """Per-layer intrinsic dimension of each model alone, and what the same plain PCA map at m/d = 0.75 does to
+    each (AE, concordance, kurtosis, KL): Gemma's eval_geometry runs beside SmolLM2's."""
+    g = r.get("eval_geometry", {})
+    if "alone" not in g:
+        return []
+    models = [("SmolLM2-135M (pre-LN)", smollm2 or {}, "pca_m432"), ("Gemma 3 270M (peri-LN)", g, "pca_m480")]
+    rows = []
+    for label, rows_of, pca in models:
+        alone, mapped = rows_of.get("alone"), rows_of.get(pca)
+        if not alone:
+            continue
+        dims = alone["ref_intrinsic_dimension"]
+        width = 576 if "SmolLM2" in label else 640
+        cells = [label, width, len(dims) - 1, f"{min(dims)}–{max(dims)}", sum(d <= 4 for d in dims),
+                 f"{max(alone['ref_activation_kurtosis']):,.0f}"]
+        if mapped:
+            ae = mapped["angular_error"]
+            cells += [f"{ae['model']:.4f}", f"{mapped['concordance'].get('model', float('nan')):.4f}",
+                      f"{mapped['weight_kurtosis_mean']['ref']:.2f} → {mapped['weight_kurtosis_mean']['new']:.2f}",
+                      f"{mapped['kl']:.3f}", f"{mapped['loss']['ref']:.3f} → {mapped['loss']['new']:.3f}"]
+        else:
+            cells += ["—"] * 5
+        rows.append(cells)
+    return ["", "eval_geometry.py on each model alone and against a plain PCA map at m/d = 0.75 (the same command; "
+            "1,024 probes from 16 dev windows of 256 tokens; loss and KL on 32; Gemma's output gains carried with the "
+            "present length fit). Intrinsic dimension: principal components for 95% of a layer's variance (one value "
+            "per residual state: the embeddings and each block's output); '≤ 4' counts the states that one or a few "
+            "massive coordinates dominate:", "",
+            *table(["model", "d", "blocks", "intrinsic dimension (range)", "states ≤ 4", "largest activation "
+                    "kurtosis", "AE (model)", "concordance (model)", "weight kurtosis", "KL", "loss (32 windows)"],
+                   rows)]
+
+
+def gemma3_figure(r: dict, results_dir: str) -> str | None:
+    """results/real_gemma3/real_gemma3.png: per-layer intrinsic dimension over relative depth, both models (left);
+    the shrink arms' dev loss with the old and the present length fit (right)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    smollm2 = smollm2_eval_geometry(results_dir) or {}
+    for label, rows_of in (("SmolLM2-135M (pre-LN, d = 576)", smollm2), ("Gemma 3 270M (peri-LN, d = 640)",
+                                                                         r.get("eval_geometry", {}))):
+        if "alone" in rows_of:
+            dims = rows_of["alone"]["ref_intrinsic_dimension"]
+            left.plot([i / (len(dims) - 1) for i in range(len(dims))], dims, marker="o", ms=3, label=label)
+    left.set_yscale("log")
+    left.set_xlabel("residual state (0: embeddings, 1: last block's output)")
+    left.set_ylabel("principal components for 95% of variance")
+    left.set_title("per-layer intrinsic dimension")
+    left.legend(fontsize=8)
+    shrink = [x for x in r.get("shrink", {}).values() if x["size"] == "-25%"]
+    old = r.get("superseded", {}).get("shrink", {})
+    names = [x["output_gains"] for x in shrink]
+    right.barh([i + 0.2 for i in range(len(names))], [x["dev"] for x in shrink], height=0.4,
+               label="present length fit")
+    right.barh([i - 0.2 for i in range(len(names))],
+               [old.get(f"free-25%-{n}", {}).get("dev", float("nan")) for n in names], height=0.4,
+               label="old (absolute) fit")
+    right.axvline(r["original"]["dev"], color="k", lw=1, label="original")
+    right.set_yticks(range(len(names)), names, fontsize=8)
+    right.set_xscale("log")
+    right.set_xlabel("dev loss (nats, log scale)")
+    right.set_title("Gemma 3 at −25% parameters, training-free")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(results_dir, "real_gemma3", "real_gemma3.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def carry_tests(r: dict) -> list[tuple[str, dict]]:
@@ -65,7 +182,7 @@ def geometry_lines(r: dict, smollm2: dict | None) -> list[str]:
                    massive)]
 
 
-def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
+def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None) -> str:
     original = r["original"]
     head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
             f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
@@ -77,30 +194,31 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
             "other runs shared the 2 cores (a shrink also reads its recipe's calibration tokens forward). Nothing "
             "here is trained; the rows below are dev measurements (choices), n = 1 each; test is read once, after "
             "them.", ""]
-    rows = [["original", "—", "—", r["d"], f"{original['parameters'] / 1e6:.1f} M", "—", "—",
+    rows = [["original", "—", "—", "—", r["d"], f"{original['parameters'] / 1e6:.1f} M", "—", "—",
              f"{original['dev']:.4f} ± {original['se']:.4f}", "—", "—", "—"]]
     for name, x in r.get("grow", {}).items():
         exact = "exact" if x["relative_error"] <= EXACT else "not exact"
-        rows.append([f"grow: {GROW_NAMES[name]}", x["kind"], x["output_gains"], x["m"],
+        rows.append([f"grow: {GROW_NAMES[name]}", x["kind"], x["output_gains"], fit_of(x), x["m"],
                      f"{x['parameters'] / 1e6:.1f} M", f"{x['relative_error']:.1e}", exact,
                      f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "record: exact" if x["exact"] else "record: approximate"])
-    order = ("carry", "average", "carry-keep32", "carry-groups8", "carry-groups64", "carry-groups640", "carry-fit2")
+    order = ("carry", "average", "carry-keep32", "carry-groups8", "carry-groups64", "carry-groups640", "carry-fit2",
+             "carry-groups640-fit2")
     arms = sorted(r.get("shrink", {}).values(), key=lambda x: (x["size"] != "-25%", order.index(x["output_gains"])
                                                                if x["output_gains"] in order else len(order)))
     for x in arms:
         mode = x["output_gains"].replace("-", ", ")
-        rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", mode, x["m"],
+        rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", mode, fit_of(x), x["m"],
                      f"{x['parameters'] / 1e6:.1f} M", "—", "—", f"{x['dev']:.4f} ± {x['se']:.4f}",
                      gap(x["dev"], original["dev"]), f"{x['step']['cpu_seconds']:.0f}",
                      "above log V" if x["dev"] > r["log_vocabulary"] else ""])
     for name, x in r.get("diagnose", {}).items():
-        rows.append([f"diagnosis: {DIAGNOSES.get(name, name)}", "pca", "carry", name.split("-")[-1],
+        rows.append([f"diagnosis: {DIAGNOSES.get(name, name)}", "pca", "carry", fit_of(x), 640,
                      f"{x['parameters'] / 1e6:.1f} M", "—", "—",
                      f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "above log V" if x["dev"] > r["log_vocabulary"] else ""])
-    header = ["arm", "kind", "output gains", "m", "parameters", "relative error", "exact (≤ 1e-4)", "dev loss",
-              "gap", "CPU-s", "note"]
+    header = ["arm", "kind", "output gains", "length fit", "m", "parameters", "relative error", "exact (≤ 1e-4)",
+              "dev loss", "gap", "CPU-s", "note"]
     tests = carry_tests(r)
     verdicts = [[what, f"{v['delta']:+.4f} ± {v['se']:.4f}", f"{v['p_holm']:.2g}", v["word"]] for what, v in tests]
     test_lines = []
@@ -114,7 +232,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None) -> str:
             [["original", f"{base['test']:.4f} ± {base['se']:.4f}", "—"]]
             + [[name, f"{x['test']:.4f} ± {x['se']:.4f}", gap(x["test"], base["test"])]
                for name, x in r["test"].items() if name != "original"])
-    return "\n".join(head + table(header, rows) + test_lines + geometry_lines(r, smollm2_geometry) + [
+    return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
+                     + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across {len(tests)}; one model each, so the text's sampling error only):", ""]
         + table(["at", "Δ dev loss", "p (Holm)", "verdict"], verdicts))

@@ -362,3 +362,26 @@ def test_a_quote_or_block_missing_its_close_is_named_and_no_text_is_lost():
     assert filled == text and any("malformed quote" in p and "has no '<!-- /q -->'" in p for p in problems)
     _, problems = report.fill("docs/x.md", "<!-- BEGIN headline -->\nold\n")
     assert any("malformed block 'headline'" in p for p in problems)
+
+
+def test_the_gemma3_table_sets_each_rebuilt_arm_beside_its_superseded_fit_by_the_one_rule(tmp_path):
+    """report_gemma3: an arm the old length fit built is shown beside the same arm rebuilt, the dev difference
+    paired over the same windows with Holm's correction (the naive paired z here), and the figure is drawn."""
+    from report_gemma3 import gemma3_figure, real_gemma3
+    windows_old, windows_new = [9.0, 9.5, 8.7, 9.9], [5.1, 5.3, 5.0, 5.6]
+    arm = {"size": "-25%", "m": 480, "parameters": 201_000_000, "se": 0.1, "step": {"cpu_seconds": 200}}
+    r = {"model": "g", "d": 640, "dev_windows": 4, "block": 256, "exact_windows": 2, "split": "dev",
+         "log_vocabulary": 12.48,
+         "original": {"parameters": 268_000_000, "dev": 5.0, "se": 0.1, "windows": [5.0, 5.1, 4.9, 5.0]},
+         "shrink": {"free-25%-carry": dict(arm, output_gains="carry", length_fit="isotropic-relative",
+                                           dev=statistics.fmean(windows_new), windows=windows_new)},
+         "superseded": {"shrink": {"free-25%-carry": dict(arm, output_gains="carry", length_fit="absolute",
+                                                          dev=statistics.fmean(windows_old), windows=windows_old)}}}
+    text = real_gemma3(r)
+    diffs = [a - b for a, b in zip(windows_new, windows_old)]
+    z = statistics.fmean(diffs) / (statistics.stdev(diffs) / math.sqrt(len(diffs)))
+    row = next(line for line in text.splitlines() if line.startswith("| shrink: free-25%-carry"))
+    assert f"{statistics.fmean(diffs):+.4f}" in row and f"{math.erfc(abs(z) / math.sqrt(2)):.2g}" in row
+    assert "isotropic-relative" in text and "dev, old fit" in text
+    os.makedirs(tmp_path / "real_gemma3")
+    assert os.path.exists(gemma3_figure(r, str(tmp_path)))
