@@ -92,10 +92,12 @@ DRAWS = (1, 2)  # seeds beside 0 for --part=draws
 PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its seed 0 had read test; its seed 2 "
                 "transform was stopped before any read",
                 "distill25's data orders 1 and 2 were added after its order 0 had read test (the recipe unchanged, "
-                "its start seed 0's calibration draw), so that the −25% headline is tested over draws (n = 3)"]
+                "its start seed 0's calibration draw), so that the −25% headline is tested over draws (n = 3)",
+                "free50's draws (seeds 1 and 2) were restored as first planned (2026-11-28), after every other row had "
+                "read test, the recipe unchanged, so that the −50% row is tested over draws (n = 3)"]
 # the recipes drawn three times: the training-free headline (calibration draws) and the trained one (data orders);
 # the others once (n = 1): a trained recipe costs ≈ 50 core-min
-DRAWN = ("free25", "distill25")
+DRAWN = ("free25", "free50", "distill25")
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
 # the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)
@@ -269,7 +271,20 @@ def saved() -> dict:
     return payload
 
 
-def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started: float) -> None:
+def test_reads(data_dir: str, recorded: dict) -> dict:
+    """A text's test reads: its ledger's (the dataset's test_reads.json) plus what an earlier ledger counted. A
+    ledger holding fewer reads than the results record was made again (runs/, the cache, is rebuilt from scratch):
+    the reads it lost are carried, not forgotten."""
+    reads, recipes = len(reads_of_test(data_dir)), recipes_of_test(data_dir)
+    carried, carried_recipes = recorded.get("carried", 0), recorded.get("carried_recipes", [])
+    if carried + reads < recorded.get("reads", 0):
+        carried, carried_recipes = recorded["reads"], recorded.get("recipes", [])
+    return {"reads": carried + reads, "recipes": list(dict.fromkeys([*carried_recipes, *recipes])),
+            **({"carried": carried, "carried_recipes": carried_recipes} if carried else {})}
+
+
+def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started: float,
+              only: set[str] | None = None) -> None:
     payload = saved()
     rows = {(r["recipe"], r["seed"]): r for r in payload.get("rows", [])}
     loto = {r["held_out"]: r for r in payload.get("loto", [])}
@@ -279,6 +294,8 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
         jobs = [(name, 0) for name in SLICEGPT]
     if part in ("loto", "all"):
         jobs += [("loto", text) for text in TEXTS]
+    if only:
+        jobs = [(job, which) for job, which in jobs if job in only]
     if reverse:
         jobs.reverse()
 
@@ -296,8 +313,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
               "rows": sorted(rows.values(), key=lambda r: (r["seed"], list(RECIPES).index(r["recipe"])
                                                            if r["recipe"] in RECIPES else 99)),
               "loto": [loto[t] for t in TEXTS if t in loto],
-              "test_reads": {t: {"reads": len(reads_of_test(data[t])), "recipes": recipes_of_test(data[t])}
-                             for t in TEXTS},
+              "test_reads": {t: test_reads(data[t], (now.get("test_reads") or {}).get(t, {})) for t in TEXTS},
               "plan_changes": PLAN_CHANGES,
               "build_minutes": round(sum(r["core_seconds"] + sum(x.get("seconds", 0) for t in r["losses"].values()
                                                                  for x in t.values())
@@ -336,12 +352,18 @@ def main() -> None:
     parser.add_argument("--part", choices=("headline", "draws", "loto", "slicegpt", "all"), default="all")
     parser.add_argument("--reverse", action="store_true", help="the jobs from the end (a second process on the "
                         "other core; both share the cache, and the results file is merged as each saves)")
+    parser.add_argument("--recipes", default="", help="comma-separated recipes: build only these of the part's jobs "
+                        f"(of {', '.join((*RECIPES, *DISTILLED))}; default: every one)")
     args = parser.parse_args()
+    only = {r for r in args.recipes.split(",") if r} or None
+    if only and not only <= {*RECIPES, *DISTILLED}:
+        sys.exit(f"error: unknown recipe(s) {sorted(only - {*RECIPES, *DISTILLED})}; the recipes are "
+                 f"{', '.join((*RECIPES, *DISTILLED))}")
     started = time.time()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     src, _ = imported()
     data = {text: prepared(src, text) for text in TEXTS}
-    build_all(args.part, src, data, args.reverse, started)
+    build_all(args.part, src, data, args.reverse, started, only)
 
 
 if __name__ == "__main__":

@@ -64,3 +64,18 @@ def test_a_steps_cost_is_its_cpu_time_where_measured_and_its_wall_time_named_oth
     monkeypatch.setattr(protocol, "CPU_POLLED", {"protocol-x-0123456789": 310.0})
     assert protocol.core_seconds({"seconds": 900.0, "out_dir": "protocol-x-0123456789"}) == (310.0, "cpu, polled")
     assert protocol.core_seconds({"seconds": 900.0, "out_dir": "other"}) == (900.0, "wall")
+
+
+def test_a_ledger_made_again_carries_the_reads_the_results_recorded_and_counts_new_ones(tmp_path):
+    """runs/ rebuilt from scratch prepares the texts again, with an empty test ledger: the results keep counting
+    the reads the old ledger held, and add the new ledger's."""
+    from lgpt.plumbing.dataset import record_test_read
+    data = str(tmp_path)
+    recorded = {"reads": 31, "recipes": ["free25-s0", "free50-s0"]}
+    assert protocol.test_reads(data, recorded) == dict(recorded, carried=31, carried_recipes=recorded["recipes"])
+    record_test_read(data, "free50-s1")
+    after = protocol.test_reads(data, protocol.test_reads(data, recorded))
+    assert after["reads"] == 32 and after["recipes"] == ["free25-s0", "free50-s0", "free50-s1"]
+    record_test_read(data, "free50-s2")
+    assert protocol.test_reads(data, after)["reads"] == 33  # carried once, never twice
+    assert protocol.test_reads(data, {})["reads"] == 2  # a first ledger: its own reads only
