@@ -62,7 +62,9 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
                #                                                 selects the m coordinates of most variance
                "carry-fit2": ("--output_gains=carry", "--fit_lengths=2"),  # lengths fitted on 2 calibration batches
                # added after the length fit's repair (2026-11-28): the coordinate selection, its lengths fitted too
-               "carry-groups640-fit2": ("--output_gains=carry", "--gain_groups=640", "--fit_lengths=2")}
+               "carry-groups640-fit2": ("--output_gains=carry", "--gain_groups=640", "--fit_lengths=2"),
+               "carry-groups160": ("--output_gains=carry", "--gain_groups=160"),  # between 64 and 640 groups,
+               "carry-groups320": ("--output_gains=carry", "--gain_groups=320")}  # once the fit was repaired
 # where the shrink loses (dev): the same recipe at m = d, a PCA rotation — no width lost, only the carried lengths
 # inexact (the coordinate cut, every gain exact and only the width lost, is the gain_groups=640 arm)
 DIAGNOSTIC = {"rotation-640": ("--width=640",),
@@ -172,7 +174,7 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
 
 
 SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry")  # results.json's parts, each a dict
-FITTED = ("grow", "shrink", "diagnose")  # the sections whose carried arms depend on the length fit
+FITTED = ("grow", "shrink", "diagnose", "test")  # the sections whose carried arms depend on the length fit
 
 
 class Run:
@@ -337,8 +339,9 @@ class Run:
         chosen = self.payload["chosen"]["arm"]
         self.keep("test", "original", test_read(self.src, self.data_dir, "original"))
         for size in SHRINK_WIDTHS:
-            name, out, _ = self.shrunk(size, chosen)
-            x = self.keep("test", name, test_read(out, self.data_dir, f"gemma3-{name}"))
+            name, out, built = self.shrunk(size, chosen)
+            x = self.keep("test", name, dict(test_read(out, self.data_dir, f"gemma3-{name}"),
+                                             **({"length_fit": built["length_fit"]} if "length_fit" in built else {})))
             self.say(f"test {name}: {x['test']:.4f}")
 
 

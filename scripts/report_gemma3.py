@@ -202,8 +202,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
                      f"{x['parameters'] / 1e6:.1f} M", f"{x['relative_error']:.1e}", exact,
                      f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "record: exact" if x["exact"] else "record: approximate"])
-    order = ("carry", "average", "carry-keep32", "carry-groups8", "carry-groups64", "carry-groups640", "carry-fit2",
-             "carry-groups640-fit2")
+    order = ("carry", "average", "carry-keep32", "carry-groups8", "carry-groups64", "carry-groups160",
+             "carry-groups320", "carry-groups640", "carry-fit2", "carry-groups640-fit2")
     arms = sorted(r.get("shrink", {}).values(), key=lambda x: (x["size"] != "-25%", order.index(x["output_gains"])
                                                                if x["output_gains"] in order else len(order)))
     for x in arms:
