@@ -173,6 +173,13 @@ def test_read(model_dir: str, data_dir: str, recipe: str) -> dict:
     return cached("test-gemma3", recipe, {"model": harness.relative(model_dir), "block": BLOCK}, build)[1]
 
 
+def tried_at_25(payload: dict) -> int:
+    """The −25% configurations built on dev: every arm there, and every one an earlier length fit built."""
+    return sum(name.startswith("free-25%-") for section in (payload.get("shrink", {}),
+                                                            payload.get("superseded", {}).get("shrink", {}))
+               for name in section)
+
+
 SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry")  # results.json's parts, each a dict
 FITTED = ("grow", "shrink", "diagnose", "test")  # the sections whose carried arms depend on the length fit
 
@@ -271,7 +278,7 @@ class Run:
         for mode in todo:
             run("-25%", mode)
         chosen = min(SHRINK_ARMS, key=lambda mode: self.payload["shrink"][f"free-25%-{mode}"]["dev"])  # on dev
-        tried = len(SHRINK_ARMS) + len(self.payload.get("superseded", {}).get("shrink", {}))
+        tried = tried_at_25(self.payload)
         self.payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": tried}
         self.fresh["chosen"] = set()
         for mode in dict.fromkeys((*SHRINK_50, chosen)):

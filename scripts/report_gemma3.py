@@ -37,22 +37,23 @@ def fit_of(x: dict) -> str:
 
 
 def superseded_lines(r: dict) -> list[str]:
-    """The arms the old length fit built beside the same arms rebuilt by the present one: dev loss paired over the
-    same windows (one model each), Holm across these tests."""
+    """The arms the old length fit built beside the same arms rebuilt by the present one: the loss (dev, or test for
+    the test reads) paired over the same windows (one model each), Holm across these tests."""
     old = r.get("superseded", {})
-    pairs = [(section, name, x, r.get(section, {}).get(name)) for section in ("grow", "shrink", "diagnose")
+    pairs = [(section, name, x, r.get(section, {}).get(name)) for section in ("grow", "shrink", "diagnose", "test")
              for name, x in old.get(section, {}).items()]
     pairs = [(section, name, a, b) for section, name, a, b in pairs if b and b.get("windows") and a.get("windows")]
     if not pairs:
         return []
     verdicts = [paired_windows_z(b["windows"], a["windows"]) for _, _, a, b in pairs]
     adjust(verdicts)
-    rows = [[f"{section}: {name}", f"{a['dev']:.4f}", f"{b['dev']:.4f}", f"{v['delta']:+.4f} ± {v['se']:.4f}",
+    rows = [[f"{section}: {name}", f"{a.get('dev', a.get('test')):.4f}", f"{b.get('dev', b.get('test')):.4f}",
+             f"{v['delta']:+.4f} ± {v['se']:.4f}",
              f"{v['p_holm']:.2g}", v["word"]] for (section, name, a, b), v in zip(pairs, verdicts)]
     return ["", f"The length fit repaired (2026-11-28): each arm the old fit built ({pairs[0][2]['length_fit']}) "
-            f"beside the same arm rebuilt with the present one ({LENGTH_FIT}); dev loss paired over the same "
-            f"windows (z-test at α = {ALPHA}, Holm across {len(pairs)}; one model each):", "",
-            *table(["arm", "dev, old fit", "dev, present fit", "present − old", "p (Holm)", "verdict"], rows)]
+            f"beside the same arm rebuilt with the present one ({LENGTH_FIT}); loss (dev; on the test rows, test) "
+            f"paired over the same windows (z-test at α = {ALPHA}, Holm across {len(pairs)}; one model each):", "",
+            *table(["arm", "old fit", "present fit", "present − old", "p (Holm)", "verdict"], rows)]
 
 
 LENGTH_FIT = "isotropic-relative"  # scripts/real_gemma3.py's name for porting.length_fit
@@ -225,13 +226,20 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
     if r.get("test"):
         base = r["test"]["original"]
         chosen = r["chosen"]
+        earlier = [name for name, x in r["test"].items() if name != "original" and not x.get("length_fit")]
         test_lines = ["", f"Test (the whole split, read once per model): the arm chosen on dev at −25% "
                       f"({chosen['arm']}: {chosen['by']}, of {chosen['tried']} tried), at both sizes, beside the "
-                      "original.", ""] + table(
+                      "original." + (f" {len(earlier)} rows are an earlier choice, made and read on test before the "
+                                     "length fit was repaired; the present choice was made on dev after the repair "
+                                     "(the arms it rebuilt and the new ones counted in 'tried')." if earlier else ""),
+                      ""] + table(
             ["model", "test loss", "gap"],
             [["original", f"{base['test']:.4f} ± {base['se']:.4f}", "—"]]
-            + [[name, f"{x['test']:.4f} ± {x['se']:.4f}", gap(x["test"], base["test"])]
-               for name, x in r["test"].items() if name != "original"])
+            + [[name if x.get("length_fit") else f"{name} (an earlier choice, built by the old length fit)",
+                f"{x['test']:.4f} ± {x['se']:.4f}", gap(x["test"], base["test"])]
+               for name, x in r["test"].items() if name != "original"]
+            + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {x['se']:.4f}",
+                gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
