@@ -1498,6 +1498,21 @@ def _gemma3_gains(what: str) -> str:
     return {"range": f"{g['min']:.2f} to {g['max']:,.0f}", "zero": f"{g['zero']}", "count": f"{g['count']:,}"}[what]
 
 
+def _family_geometry(family: str, what: str) -> str:
+    """eval_geometry beside each family (SmolLM2's results/real_model_geometry/eval_geometry.json, Gemma's
+    results/real_gemma3): the plain PCA at m/d = 0.75's AE, concordance and KL, or the residual states whose 95%
+    variance takes at most 4 principal components ('dominated': one or a few massive coordinates), 'k of n'."""
+    rows = smollm2_eval_geometry(RESULTS) if family == "smollm2" else load("real_gemma3").get("eval_geometry")
+    if not rows:
+        raise KeyError(f"no eval_geometry results for {family}")
+    pca = rows["pca_m432" if family == "smollm2" else "pca_m480"]
+    if what == "dominated":
+        dims = rows["alone"]["ref_intrinsic_dimension"]
+        return f"{sum(d <= 4 for d in dims)} of {len(dims)}"
+    return {"ae": f"{pca['angular_error']['model']:.3f}", "concordance": f"{pca['concordance']['model']:.3f}",
+            "kl": f"{pca['kl']:.2f}"}[what]
+
+
 def _protocol_quote(what: str, name: str = "") -> str:
     """A number of results/protocol the docs quote: the held-out texts' mean gap ('loto'), a recipe's general mean
     gap ('general'), its aim verdict ('aim'), a PAIRED difference over the test windows of text ``name``: the learned
@@ -1529,6 +1544,8 @@ QUOTES: dict[str, Callable[[], str]] = {
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill")
        for t in ("shakespeare", *GENERAL_TEXTS)},
     **{f"gemma3.gains.{k}": (lambda k=k: _gemma3_gains(k)) for k in ("range", "zero", "count")},
+    **{f"{f}.geometry.{k}": (lambda f=f, k=k: _family_geometry(f, k)) for f in ("smollm2", "gemma3")
+       for k in ("ae", "concordance", "kl", "dominated")},
     "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),
     "worked_example.kurtosis_ref": lambda: _worked_kurtosis("ref"),
     **{f"recipe@{x}": (lambda x=x, d=d: _shrink_gap(x, RECIPE, d)) for x, d in ((0.75, 2), (0.5, 2), (0.25, 1))},

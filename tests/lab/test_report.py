@@ -382,6 +382,6 @@ def test_the_gemma3_table_sets_each_rebuilt_arm_beside_its_superseded_fit_by_the
     z = statistics.fmean(diffs) / (statistics.stdev(diffs) / math.sqrt(len(diffs)))
     row = next(line for line in text.splitlines() if line.startswith("| shrink: free-25%-carry"))
     assert f"{statistics.fmean(diffs):+.4f}" in row and f"{math.erfc(abs(z) / math.sqrt(2)):.2g}" in row
-    assert "isotropic-relative" in text and "dev, old fit" in text
+    assert "isotropic-relative" in text and "| old fit | present fit |" in text
     os.makedirs(tmp_path / "real_gemma3")
     assert os.path.exists(gemma3_figure(r, str(tmp_path)))
