@@ -272,15 +272,25 @@ def saved() -> dict:
 
 
 def test_reads(data_dir: str, recorded: dict) -> dict:
-    """A text's test reads: its ledger's (the dataset's test_reads.json) plus what an earlier ledger counted. A
-    ledger holding fewer reads than the results record was made again (runs/, the cache, is rebuilt from scratch):
-    the reads it lost are carried, not forgotten."""
-    reads, recipes = len(reads_of_test(data_dir)), recipes_of_test(data_dir)
-    carried, carried_recipes = recorded.get("carried", 0), recorded.get("carried_recipes", [])
-    if carried + reads < recorded.get("reads", 0):
-        carried, carried_recipes = recorded["reads"], recorded.get("recipes", [])
-    return {"reads": carried + reads, "recipes": list(dict.fromkeys([*carried_recipes, *recipes])),
-            **({"carried": carried, "carried_recipes": carried_recipes} if carried else {})}
+    """A text's test reads: its ledger's (the dataset's test_reads.json) plus what earlier ledgers counted. Each
+    ledger is known by its first entry (time, pid); when the ledger now in the dataset is another one than the
+    results last saw (runs/, the cache, was rebuilt from scratch), the last one's reads are carried, not forgotten,
+    and a ledger already carried that comes back is not counted twice."""
+    reads = reads_of_test(data_dir)
+    ledger = f"{reads[0].get('time')}/{reads[0].get('pid')}" if reads else None
+    carried = dict(recorded.get("carried_ledgers", {}))  # ledger → [reads, recipes] of ledgers no longer here
+    last = recorded.get("ledger")
+    if last is not None and last != ledger and last not in carried:
+        carried[last] = [recorded.get("reads", 0) - sum(n for n, _ in carried.values()), recorded.get("recipes", [])]
+    elif last is None and "carried" in recorded and not carried:  # the first carrying format: its count
+        carried["unnamed"] = [recorded["carried"], recorded.get("carried_recipes", [])]
+    elif last is None and recorded.get("reads", 0) > len(reads) and not carried:  # recorded before ledgers had a name
+        carried["unnamed"] = [recorded["reads"], recorded.get("recipes", [])]
+    carried.pop(ledger, None)  # a carried ledger back in place counts as itself
+    total = len(reads) + sum(n for n, _ in carried.values())
+    recipes = [r for _, names in carried.values() for r in names] + recipes_of_test(data_dir)
+    return {"reads": total, "recipes": list(dict.fromkeys(recipes)), "ledger": ledger,
+            **({"carried_ledgers": carried} if carried else {})}
 
 
 def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started: float,

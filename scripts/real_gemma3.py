@@ -71,7 +71,10 @@ DIAGNOSTIC = {"rotation-640": ("--width=640",),
               # which inexact part it is (added 2026-11-28): the head untied (the final gain folded into it exactly,
               # only the output norms' lengths left inexact), and the lengths fitted on 2 calibration batches
               "rotation-640-untied": ("--width=640", "--tie_head=False", "--tie_keep=0"),
-              "rotation-640-fit2": ("--width=640", "--fit_lengths=2")}
+              "rotation-640-fit2": ("--width=640", "--fit_lengths=2"),
+              # the 2 × 2 a referee asked for (tie_keep changes T: the untied arm has none kept)
+              "rotation-640-keep0": ("--width=640", "--tie_keep=0"),
+              "rotation-640-untied-fit2": ("--width=640", "--tie_head=False", "--tie_keep=0", "--fit_lengths=2")}
 SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% on dev
 # the carried lengths' fit (porting.length_fit). Until 2026-11-28 it was an absolute least squares on 1/γ² that the
 # smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
@@ -222,6 +225,9 @@ class Run:
                 mine.update(merged)
             if "chosen" in now and "chosen" not in self.fresh:
                 self.payload["chosen"] = now["chosen"]
+            mine = self.payload.setdefault("superseded", {})  # another process may have superseded arms too
+            for section, entries in now.get("superseded", {}).items():
+                mine[section] = {**entries, **mine.get(section, {})}
         save(self.payload, self.started, "real_gemma3", "scripts/real_gemma3.sh")
 
     def wanted(self, name: str) -> bool:
@@ -277,12 +283,20 @@ class Run:
 
         for mode in todo:
             run("-25%", mode)
-        chosen = min(SHRINK_ARMS, key=lambda mode: self.payload["shrink"][f"free-25%-{mode}"]["dev"])  # on dev
+        current = {mode: self.payload["shrink"].get(f"free-25%-{mode}") for mode in SHRINK_ARMS}
+        stale = [mode for mode, x in current.items()
+                 if x is None or carries(SHRINK_ARMS[mode]) and x.get("length_fit") != LENGTH_FIT]
+        if stale:  # a choice among arms built by different fits (or missing) would not be a choice on dev
+            sys.exit(f"error: the −25% arms {stale} are missing or built by another length fit: rebuild them "
+                     f"(--arms={','.join(stale)}) before the choice")
+        chosen = min(SHRINK_ARMS, key=lambda mode: current[mode]["dev"])  # on dev
         tried = tried_at_25(self.payload)
         self.payload["chosen"] = {"arm": chosen, "by": "the lowest dev loss at −25%", "tried": tried}
         self.fresh["chosen"] = set()
         for mode in dict.fromkeys((*SHRINK_50, chosen)):
-            if self.wanted(mode) or (mode == chosen and f"free-50%-{mode}" not in self.payload["shrink"]):
+            built = self.payload["shrink"].get(f"free-50%-{mode}")
+            if self.wanted(mode) or mode == chosen and (
+                    built is None or carries(SHRINK_ARMS[mode]) and built.get("length_fit") != LENGTH_FIT):
                 run("-50%", mode)
 
     def diagnose(self) -> None:

@@ -131,12 +131,13 @@ _LAST_READER: dict = {}  # the last file opened, by identity: one import opens i
 
 def open_reader(path: str):
     """gguf.GGUFReader over ``path``, or one ConversionError (missing, truncated, not GGUF). The last file's reader
-    is reused while the file is the same one (device, inode, size and modification time unchanged)."""
+    is reused while the file is the same one (device, inode, size, modification and change times unchanged: a
+    rewrite that restores the modification time still moves the change time)."""
     gguf = _gguf()
     if not os.path.isfile(path):
         raise ConversionError(f"--from_gguf={path}: no such file")
     info = os.stat(path)
-    identity = (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    identity = (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     if _LAST_READER.get("identity") == identity:
         return _LAST_READER["reader"]
     try:

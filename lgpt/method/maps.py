@@ -239,6 +239,9 @@ def split_map(d: int, m: int, gains: torch.Tensor | None = None, seed: int = 0) 
                              f"d < m ≤ d + d//2 = {d + d // 2} (d={d}), got m={m}; grow in two steps, or use "
                              "kind='orthogonal' (approximate for peri-LN) / zero-padding")
     squares = None if gains is None else gains.detach().double().cpu().reshape(-1, d).pow(2)
+    if squares is not None:
+        squares = squares[squares.amax(1) > 0]  # a norm whose gains are all 0 writes nothing: it sets no s
+        squares = squares if len(squares) else None
     pairs = split_pairs(squares, d, r, seed)
     paired = {c for pair in pairs for c in pair}
     T = torch.zeros(m, d, dtype=torch.float64)

@@ -139,8 +139,14 @@ def carried_gains(sd: dict, cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]
     and a mask of the zero ones. A zero gain never writes its coordinate, but its f_j still counts in the norm's
     length: it is carried as a tiny gain δ (ZERO_GAIN of its norm's largest) in the writer and the length, and a
     row that reads only such coordinates gets output gain 0 (exact on a coordinate row: writer row × δ/δ)."""
-    raw = torch.stack([sd[f"{norm}.weight"].double() for norm in residual_roles(cfg).output_norms], 1)
-    tiny = ZERO_GAIN * raw.abs().amax(0, keepdim=True)
+    norms = residual_roles(cfg).output_norms
+    raw = torch.stack([sd[f"{norm}.weight"].double() for norm in norms], 1)
+    if not bool(torch.isfinite(raw).all()):
+        bad = [norm for j, norm in enumerate(norms) if not bool(torch.isfinite(raw[:, j]).all())]
+        raise TransformError(f"output norm gains that are not finite ({', '.join(bad)}): the model is damaged; "
+                             "repair or retrain it before a width transform")
+    largest = raw.abs().amax(0, keepdim=True)
+    tiny = ZERO_GAIN * torch.where(largest > 0, largest, torch.ones_like(largest))  # a norm of all zeros: δ = 1e-6
     zero = raw.abs() < tiny
     return torch.where(zero, tiny, raw), zero
 
@@ -197,14 +203,15 @@ def length_fit(T: torch.Tensor, gamma: torch.Tensor, floor: float = 1e-3) -> tor
     U = T64 * g64
     size = U.norm(dim=1)
     used = size > 1e-300
+    if not bool(used.any()):
+        return torch.ones(len(U), dtype=torch.float64)  # no row reads a coordinate: nothing is written
     V = U[used] / size[used, None]
     P = V @ V.T
     c = bounded_quadratic(2 * P * P + 1.0, torch.full((len(V),), d + 2.0, dtype=torch.float64),
                           torch.full((len(V),), floor, dtype=torch.float64))
     a = torch.empty(len(U), dtype=torch.float64)
     a[used] = c / size[used].pow(2)
-    if not bool(used.all()):
-        a[~used] = a[used].mean()
+    a[~used] = a[used].mean()
     return a
 
 
@@ -223,11 +230,11 @@ def carry_output_norms(sd: dict, cfg: GPTConfig, maps: PortMaps, fitted: torch.T
     roles = residual_roles(cfg)
     gammas, zero = carried_gains(sd, cfg)
     T64 = maps.T.detach().double().cpu()
-    if fitted is None:
-        A = torch.stack([length_fit(T64, gammas[:, j]) for j in range(gammas.shape[1])], 1)
-    else:  # lengths fitted on calibration text (refit.fit_output_lengths)
-        A = fitted.double().cpu()
+    A = torch.stack([length_fit(T64, gammas[:, j]) for j in range(gammas.shape[1])], 1)
     residual = length_residual(T64, A, gammas)
+    if fitted is not None and residual > CARRY_EXACT:  # lengths fitted on calibration text (refit.fit_output_lengths)
+        A = fitted.double().cpu()  # where the data-free lengths are exact, no text can improve on them
+        residual = length_residual(T64, A, gammas)
     reads = T64.abs() > 1e-12 * T64.abs().amax()
     out = {}
     for j, (writer, norm) in enumerate(zip(roles.writers, roles.output_norms)):
@@ -448,6 +455,9 @@ def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor
             fitted, final_residual = diagonal_fit(maps.T, gamma)
             out["transformer.ln_f.weight"] = (fitted * math.sqrt(maps.d / maps.m)).to(gamma.dtype)
             residual = max(residual, final_residual)  # Tᵀ·diag(g')·T = √(d/m)·diag(γ): the tied head reads E·Tᵀ
+        if not math.isfinite(residual):
+            raise TransformError(f"the carried output lengths are not finite (residual {residual}): report this with "
+                                 "the model and the map")
         if residual > CARRY_EXACT and notes is not None:
             notes.append(f"APPROXIMATE: peri-LN output gains{' and the final gain' if final_kept else ''} carried "
                          f"through T with a relative residual of "

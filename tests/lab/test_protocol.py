@@ -68,14 +68,24 @@ def test_a_steps_cost_is_its_cpu_time_where_measured_and_its_wall_time_named_oth
 
 def test_a_ledger_made_again_carries_the_reads_the_results_recorded_and_counts_new_ones(tmp_path):
     """runs/ rebuilt from scratch prepares the texts again, with an empty test ledger: the results keep counting
-    the reads the old ledger held, and add the new ledger's."""
-    from lgpt.plumbing.dataset import record_test_read
-    data = str(tmp_path)
-    recorded = {"reads": 31, "recipes": ["free25-s0", "free50-s0"]}
-    assert protocol.test_reads(data, recorded) == dict(recorded, carried=31, carried_recipes=recorded["recipes"])
-    record_test_read(data, "free50-s1")
-    after = protocol.test_reads(data, protocol.test_reads(data, recorded))
-    assert after["reads"] == 32 and after["recipes"] == ["free25-s0", "free50-s0", "free50-s1"]
-    record_test_read(data, "free50-s2")
-    assert protocol.test_reads(data, after)["reads"] == 33  # carried once, never twice
-    assert protocol.test_reads(data, {})["reads"] == 2  # a first ledger: its own reads only
+    the reads the old ledger held, add the new ledger's, and never count a ledger twice."""
+    import shutil as sh
+
+    from lgpt.plumbing.dataset import TEST_READS, record_test_read
+    old, new = str(tmp_path / "old"), str(tmp_path / "new")
+    os.makedirs(old), os.makedirs(new)
+    for recipe in ("a", "b", "c"):
+        record_test_read(old, recipe)
+    first = protocol.test_reads(old, {})
+    assert first["reads"] == 3 and first["recipes"] == ["a", "b", "c"]
+    for recipe in ("d", "e", "f"):  # the new ledger catches up with the old count before the next save
+        record_test_read(new, recipe)
+    after = protocol.test_reads(new, first)
+    assert after["reads"] == 6 and after["recipes"] == ["a", "b", "c", "d", "e", "f"]
+    assert protocol.test_reads(new, after)["reads"] == 6  # saved again: carried once, never twice
+    sh.copy(os.path.join(old, TEST_READS), os.path.join(new, TEST_READS))  # the old ledger put back
+    assert protocol.test_reads(new, after)["reads"] == 3 + 3  # itself, and the one it replaced, once each
+    legacy = {"reads": 31, "recipes": ["x"]}  # results saved before ledgers had a name
+    assert protocol.test_reads(str(tmp_path / "empty"), legacy)["reads"] == 31
+    first_format = {"reads": 33, "recipes": ["x", "a"], "carried": 31, "carried_recipes": ["x"]}
+    assert protocol.test_reads(old, first_format)["reads"] == 31 + 3

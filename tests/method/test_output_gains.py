@@ -218,7 +218,7 @@ def test_fitted_lengths_are_the_weighted_least_squares_of_the_true_lengths(char_
         naive = torch.from_numpy(lsq_linear(Z.numpy(), y.numpy(), bounds=(floor.numpy(), np.inf), tol=1e-12).x)
         error = lambda a, Z=Z, y=y: float((Z @ a - y).pow(2).sum())  # noqa: E731
         assert error(fitted[:, j]) == pytest.approx(error(naive), rel=1e-6)
-        assert bool((fitted[:, j] >= floor * (1 - 1e-12)).all())
+        assert bool((fitted[:, j] >= floor * (1 - 1e-9)).all())
         assert error(fitted[:, j]) < error(length_fit(T, gamma))
 
 
@@ -262,4 +262,35 @@ def test_a_zero_output_gain_is_carried_exactly_by_a_coordinate_map():
     assert all(int((p == 0).sum()) == 1 for p in gains)
     idx = torch.randint(0, 11, (2, 8))
     torch.testing.assert_close(outputs(new, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
+                               rtol=0)
+
+
+def test_an_output_norm_of_all_zero_gains_is_carried_exactly_and_a_damaged_one_is_refused():
+    """A block that writes nothing (every gain 0) stays silent at any width, exactly; a NaN gain is one clear error,
+    never NaN weights recorded exact."""
+    model = spread_gains(random_model(10, **PERI))
+    with torch.no_grad():
+        model.transformer.h[1].ln_2_out.weight.zero_()
+    idx = torch.randint(0, 11, (2, 8))
+    for T in (torch.eye(20, 16, dtype=torch.float64), split_map(16, 20, output_gains(model), 0)):
+        new, notes = ported(model, T)
+        assert not notes
+        torch.testing.assert_close(outputs(new, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
+                                   rtol=0)
+    with torch.no_grad():
+        model.transformer.h[0].ln_1_out.weight[2] = float("nan")
+    with pytest.raises(TransformError, match="not finite"):
+        transform_model(model, _spec(20, "truncate"))
+
+
+def test_lengths_fitted_on_text_keep_an_exact_map_exact(char_data_dir):
+    """On zero padding the data-free lengths are already exact; fitting them on calibration text (its ridge pulls
+    towards them, zero gains make a span ~10 orders of magnitude) must not make the record approximate."""
+    from lgpt.plumbing.dataset import BatchLoader
+    model = spread_gains(random_model(11, vocab_size=65, n_embd=32, **PERI), low=0.01, high=100, seed=11)
+    loader = BatchLoader(char_data_dir, 8, 8, "cpu")
+    grown, record = transform_model(model, _spec(40, "truncate", calib_batches=2, fit_lengths=2), loader)
+    assert record["exact"] and not [n for n in record["notes"] if n.startswith("APPROXIMATE")]
+    idx = loader.get_batch("val", seed=1)[0]
+    torch.testing.assert_close(outputs(grown, idx).log_softmax(-1), outputs(model, idx).log_softmax(-1), atol=5e-5,
                                rtol=0)
