@@ -1510,7 +1510,14 @@ def _family_geometry(family: str, what: str) -> str:
         dims = rows["alone"]["ref_intrinsic_dimension"]
         return f"{sum(d <= 4 for d in dims)} of {len(dims)}"
     return {"ae": f"{pca['angular_error']['model']:.3f}", "concordance": f"{pca['concordance']['model']:.3f}",
-            "kl": f"{pca['kl']:.2f}"}[what]
+            "ae_map": f"{pca['angular_error']['map']:.4f}", "concordance_map": f"{pca['concordance']['map']:.5f}",
+            "kl": f"{pca['kl']:.2f}", "massive": f"{len(rows_of_massive(family))}"}[what]
+
+
+def rows_of_massive(family: str) -> list:
+    """The massive coordinates scripts/massive_activations.py found in each family (results/real_model_geometry,
+    results/real_gemma3)."""
+    return (load("real_model_geometry") if family == "smollm2" else load("real_gemma3")["geometry"])["massive"]
 
 
 def _protocol_quote(what: str, name: str = "") -> str:
@@ -1545,7 +1552,7 @@ QUOTES: dict[str, Callable[[], str]] = {
        for t in ("shakespeare", *GENERAL_TEXTS)},
     **{f"gemma3.gains.{k}": (lambda k=k: _gemma3_gains(k)) for k in ("range", "zero", "count")},
     **{f"{f}.geometry.{k}": (lambda f=f, k=k: _family_geometry(f, k)) for f in ("smollm2", "gemma3")
-       for k in ("ae", "concordance", "kl", "dominated")},
+       for k in ("ae", "concordance", "kl", "dominated", "ae_map", "concordance_map", "massive")},
     "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),
     "worked_example.kurtosis_ref": lambda: _worked_kurtosis("ref"),
     **{f"recipe@{x}": (lambda x=x, d=d: _shrink_gap(x, RECIPE, d)) for x, d in ((0.75, 2), (0.5, 2), (0.25, 1))},

@@ -46,13 +46,19 @@ def superseded_lines(r: dict) -> list[str]:
     if not pairs:
         return []
     verdicts = [paired_windows_z(b["windows"], a["windows"]) for _, _, a, b in pairs]
+    for v, (_, _, a, b) in zip(verdicts, pairs):
+        if min(a.get("dev", a.get("test")), b.get("dev", b.get("test"))) > r["log_vocabulary"]:
+            v.update(p=None, p_holm=None, word="not tested (both above log V)")
     adjust(verdicts)
+    tested = sum(v["p"] is not None for v in verdicts)
     rows = [[f"{section}: {name}", f"{a.get('dev', a.get('test')):.4f}", f"{b.get('dev', b.get('test')):.4f}",
              f"{v['delta']:+.4f} ± {v['se']:.4f}",
-             f"{v['p_holm']:.2g}", v["word"]] for (section, name, a, b), v in zip(pairs, verdicts)]
+             "—" if v["p_holm"] is None else f"{v['p_holm']:.2g}", v["word"]]
+            for (section, name, a, b), v in zip(pairs, verdicts)]
     return ["", f"The length fit repaired (2026-11-28): each arm the old fit built ({pairs[0][2]['length_fit']}) "
             f"beside the same arm rebuilt with the present one ({LENGTH_FIT}); loss (dev; on the test rows, test) "
-            f"paired over the same windows (z-test at α = {ALPHA}, Holm across {len(pairs)}; one model each):", "",
+            f"paired over the same windows (z-test at α = {ALPHA}, Holm across the {tested} tested; one model "
+            "each):", "",
             *table(["arm", "old fit", "present fit", "present − old", "p (Holm)", "verdict"], rows)]
 
 
@@ -147,7 +153,16 @@ def carry_tests(r: dict) -> list[tuple[str, dict]]:
               r.get("grow", {}).get("orthogonal-average"))]
     for size in dict.fromkeys(x["size"] for x in r.get("shrink", {}).values()):
         pairs.append((f"shrink {size}", r["shrink"].get(f"free{size}-carry"), r["shrink"].get(f"free{size}-average")))
-    out = [(what, paired_windows_z(a["windows"], b["windows"])) for what, a, b in pairs if a and b]
+    out = []
+    for what, a, b in pairs:
+        if not (a and b):
+            continue
+        v = paired_windows_z(a["windows"], b["windows"])
+        if min(a["dev"], b["dev"]) > r["log_vocabulary"]:  # two arms worse than a uniform guess: no comparison
+            v = dict(v, p=None, p_holm=None, word="not tested (both above log V)")
+        if a.get("parameters") != b.get("parameters"):
+            what += f" ({a.get('parameters', 0) / 1e6:.1f} M against {b.get('parameters', 0) / 1e6:.1f} M)"
+        out.append((what, v))
     adjust([v for _, v in out])
     return out
 
@@ -221,7 +236,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
     header = ["arm", "kind", "output gains", "length fit", "m", "parameters", "relative error", "exact (≤ 1e-4)",
               "dev loss", "gap", "CPU-s", "note"]
     tests = carry_tests(r)
-    verdicts = [[what, f"{v['delta']:+.4f} ± {v['se']:.4f}", f"{v['p_holm']:.2g}", v["word"]] for what, v in tests]
+    verdicts = [[what, f"{v['delta']:+.4f} ± {v['se']:.4f}",
+                 "—" if v.get("p_holm") is None else f"{v['p_holm']:.2g}", v["word"]] for what, v in tests]
     test_lines = []
     if r.get("test"):
         base = r["test"]["original"]
@@ -245,5 +261,6 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
-        f"across {len(tests)}; one model each, so the text's sampling error only):", ""]
+        f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "
+        "error only):", ""]
         + table(["at", "Δ dev loss", "p (Holm)", "verdict"], verdicts))

@@ -195,9 +195,9 @@ def length_fit(T: torch.Tensor, gamma: torch.Tensor, floor: float = 1e-3) -> tor
 
         cᵀ·(2·G + 11ᵀ)·c − 2·(d + 2)·1ᵀc,   G = (V·Vᵀ) ∘ (V·Vᵀ)   (∘: entrywise),
 
-    solved unconstrained (c = 1 on a coordinate map; exact wherever M = I can hold: ``maps.split_map``, zero
-    padding), and with c ≥ ``floor`` where that gives some c < floor (``bounded_quadratic``). Rows T never writes
-    get the mean of the others. float64, on the host."""
+    solved unconstrained (c = 1 on a coordinate map that keeps every coordinate, (d + 2)/(m + 2) on a selection;
+    exact wherever M = I can hold: ``maps.split_map``, zero padding), and with c ≥ ``floor`` where that gives
+    some c < floor (``bounded_quadratic``). Rows T never writes get the mean of the others. float64, on the host."""
     T64, g64 = T.detach().double().cpu(), gamma.detach().double().cpu()
     d = T64.shape[1]
     U = T64 * g64
