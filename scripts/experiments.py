@@ -48,7 +48,7 @@ from recovery import plot_recovery, recovery_curves  # noqa: E402
 from sandwich_ablation import sandwich_ablation  # noqa: E402
 from scale import plot_scale, scale  # noqa: E402
 from shrink_quality import SHRINK_RATIOS, plot_shrink_quality, shrink_quality  # noqa: E402
-from shrink_vs_scratch import shrink_vs_scratch  # noqa: E402
+from shrink_vs_scratch import plot_shrink_vs_scratch_rates, shrink_vs_scratch, shrink_vs_scratch_rates  # noqa: E402
 
 
 def models(s: Setting) -> None:
@@ -61,7 +61,8 @@ def models(s: Setting) -> None:
 
 PLOTS = {"ppl_vs_width": plot_ppl_vs_width, "shrink_quality": plot_shrink_quality, "recovery": plot_recovery,
          "geometry_vs_width": plot_geometry_vs_width, "arch_ablation": plot_arch_ablation,
-         "grow_staging": plot_grow_staging, "scale": plot_scale, "grow_recipes": plot_grow_recipes}
+         "grow_staging": plot_grow_staging, "scale": plot_scale, "grow_recipes": plot_grow_recipes,
+         "shrink_vs_scratch_rates": plot_shrink_vs_scratch_rates}
 
 
 def replot(experiment: str, payload: dict) -> None:
@@ -72,7 +73,8 @@ def replot(experiment: str, payload: dict) -> None:
 
 EXPERIMENTS = {f.__name__: f for f in (ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads,
                                        grow_staging, quantization, shrink_quality, scale, sandwich_ablation,
-                                       grow_depth, grow_recipes, shrink_vs_scratch)} | {
+                                       grow_depth, grow_recipes, shrink_vs_scratch,
+                                       shrink_vs_scratch_rates)} | {
     "recovery": recovery_curves}
 
 

@@ -18,6 +18,10 @@ reads the whole test split once, for the original and the arm chosen on dev at �
   this model scales with d), with the output gains carried, averaged, and carried with the 32 coordinates of most
   outlying output gain kept as rows of their own (--output_keep=32), and carried by a PCA whose rows stay inside
   8 groups of near-equal output gain (--gain_groups=8).
+- ``distill``: #70's recommended recipe applied unchanged — the arm chosen on dev at −25% distilled from the
+  original with SmolLM2's ``distill25`` recipe (scripts/protocol.py: AdamW at 1e-4, 384 steps of 1 × 256 train
+  tokens, KL to the original only), read on dev and then once on test. Its control, the original distilled from
+  itself, is the original bit for bit (tests/method/test_distill.py), so the original's row is the control.
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
 """
 from __future__ import annotations
@@ -75,6 +79,10 @@ DIAGNOSTIC = {"rotation-640": ("--width=640",),
               # the 2 × 2 a referee asked for (tie_keep changes T: the untied arm has none kept)
               "rotation-640-keep0": ("--width=640", "--tie_keep=0"),
               "rotation-640-untied-fit2": ("--width=640", "--tie_head=False", "--tie_keep=0", "--fit_lengths=2")}
+# glibc hands the 262k-token logits' buffers back to the kernel after every step and faults them in again: kept
+# (these three settings), a distillation step takes 10–12 s on one core instead of 19–24 s — the same arithmetic
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "68719476736",
+          "MALLOC_TOP_PAD_": "1073741824"}
 SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% on dev
 # the carried lengths' fit (porting.length_fit). Until 2026-11-28 it was an absolute least squares on 1/γ² that the
 # smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
@@ -183,8 +191,9 @@ def tried_at_25(payload: dict) -> int:
                for name in section)
 
 
-SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry")  # results.json's parts, each a dict
-FITTED = ("grow", "shrink", "diagnose", "test")  # the sections whose carried arms depend on the length fit
+# results.json's parts, each a dict
+SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill")
+FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
 class Run:
@@ -354,6 +363,35 @@ class Run:
                        figures_dir=os.path.relpath(into, RESULTS), probes=probes)
             self.keep("eval_geometry", name, harness.repo_relative(row))
             self.say(f"eval_geometry {name}: {row['loss']}", done, len(todo))
+
+    def distill(self) -> None:
+        """The −25% arm chosen on dev, distilled from the original by SmolLM2's distill25 recipe unchanged (one data
+        order, 0), read on dev and then once on test: nothing is chosen after it, so its test read is its final run."""
+        from protocol import DISTILL_BATCH, DISTILL_LR, DISTILL_TOKENS
+        from real_distill import DISTILL, recipe
+        chosen = self.payload["chosen"]["arm"]
+        name, start, built = self.shrunk("-25%", chosen)
+        args = ["finetune.py", f"--in_dir={start}", f"--data_dir={self.data_dir}",
+                *recipe(DISTILL_LR, 0, DISTILL_BATCH), *DISTILL]
+        spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
+                         if a.startswith(("--in_dir", "--data_dir")) else a for a in args],
+                **({"length_fit": built["length_fit"]} if "length_fit" in built else {})}
+
+        def build(out: str) -> dict:
+            os.environ.update(MALLOC)  # run_step's child inherits it: its speed, not its arithmetic
+            return {"step": run_step([*args, f"--out_dir={out}", "--overwrite=True"]), "malloc": MALLOC,
+                    "parameters": parameters(out)}
+
+        self.say(f"distill {name}: {DISTILL_TOKENS:,} tokens (about an hour on one core)")
+        out, result = cached("gemma3", f"distill-{name}", spec, build)
+        label = f"distill-{name}"
+        entry = dict(result, start=name, recipe="distill25 (scripts/protocol.py), unchanged", tokens=DISTILL_TOKENS,
+                     **{k: built[k] for k in ("length_fit",) if k in built},
+                     **measured(out, self.data_dir, None, label))
+        self.say(f"distill {name}: dev {entry['dev']:.4f}")
+        entry["test"] = test_read(out, self.data_dir, f"gemma3-{label}")
+        self.keep("distill", name, entry)
+        self.say(f"distill {name}: test {entry['test']['test']:.4f}")
 
     def test(self) -> None:
         """The arm chosen on dev, its final run read on test once at each size (and the original)."""

@@ -727,6 +727,35 @@ def shrink_vs_scratch(r: dict) -> str:
                               "shrink", "transform seconds", "shrink vs scratch"], rows)])
 
 
+def shrink_vs_scratch_rates(r: dict) -> str:
+    """Both sides swept at the same rates; each chosen on dev, read on test. Verdicts on test: the shrink is paired
+    with the original it came from (same training seed); scratch models are not paired with either."""
+    shrink, scratch, original = (r[k]["test"]["values"] for k in ("shrink", "scratch", "original"))
+    tests = adjust([verdict(shrink, scratch), verdict(scratch, original), verdict(shrink, original, paired=True)])
+    names = ("shrink − scratch", "scratch − original", "shrink − original")
+    sweep = {side: ", ".join(f"{x['lr_factor']:g}×: {x['dev']:.4f}" for x in r[side]["sweep"])
+             for side in ("original", "scratch")}
+
+    def chosen(side: str) -> str:
+        return f"{r[side]['chosen_lr_factor']:g}×" + (" (at the sweep's edge)" if r[side]["at_edge"] else "")
+
+    rows = [[f"original (d = {r['d']}, {r['base_iters']} iterations)", sweep["original"], chosen("original"),
+             ms(r["original"]["train_seconds"], 0), ms(r["original"]["dev"], 4), ms(r["original"]["test"], 4)],
+            [f"shrink of it ({r['recipe']}, m = {r['m']})", "— (the original's chosen rate)", "—",
+             f"+ {ms(r['shrink']['transform_seconds'], 0)} (transform)", ms(r["shrink"]["dev"], 4),
+             ms(r["shrink"]["test"], 4)],
+            [f"scratch (m = {r['m']}, {r['scratch_iters']} iterations: the original's FLOPs)", sweep["scratch"],
+             chosen("scratch"), ms(r["scratch"]["train_seconds"], 0), ms(r["scratch"]["dev"], 4),
+             ms(r["scratch"]["test"], 4)]]
+    verdicts = [[name, f"{v['delta']:+.4f}", verdict_cell(v)] for name, v in zip(names, tests)]
+    return "\n".join([f"{r['data']}; n = {len(r['seeds'])} training seeds a side; the rate swept on seed 0 and "
+                      "chosen on the whole dev split, for each side alike; test read once per model, after every "
+                      f"choice. Verdicts: {RULE}; Holm across these three.", "",
+                      *table(["model", "dev loss by learning-rate factor (seed 0)", "chosen factor",
+                              "training seconds (one thread)", "dev (chosen, n = 3)", "test (n = 3)"], rows), "",
+                      *table(["difference on test", "mean", "verdict"], verdicts)])
+
+
 def recovery(r: dict) -> str:
     tokens, base_tokens = r["tokens_per_iter"], r["base_training_tokens"]
 
@@ -1053,9 +1082,20 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     ppl_vs_width, geometry_vs_width, heatmaps, arch_ablation, heads, grow_staging, grow_depth, grow_recipes,
     sandwich_ablation, quantization, real_model, real_model_slicegpt, real_model_recovery, real_model_geometry,
     real_model_quantization, real_model_tied, real_model_distill, real_model_gpu, real_model_hybrid,
-    real_model_outliers, shrink_quality, shrink_vs_scratch, recovery, scale, protocol, quant_frontier)}
-TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"), smollm2_eval_geometry(RESULTS))
+    real_model_outliers, shrink_quality, shrink_vs_scratch, shrink_vs_scratch_rates, recovery, scale, protocol,
+    quant_frontier)}
+TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"), smollm2_eval_geometry(RESULTS),
+                                               smollm2_distill_gap())
 #                                                      beside SmolLM2's geometry
+
+
+def smollm2_distill_gap() -> str | None:
+    """SmolLM2's distill25 test gap (results/protocol), the row Gemma's distilled arm stands beside."""
+    try:
+        return path_quote("=protocol/rows[recipe=distill25]/losses/shakespeare/test/loss"
+                          "~original/losses/shakespeare/test/loss|gap1")
+    except (KeyError, ResultsError, TypeError):
+        return None
 
 
 def experiments() -> list[str]:

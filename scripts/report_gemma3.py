@@ -198,7 +198,32 @@ def geometry_lines(r: dict, smollm2: dict | None) -> list[str]:
                    massive)]
 
 
-def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None) -> str:
+def distill_lines(r: dict, smollm2_gap: str | None) -> list[str]:
+    """#70's distilled recipe applied unchanged to the arm chosen on dev: its start, its dev and test losses, its
+    cost, beside SmolLM2's distill25 gap (scripts/protocol.py). One data order: n = 1, not tested."""
+    if not r.get("distill"):
+        return []
+    base_dev, base_test = r["original"]["dev"], r.get("test", {}).get("original", {}).get("test")
+    rows = []
+    for name, x in r["distill"].items():
+        start = r.get("shrink", {}).get(name, {})
+        test = x["test"]
+        rows.append([f"{name}, then distilled ({x['recipe']})", f"{x['parameters'] / 1e6:.1f} M",
+                     f"{x['tokens']:,} forward+backward (and the teacher's forward)",
+                     f"{x['step']['cpu_seconds']:.0f}",
+                     f"{start['dev']:.4f} → {x['dev']:.4f} ± {x['se']:.4f}" if start else f"{x['dev']:.4f}",
+                     gap(x["dev"], base_dev), f"{test['test']:.4f} ± {test['se']:.4f}",
+                     gap(test["test"], base_test) if base_test else "—", smollm2_gap or "—"])
+    return ["", "Distilled (#70's recipe, unchanged: every weight trained, AdamW at 1e-4, batches of 1 × 256 train "
+            "tokens, KL to the original only; its control, the original distilled from itself, is the original bit "
+            "for bit). One data order (n = 1): beside SmolLM2's gap it is not tested. CPU-s: the finetune "
+            "process's, with glibc told to keep freed memory (the same arithmetic, about half the time).", ""] + table(
+        ["model", "parameters", "token passes", "CPU-s", "dev (start → distilled)", "dev gap", "test", "test gap",
+         "SmolLM2's distill25 test gap (n = 3)"], rows)
+
+
+def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None,
+                smollm2_distill_gap: str | None = None) -> str:
     original = r["original"]
     head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
             f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
@@ -259,6 +284,7 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
             + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {x['se']:.4f}",
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
+                     + distill_lines(r, smollm2_distill_gap)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "

@@ -385,3 +385,56 @@ def test_the_gemma3_table_sets_each_rebuilt_arm_beside_its_superseded_fit_by_the
     assert "isotropic-relative" in text and "| old fit | present fit |" in text
     os.makedirs(tmp_path / "real_gemma3")
     assert os.path.exists(gemma3_figure(r, str(tmp_path)))
+
+
+def test_the_equal_rates_table_tests_each_difference_by_the_one_rule_with_holm():
+    """shrink_vs_scratch_rates: the shrink is paired with its original (same seed), scratch is not (Welch), Holm
+    across the three, and a chosen rate at the sweep's end is named as such."""
+    from scipy import stats
+    sweep = [{"lr_factor": f, "dev": 1.9 - 0.01 * f} for f in (1.0, 2.0, 4.0)]
+
+    def spread(values):
+        return dict(report.mean_spread_of(values), values=values)
+
+    def side(values, **more):
+        return dict({"test": spread(values), "dev": spread(values)}, **more)
+
+    original, shrink, scratch = [1.80, 1.82, 1.81], [1.86, 1.89, 1.87], [1.78, 1.79, 1.785]
+    r = {"data": "char", "d": 128, "m": 96, "recipe": "learned T + all", "base_iters": 2000, "scratch_iters": 2667,
+         "seeds": [0, 1, 2],
+         "original": side(original, sweep=sweep, chosen_lr_factor=4.0, at_edge=True,
+                          train_seconds=report.mean_spread_of([100, 110, 105])),
+         "scratch": side(scratch, sweep=sweep, chosen_lr_factor=2.0, at_edge=False,
+                         train_seconds=report.mean_spread_of([90, 95, 92])),
+         "shrink": side(shrink, transform_seconds=report.mean_spread_of([30, 31, 32]))}
+    text = report.shrink_vs_scratch_rates(r)
+    ps = [stats.ttest_ind(shrink, scratch, equal_var=False).pvalue,
+          stats.ttest_ind(scratch, original, equal_var=False).pvalue, stats.ttest_rel(shrink, original).pvalue]
+    order = sorted(range(3), key=lambda i: ps[i])
+    holm, running = [0.0] * 3, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * ps[i]))
+        holm[i] = running
+    for name, p, h in zip(("shrink − scratch", "scratch − original", "shrink − original"), ps, holm):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name}"))
+        assert f"p = {p:.2g}" in row and f"Holm {h:.2g}" in row, row
+    assert "paired t" in next(line for line in text.splitlines() if line.startswith("| shrink − original"))
+    assert "4× (at the sweep's edge)" in text and "| 2× |" in text
+
+
+def test_the_gemma3_table_sets_the_distilled_arm_beside_its_start_and_smollm2s_gap():
+    from report_gemma3 import real_gemma3
+    arm = {"size": "-25%", "m": 480, "parameters": 201_000_000, "se": 0.1, "step": {"cpu_seconds": 200},
+           "output_gains": "carry-groups640-fit2", "dev": 6.5, "windows": [6.5] * 4}
+    r = {"model": "g", "d": 640, "dev_windows": 4, "block": 256, "exact_windows": 2, "split": "dev",
+         "log_vocabulary": 12.48, "original": {"parameters": 268_000_000, "dev": 5.0, "se": 0.1},
+         "shrink": {"free-25%-carry-groups640-fit2": arm},
+         "distill": {"free-25%-carry-groups640-fit2": {
+             "recipe": "distill25", "parameters": 201_000_000, "tokens": 98_304, "step": {"cpu_seconds": 4000},
+             "dev": 5.5, "se": 0.05, "test": {"test": 5.6, "se": 0.04}}}}
+    assert "Distilled" not in real_gemma3(dict(r, distill={}))
+    r["test"], r["chosen"] = {"original": {"test": 5.2, "se": 0.03}}, {"arm": "carry-groups640-fit2", "by": "dev", "tried": 1}
+    row = next(line for line in real_gemma3(r, smollm2_distill_gap="+3.3% ± 0.0").splitlines()
+               if "then distilled" in line)
+    assert "6.5000 → 5.5000" in row and "+10.0%" in row and "+7.7%" in row and "+3.3% ± 0.0" in row
+    assert "| 4000 |" in row and "98,304" in row
