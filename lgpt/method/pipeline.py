@@ -41,7 +41,7 @@ from lgpt.method.maps import (
 )
 from lgpt.method.paper_rules import paper_code_projection, paper_code_weights, restore_attention_scale
 from lgpt.method.per_block import port_per_block_model
-from lgpt.method.porting import canonicalize, model_from_state, port_weights, restore_layernorm
+from lgpt.method.porting import canonicalize, model_from_state, port_weights, rescale_tied_input, restore_layernorm
 from lgpt.method.refit import (
     apply_refit,
     calibration_batches,
@@ -129,6 +129,7 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
     if spec.learn.refit != "none" or spec.tie.tie_head:
         new_model = apply_refit(original, new_model, T, batches, spec.learn.refit, spec.learn.refit_ridge,
                                 spec.tie.tie_head, corrections, notes, spec.tie.retie_target)
+        rescale_tied_input(new_model, d)  # a retied head at width m: the input scale √m, as Gemma's exports say
         clock.lap("refit/tie")
     record = transform_record(spec, model.config, porting, kind, T, T_pinv, calibration, data, coordinates, notes,
                               corrections, started, clock)

@@ -420,6 +420,21 @@ def rescale_tied_embedding(out: dict, cfg: GPTConfig, d: int, m: int) -> None:
     cfg.embed_scale = math.sqrt(m)
 
 
+def rescale_tied_input(model: GPT, d: int) -> None:
+    """``rescale_tied_embedding`` on a finished model of width m (in place): a head that a refit retied at width m
+    (``--tie_head``) keeps the source's input scale √d, which computes the same function but which Gemma's exports
+    cannot say (they derive the scale from the width). E → c·E, the final gain → g/c, s → √m with c = √(d/m)."""
+    cfg, m = model.config, model.config.n_embd
+    if (cfg.head != "tied" or m == d or abs(cfg.embed_scale - math.sqrt(d)) > 1e-6 * math.sqrt(d)
+            or getattr(model.transformer.ln_f, "weight", None) is None):
+        return
+    c = math.sqrt(d / m)
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(c)  # the tied head reads this same parameter
+        model.transformer.ln_f.weight.div_(c)
+    cfg.embed_scale = math.sqrt(m)
+
+
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,
                  reader_T_pinv: torch.Tensor | None = None, rescale_gains: bool = True,
                  notes: list[str] | None = None, output_lengths: torch.Tensor | None = None

@@ -68,6 +68,46 @@ def test_a_transformed_gemma3_model_exports_again(tmp_path):
     assert_logprobs_close(hf_logprobs(hf, IDX), our_logprobs(grown, IDX))
 
 
+def test_the_recommended_gemma3_shrink_exports_as_the_model_it_is(char_data_dir, tmp_path):
+    """The dev-chosen −25% recipe (docs/real_models.md: a coordinate selection inside groups of equal output gain,
+    the carried lengths fitted on calibration text, the head tied) keeps every Gemma 3 part: the shrunk model exports
+    to Gemma3ForCausalLM, and transformers computes what we compute."""
+    from lgpt.method.pipeline import transform_model
+    from lgpt.plumbing.dataset import BatchLoader
+    ours = model_from_hf_model(gemma3(seed=7, vocab=65).eval())
+    ours.config.block_size = 16
+    loader = BatchLoader(char_data_dir, 16, 4, "cpu")
+    small, record = transform_model(ours, spec(48, kind="pca", calib_batches=2, tie_head=True, tie_keep=4,
+                                              output_gains="carry", gain_groups=64, fit_lengths=2), loader)
+    assert small.lm_head.weight is small.transformer.wte.weight and small.config.n_embd == 48
+    x = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(1))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "g" if export_hf(small, str(tmp_path / "g")) else None).eval()
+    assert hf.config.hidden_size == 48
+    assert_logprobs_close(hf_logprobs(hf, x), our_logprobs(small, x))
+
+
+def test_the_input_scale_moves_to_the_new_width_without_changing_the_model():
+    """porting.rescale_tied_input: a tied model of width m with the input scale √d computes the same log-probs with
+    √m once E and the final gain are rescaled (what a retied head needs before Gemma's export)."""
+    import copy
+    import math
+
+    from lgpt.method.porting import rescale_tied_input
+    model = model_from_hf_model(gemma3(seed=3, vocab=65).eval())
+    d = 100  # as if it came from a width-100 source: its input scale √100
+    model.config.embed_scale = math.sqrt(d)
+    moved = copy.deepcopy(model)
+    rescale_tied_input(moved, d)
+    x = torch.randint(0, 65, (2, 16), generator=torch.Generator().manual_seed(2))
+    assert moved.config.embed_scale == math.sqrt(model.config.n_embd) != model.config.embed_scale
+    assert moved.lm_head.weight is moved.transformer.wte.weight
+    assert_logprobs_close(our_logprobs(moved, x), our_logprobs(model, x))
+    untouched = copy.deepcopy(moved)
+    rescale_tied_input(untouched, d)  # already at √m: nothing to do
+    assert torch.equal(untouched.transformer.wte.weight, moved.transformer.wte.weight)
+
+
 @pytest.mark.parametrize("field, value, words", [
     ("final_logit_softcapping", 30.0, "soft-capping"),
     ("use_bidirectional_attention", True, "use_bidirectional_attention"),
