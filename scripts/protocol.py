@@ -20,12 +20,12 @@ The recipes, each fixed before this script ran (``RECIPES``; nothing here choose
   distilled from itself with the identical recipe, is the original bit for bit (tests/method/test_distill.py;
   results/real_model_distill measured it), so the original's row is the control.
 n: calibration draws (seeds) for the transforms, data orders for distillation. ``--part=headline`` builds seed 0 of
-every recipe; ``--part=draws`` seeds 1 and 2 of the training-free ones and the learned map and data orders 1 and
-2 of the distillation (``DRAWN``: SliceGPT's arms have n = 1 here — each trained recipe costs about 50 single-core
-minutes — so their differences and aims are "not tested" over draws); ``--part=loto`` the general case, leaving
-one text out: the training-free recipe calibrated on the train splits of the other three texts (interleaved in
-equal shares, up to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all`` (the default)
-does the three in that order.
+every recipe; ``--part=draws`` seeds 1 and 2 of the −25% training-free one and data orders 1 and 2 of its
+distillation (``DRAWN``: the others have n = 1 here — each trained recipe costs about 50 single-core minutes — so
+their differences and aims are "not tested" over draws); ``--part=loto`` the general case, leaving one text out:
+the training-free recipe calibrated on the train splits of the other three texts (interleaved in equal shares, up
+to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all`` (the default) does the three in
+that order.
 Every model is read on the test split of every text and on Shakespeare's dev split, whole splits in 256-token
 windows; each window's mean loss is kept, so a loss's ± is its sampling error (the standard error over windows) and
 two models are compared paired over the same windows as well as over draws. Cost: the step's CPU seconds (its
@@ -94,13 +94,10 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "distill25's data orders 1 and 2 were added after its order 0 had read test (the recipe unchanged, "
                 "its start seed 0's calibration draw), so that the −25% headline is tested over draws (n = 3)",
                 "free50's draws (seeds 1 and 2) were restored as first planned (2026-11-28), after every other row had "
-                "read test, the recipe unchanged, so that the −50% row is tested over draws (n = 3)",
-                "learned25's draws (seeds 1 and 2) were added (2026-11-28) after its seed 0 and every other row had "
-                "read test, the recipe unchanged, so that the learned map is tested over calibration draws (n = 3), "
-                "as the issue asks of every trained recipe"]
-# the recipes drawn three times: the training-free headline and the learned map (calibration draws) and the distilled
-# one (data orders); SliceGPT's once (n = 1): a trained recipe costs ≈ 50 core-min
-DRAWN = ("free25", "free50", "learned25", "distill25")
+                "read test, the recipe unchanged, so that the −50% row is tested over draws (n = 3)"]
+# the recipes drawn three times: the training-free headline (calibration draws) and the trained one (data orders);
+# the others once (n = 1): a trained recipe costs ≈ 50 core-min
+DRAWN = ("free25", "free50", "distill25")
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
 # the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)

@@ -22,6 +22,9 @@ reads the whole test split once, for the original and the arm chosen on dev at �
   original with SmolLM2's ``distill25`` recipe (scripts/protocol.py: AdamW at 1e-4, 384 steps of 1 × 256 train
   tokens, KL to the original only), read on dev and then once on test. Its control, the original distilled from
   itself, is the original bit for bit (tests/method/test_distill.py), so the original's row is the control.
+- ``bos``: the BOS control. Every loss above reads windows that start mid-text without the BOS token Gemma was
+  trained with; here the original, the chosen −25% arm and its distilled model read the same DEV_WINDOWS dev windows
+  with and without BOS in front, scored on the same targets (each window's tokens 1 … 254).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
 """
 from __future__ import annotations
@@ -142,6 +145,26 @@ def dev_losses(model, data_dir: str) -> np.ndarray:
         return torch.cat([nll.mean(1).double() for nll in token_losses(model, batches)]).numpy()
 
 
+def bos_losses(model, data_dir: str, bos: int) -> dict:
+    """Each of the first DEV_WINDOWS dev windows scored on its tokens 1 … BLOCK − 2 twice: read as it is (tokens 0 …
+    BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) — the same targets, one more token of context."""
+    loader = BatchLoader(data_dir, BLOCK, 4, "cpu")
+    starts = loader.full_split_starts("val")[:DEV_WINDOWS]
+    data = loader.tokens("val")
+    plain, with_bos = [], []
+    for i in range(0, len(starts), 4):
+        x, y = loader.windows(data, starts[i:i + 4])
+        x_bos = torch.cat([torch.full_like(x[:, :1], bos), x[:, :-1]], 1)  # targets shift by one: y_bos = x
+        with torch.no_grad():
+            nll, = token_losses(model, [(x, y)])
+            nll_bos, = token_losses(model, [(x_bos, x)])
+        plain.append(nll[:, :BLOCK - 2].mean(1).double())  # targets x[1 … BLOCK − 2]
+        with_bos.append(nll_bos[:, 2:].mean(1).double())  # the same targets
+    plain, with_bos = torch.cat(plain).numpy(), torch.cat(with_bos).numpy()
+    return {"plain": float(plain.mean()), "bos": float(with_bos.mean()),
+            "plain_windows": [round(float(w), 6) for w in plain], "bos_windows": [round(float(w), 6) for w in with_bos]}
+
+
 def logprobs(model, data_dir: str) -> torch.Tensor:
     loader = BatchLoader(data_dir, BLOCK, EXACT_WINDOWS, "cpu")
     x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
@@ -192,7 +215,7 @@ def tried_at_25(payload: dict) -> int:
 
 
 # results.json's parts, each a dict
-SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill")
+SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos")
 FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
@@ -364,13 +387,12 @@ class Run:
             self.keep("eval_geometry", name, harness.repo_relative(row))
             self.say(f"eval_geometry {name}: {row['loss']}", done, len(todo))
 
-    def distill(self) -> None:
-        """The −25% arm chosen on dev, distilled from the original by SmolLM2's distill25 recipe unchanged (one data
-        order, 0), read on dev and then once on test: nothing is chosen after it, so its test read is its final run."""
+    def distilled(self) -> tuple[str, str, dict, dict]:
+        """(name, out_dir, result, its start's build) of the −25% arm chosen on dev distilled from the original by
+        SmolLM2's distill25 recipe unchanged (one data order, 0); built here unless the run cache holds it."""
         from protocol import DISTILL_BATCH, DISTILL_LR, DISTILL_TOKENS
         from real_distill import DISTILL, recipe
-        chosen = self.payload["chosen"]["arm"]
-        name, start, built = self.shrunk("-25%", chosen)
+        name, start, built = self.shrunk("-25%", self.payload["chosen"]["arm"])
         args = ["finetune.py", f"--in_dir={start}", f"--data_dir={self.data_dir}",
                 *recipe(DISTILL_LR, 0, DISTILL_BATCH), *DISTILL]
         spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
@@ -380,10 +402,17 @@ class Run:
         def build(out: str) -> dict:
             os.environ.update(MALLOC)  # run_step's child inherits it: its speed, not its arithmetic
             return {"step": run_step([*args, f"--out_dir={out}", "--overwrite=True"]), "malloc": MALLOC,
-                    "parameters": parameters(out)}
+                    "parameters": parameters(out), "tokens": DISTILL_TOKENS}
 
-        self.say(f"distill {name}: {DISTILL_TOKENS:,} tokens (about an hour on one core)")
+        self.say(f"distill {name}: {DISTILL_TOKENS:,} tokens (about an hour on one core, unless built)")
         out, result = cached("gemma3", f"distill-{name}", spec, build)
+        return name, out, result, built
+
+    def distill(self) -> None:
+        """The distilled arm (``distilled``), read on dev and then once on test: nothing is chosen after it, so its
+        test read is its final run."""
+        from protocol import DISTILL_TOKENS
+        name, out, result, built = self.distilled()
         label = f"distill-{name}"
         entry = dict(result, start=name, recipe="distill25 (scripts/protocol.py), unchanged", tokens=DISTILL_TOKENS,
                      **{k: built[k] for k in ("length_fit",) if k in built},
@@ -392,6 +421,28 @@ class Run:
         entry["test"] = test_read(out, self.data_dir, f"gemma3-{label}")
         self.keep("distill", name, entry)
         self.say(f"distill {name}: test {entry['test']['test']:.4f}")
+
+    def bos(self) -> None:
+        """The BOS control (see the module's docstring): the original, the chosen −25% arm, its distilled model."""
+        ckpt = torch.load(os.path.join(self.src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        bos = ckpt["meta"]["special_ids"]["bos_token_id"]
+        del ckpt
+        name = f"free-25%-{self.payload['chosen']['arm']}"
+        models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
+        if name in self.payload.get("distill", {}):  # built: the run cache gives its directory back
+            models[f"{name}, distilled"] = self.distilled()[1]
+        self.part_started = time.time()
+        for done, (label, path) in enumerate(models.items(), 1):
+            def build(out: str, path: str = path) -> dict:
+                os.makedirs(out, exist_ok=True)
+                started = time.process_time()
+                result = bos_losses(load_model(path)[0].eval(), self.data_dir, bos)
+                return dict(result, cpu_seconds=round(time.process_time() - started, 1))
+
+            result = cached("eval-gemma3", "bos-" + label.replace(", ", "-"),
+                            {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": bos}, build)[1]
+            x = self.keep("bos", label, dict(result, bos_token=bos))
+            self.say(f"bos {label}: {x['plain']:.4f} without, {x['bos']:.4f} with BOS", done, len(models))
 
     def test(self) -> None:
         """The arm chosen on dev, its final run read on test once at each size (and the original)."""

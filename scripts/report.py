@@ -748,12 +748,27 @@ def shrink_vs_scratch_rates(r: dict) -> str:
              chosen("scratch"), ms(r["scratch"]["train_seconds"], 0), ms(r["scratch"]["dev"], 4),
              ms(r["scratch"]["test"], 4)]]
     verdicts = [[name, f"{v['delta']:+.4f}", verdict_cell(v)] for name, v in zip(names, tests)]
+    chosen_now = {(side, r[side]["chosen_lr_factor"]) for side in ("original", "scratch")}
+    earlier = [x for x in r.get("earlier_test_reads", []) if (x["side"], x["lr_factor"]) not in chosen_now]
+    looks = [] if not earlier else ["", "Test reads of an earlier choice (before the sweep's extension: "
+                                    + "; ".join(r.get("plan_changes", [])) + "):", ""] + table(
+        ["model", "learning-rate factor", "test (n)"],
+        [[side, f"{f:g}×", f"{msl(v)} ({len(v)})"]
+         for (side, f), v in group_reads(earlier).items()])
     return "\n".join([f"{r['data']}; n = {len(r['seeds'])} training seeds a side; the rate swept on seed 0 and "
                       "chosen on the whole dev split, for each side alike; test read once per model, after every "
                       f"choice. Verdicts: {RULE}; Holm across these three.", "",
                       *table(["model", "dev loss by learning-rate factor (seed 0)", "chosen factor",
                               "training seconds (one thread)", "dev (chosen, n = 3)", "test (n = 3)"], rows), "",
-                      *table(["difference on test", "mean", "verdict"], verdicts)])
+                      *table(["difference on test", "mean", "verdict"], verdicts), *looks])
+
+
+def group_reads(reads: list[dict]) -> dict[tuple[str, float], list[float]]:
+    """Test reads grouped by (side, learning-rate factor), in the order first met."""
+    out: dict = {}
+    for x in reads:
+        out.setdefault((x["side"], x["lr_factor"]), []).append(x["test"])
+    return out
 
 
 def recovery(r: dict) -> str:

@@ -222,6 +222,21 @@ def distill_lines(r: dict, smollm2_gap: str | None) -> list[str]:
          "SmolLM2's distill25 test gap (n = 3)"], rows)
 
 
+def bos_lines(r: dict) -> list[str]:
+    """The BOS control: each model's dev loss on the same targets without and with Gemma's BOS in front, and its gap
+    to the original read the same way (one model each, n = 1)."""
+    if not r.get("bos"):
+        return []
+    base = r["bos"].get("original")
+    rows = [[name, f"{x['plain']:.4f}", f"{x['bos']:.4f}", f"{x['bos'] - x['plain']:+.4f}",
+             gap(x["plain"], base["plain"]) if base and name != "original" else "—",
+             gap(x["bos"], base["bos"]) if base and name != "original" else "—"] for name, x in r["bos"].items()]
+    return ["", f"The BOS control: the first {r['dev_windows']} dev windows scored on the same targets (each "
+            "window's tokens 1 … 254) read as every loss above reads them, mid-text with no BOS, and with Gemma's "
+            "BOS token in front (one model each, n = 1).", ""] + table(
+        ["model", "dev, no BOS", "dev, BOS first", "BOS − no BOS", "gap, no BOS", "gap, BOS first"], rows)
+
+
 def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None,
                 smollm2_distill_gap: str | None = None) -> str:
     original = r["original"]
@@ -284,7 +299,7 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
             + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {x['se']:.4f}",
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
-                     + distill_lines(r, smollm2_distill_gap)
+                     + distill_lines(r, smollm2_distill_gap) + bos_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "

@@ -420,6 +420,13 @@ def test_the_equal_rates_table_tests_each_difference_by_the_one_rule_with_holm()
         assert f"p = {p:.2g}" in row and f"Holm {h:.2g}" in row, row
     assert "paired t" in next(line for line in text.splitlines() if line.startswith("| shrink − original"))
     assert "4× (at the sweep's edge)" in text and "| 2× |" in text
+    assert "earlier choice" not in text
+    r["earlier_test_reads"] = [{"side": "scratch", "lr_factor": 1.0, "seed": k, "test": v}
+                               for k, v in enumerate([1.9, 1.8, 1.85])]
+    r["earlier_test_reads"] += [{"side": "scratch", "lr_factor": 2.0, "seed": 0, "test": 1.7}]  # the chosen rate
+    r["plan_changes"] = ["8× added"]
+    looks = report.shrink_vs_scratch_rates(r).split("earlier choice")[1]
+    assert "8× added" in looks and "| scratch | 1× | 1.8500 ± 0.0500 (3) |" in looks and "| 2× |" not in looks
 
 
 def test_the_gemma3_table_sets_the_distilled_arm_beside_its_start_and_smollm2s_gap():
@@ -433,8 +440,18 @@ def test_the_gemma3_table_sets_the_distilled_arm_beside_its_start_and_smollm2s_g
              "recipe": "distill25", "parameters": 201_000_000, "tokens": 98_304, "step": {"cpu_seconds": 4000},
              "dev": 5.5, "se": 0.05, "test": {"test": 5.6, "se": 0.04}}}}
     assert "Distilled" not in real_gemma3(dict(r, distill={}))
-    r["test"], r["chosen"] = {"original": {"test": 5.2, "se": 0.03}}, {"arm": "carry-groups640-fit2", "by": "dev", "tried": 1}
+    r["test"] = {"original": {"test": 5.2, "se": 0.03}}
+    r["chosen"] = {"arm": "carry-groups640-fit2", "by": "dev", "tried": 1}
     row = next(line for line in real_gemma3(r, smollm2_distill_gap="+3.3% ± 0.0").splitlines()
                if "then distilled" in line)
     assert "6.5000 → 5.5000" in row and "+10.0%" in row and "+7.7%" in row and "+3.3% ± 0.0" in row
     assert "| 4000 |" in row and "98,304" in row
+
+
+def test_the_gemma3_bos_control_gives_each_gap_against_the_original_read_the_same_way():
+    from report_gemma3 import bos_lines
+    r = {"dev_windows": 16, "bos": {"original": {"plain": 5.0, "bos": 4.0},
+                                    "arm": {"plain": 5.5, "bos": 5.0}}}
+    row = next(line for line in bos_lines(r) if line.startswith("| arm"))
+    assert row == "| arm | 5.5000 | 5.0000 | -0.5000 | +10.0% | +25.0% |"
+    assert bos_lines({"bos": {}}) == []
