@@ -68,6 +68,9 @@ CALIB_TOKENS = 8 * 16 * BLOCK  # the configs' calib_batches × calib_batch_size 
 LEARN_TOKENS = 16 * 16 * BLOCK  # learn_steps × one calibration batch
 DISTILL_LR, DISTILL_BATCH = 1e-4, 1  # results/real_model_distill's choice (on dev): its best rate and batch
 DISTILL_TOKENS = 48 * 8 * BLOCK  # the recipe's 98,304 tokens at every batch
+# distilleq25: the same recipe on the learned map's token passes (LEARN_TOKENS = 65,536: 256 steps of 1 × 256), its
+# schedule ended at its last step — the equal-compute arm against learned25, fixed by that rule before it ran
+EQUAL_TOKENS = LEARN_TOKENS
 # (name, config file, more options, what is trained and on how many token passes)
 RECIPES = {
     "free25": ("configs/smollm2_shrink_25_training_free.py", (), "training-free",
@@ -85,7 +88,12 @@ DISTILLED = {"distill25": ("free25", "every weight of the −25% model (AdamW, 3
              "slicedistill25": ("slice25", "every weight of SliceGPT's −25% model, shortcuts included (the same "
                                 "AdamW recipe, tokens and batches as distill25)",
                                 f"{CALIB_TOKENS:,} forward + {DISTILL_TOKENS:,} forward+backward (and the teacher's "
-                                "forward)")}
+                                "forward)"),
+             "distilleq25": ("free25", "every weight of the −25% model (the distill25 recipe cut to 256 steps of "
+                             "1 × 256 tokens: the learned map's token passes)",
+                             f"{CALIB_TOKENS:,} forward + {EQUAL_TOKENS:,} forward+backward (and the teacher's "
+                             "forward)")}
+DISTILLED_TOKENS = {"distilleq25": EQUAL_TOKENS}  # the others: DISTILL_TOKENS
 SLICEGPT = ("slice25", "slicedistill25")  # --part=slicegpt: SliceGPT's construction, alone and + the same recovery
 DRAWS = (1, 2)  # seeds beside 0 for --part=draws
 # what changed in the plan after a test read, in order (the protocol says so rather than hide it)
@@ -94,10 +102,13 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "distill25's data orders 1 and 2 were added after its order 0 had read test (the recipe unchanged, "
                 "its start seed 0's calibration draw), so that the −25% headline is tested over draws (n = 3)",
                 "free50's draws (seeds 1 and 2) were restored as first planned (2026-11-28), after every other row had "
-                "read test, the recipe unchanged, so that the −50% row is tested over draws (n = 3)"]
+                "read test, the recipe unchanged, so that the −50% row is tested over draws (n = 3)",
+                "learned25's draws (seeds 1 and 2) and distilleq25 (distill25 cut to learned25's 65,536 token passes, "
+                "the equal-compute arm #70 asks for, seeds 0–2) were added on 2026-11-29, after every other row had "
+                "read test; neither recipe was changed or chosen after a read"]
 # the recipes drawn three times: the training-free headline (calibration draws) and the trained one (data orders);
 # the others once (n = 1): a trained recipe costs ≈ 50 core-min
-DRAWN = ("free25", "free50", "distill25")
+DRAWN = ("free25", "free50", "learned25", "distill25", "distilleq25")
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
 # the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)
@@ -184,7 +195,7 @@ def distilled(src: str, data: dict[str, str], name: str, seed: int) -> dict:
     """DISTILLED[name]: its start (seed 0's calibration draw) distilled from the original in data order ``seed``."""
     start = transformed(src, data, DISTILLED[name][0], 0)
     args = ["finetune.py", f"--in_dir={start['out_dir']}", f"--data_dir={data[CALIBRATION]}",
-            *recipe(DISTILL_LR, seed, DISTILL_BATCH), *DISTILL]
+            *cut(recipe(DISTILL_LR, seed, DISTILL_BATCH), DISTILLED_TOKENS.get(name, DISTILL_TOKENS)), *DISTILL]
     spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
                      if a.startswith(("--in_dir", "--data_dir")) else a for a in args]}
 
@@ -194,6 +205,18 @@ def distilled(src: str, data: dict[str, str], name: str, seed: int) -> dict:
 
     out, result = cached("protocol", f"{name}-s{seed}", spec, build)
     return dict(result, out_dir=out, start=start)
+
+
+def cut(args: list[str], tokens: int) -> list[str]:
+    """A finetune recipe shortened to ``tokens`` training tokens: its steps and its schedule's end both at the new
+    last step (the warmup and the rates unchanged), so the shorter run decays fully; unchanged at the recipe's own
+    token count."""
+    value = {a.split("=")[0]: a.split("=", 1)[1] for a in args}
+    per_step = int(value["--batch_size"]) * int(value["--block_size"])
+    if tokens % per_step:
+        raise ValueError(f"tokens={tokens} is not a whole number of steps of {per_step} tokens")
+    steps = str(tokens // per_step)
+    return [f"{a.split('=')[0]}={steps}" if a.split("=")[0] in ("--max_iters", "--lr_decay_iters") else a for a in args]
 
 
 def loto_data(src: str, held_out: str) -> str:

@@ -147,7 +147,9 @@ def dev_losses(model, data_dir: str) -> np.ndarray:
 
 def bos_losses(model, data_dir: str, bos: int) -> dict:
     """Each of the first DEV_WINDOWS dev windows scored on its tokens 1 … BLOCK − 2 twice: read as it is (tokens 0 …
-    BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) — the same targets, one more token of context."""
+    BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) — the same targets, one more token of context.
+    Read as it is, position j predicts token j + 1 (targets 1 … BLOCK − 2 are positions 0 … BLOCK − 3); with BOS in
+    front, position j predicts token j (the same targets are positions 1 … BLOCK − 2)."""
     loader = BatchLoader(data_dir, BLOCK, 4, "cpu")
     starts = loader.full_split_starts("val")[:DEV_WINDOWS]
     data = loader.tokens("val")
@@ -159,7 +161,7 @@ def bos_losses(model, data_dir: str, bos: int) -> dict:
             nll, = token_losses(model, [(x, y)])
             nll_bos, = token_losses(model, [(x_bos, x)])
         plain.append(nll[:, :BLOCK - 2].mean(1).double())  # targets x[1 … BLOCK − 2]
-        with_bos.append(nll_bos[:, 2:].mean(1).double())  # the same targets
+        with_bos.append(nll_bos[:, 1:BLOCK - 1].mean(1).double())  # the same targets (until 2026-11-29: 2:, one on)
     plain, with_bos = torch.cat(plain).numpy(), torch.cat(with_bos).numpy()
     return {"plain": float(plain.mean()), "bos": float(with_bos.mean()),
             "plain_windows": [round(float(w), 6) for w in plain], "bos_windows": [round(float(w), 6) for w in with_bos]}
