@@ -89,3 +89,17 @@ def test_a_ledger_made_again_carries_the_reads_the_results_recorded_and_counts_n
     assert protocol.test_reads(str(tmp_path / "empty"), legacy)["reads"] == 31
     first_format = {"reads": 33, "recipes": ["x", "a"], "carried": 31, "carried_recipes": ["x"]}
     assert protocol.test_reads(old, first_format)["reads"] == 31 + 3
+
+
+def test_cut_shortens_a_recipe_to_its_tokens_and_ends_its_schedule_there():
+    from real_distill import recipe
+    full = recipe(protocol.DISTILL_LR, 0, protocol.DISTILL_BATCH)
+    assert protocol.cut(full, protocol.DISTILL_TOKENS) == full  # the recipe's own tokens: unchanged
+    short = dict(a.split("=", 1) for a in protocol.cut(full, protocol.EQUAL_TOKENS))
+    assert int(short["--max_iters"]) * int(short["--batch_size"]) * int(short["--block_size"]) == protocol.LEARN_TOKENS
+    assert short["--lr_decay_iters"] == short["--max_iters"]  # the shorter run decays fully
+    unchanged = {k: v for k, v in dict(a.split("=", 1) for a in full).items() if k not in ("--max_iters",
+                                                                                         "--lr_decay_iters")}
+    assert {k: short[k] for k in unchanged} == unchanged
+    with pytest.raises(ValueError, match="whole number of steps"):
+        protocol.cut(full, protocol.EQUAL_TOKENS + 1)
