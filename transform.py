@@ -46,6 +46,7 @@ from lgpt.plumbing.cli import run_cli
 from lgpt.plumbing.configurator import load_config
 from lgpt.plumbing.dataset import (
     BatchLoader,
+    BosFirstLoader,
     check_tokenizer,
     data_dir_for_checkpoint,
     evaluate_loss,
@@ -72,6 +73,10 @@ class CalibrationText:
     # the calibration text (the command's BatchLoader over the training data)
     data_dir: str = ""  # '' → the data directory recorded in the input checkpoint
     calib_batch_size: int = 16  # sequences per calibration batch
+    calib_bos: bool = False  # calibration windows start with the tokenizer's BOS token (each window's last token
+    #                          dropped): the states of a model that always reads BOS first (Gemma), whose first
+    #                          position can hold activations no mid-text window shows; needs a checkpoint that
+    #                          records a BOS token (an imported HF or GGUF model)
     block_size: int = 0  # tokens per calibration / evaluation window (0: the model's context, which for an imported
     #                      Llama or Qwen, 32k–128k, can exceed a small corpus)
 
@@ -128,6 +133,10 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
                     cfg.refit, cfg.learn_steps, regroups=regroups_heads(model.config, cfg.n_head, cfg.n_kv_head))
     if cfg.map_file:
         spec = replace(spec, given_map=read_map_file(cfg.map_file, cfg.width, model.config.n_embd))
+    bos_id = ((ckpt.get("meta") or {}).get("special_ids") or {}).get("bos_token_id")
+    if cfg.calib_bos and bos_id is None:
+        raise ConfigError(f"calib_bos=True needs a BOS token, and the checkpoint in '{cfg.in_dir}' records none (a "
+                          "model trained here or a character model): drop --calib_bos")
     loader = None
     if cfg.kind == "pca" or cfg.eval_iters != 0 or cfg.refit != "none" or cfg.learn_steps > 0:
         data_dir = data_dir_for_checkpoint(ckpt, cfg.data_dir, "--data_dir")
@@ -135,7 +144,10 @@ def transform_checkpoint(cfg: TransformConfig) -> dict:
         loader = BatchLoader(data_dir, window_size(cfg.block_size, model.config.block_size), cfg.calib_batch_size,
                              cfg.device)
     announce_threads(cfg.device)
-    new_model, record = transform_model(model, spec, loader)
+    calibration = loader if loader is None or not cfg.calib_bos else BosFirstLoader(loader, bos_id)
+    new_model, record = transform_model(model, spec, calibration)  # evaluation below reads the text as it is
+    if cfg.calib_bos and loader is not None:
+        record["notes"].append(f"calibration windows started with BOS (token {bos_id}); evaluation did not")
     ramp = record.pop("growth_ramp", None)
     record["source"] = os.path.abspath(cfg.in_dir)
     record["source_fingerprint"] = weights_fingerprint(ckpt["model"])  # consumers check the source is unchanged

@@ -606,6 +606,22 @@ def loss_basis(loader: BatchLoader, eval_iters: int | None, seed: int = 0, split
             f"eval seed {seed}")
 
 
+class BosFirstLoader:
+    """A BatchLoader whose random windows read ``bos`` first: (BOS, t₀ … t_{T−2}) with targets (t₀ … t_{T−1}), the
+    way a model trained with a BOS token at every sequence's start reads text. Only ``get_batch`` changes (what
+    calibration draws); every other attribute is the wrapped loader's."""
+
+    def __init__(self, loader: BatchLoader, bos: int):
+        self.loader, self.bos = loader, int(bos)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+    def get_batch(self, split: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, _ = self.loader.get_batch(split, seed)
+        return torch.cat([torch.full_like(x[:, :1], self.bos), x[:, :-1]], 1), x
+
+
 def token_losses(model, batches, ctx=None) -> Iterator[torch.Tensor]:
     """Each batch's next-token cross-entropies, shaped like its targets (batch, T), on the batch's device. The head
     is applied in chunks (``chunked_logits``): one chunk, the whole batch, unless its logits exceed LOGITS_BUDGET."""
