@@ -74,7 +74,12 @@ SHRINK_ARMS = {"carry": ("--output_gains=carry",), "average": ("--output_gains=a
                # added after the length fit's repair (2026-11-28): the coordinate selection, its lengths fitted too
                "carry-groups640-fit2": ("--output_gains=carry", "--gain_groups=640", "--fit_lengths=2"),
                "carry-groups160": ("--output_gains=carry", "--gain_groups=160"),  # between 64 and 640 groups,
-               "carry-groups320": ("--output_gains=carry", "--gain_groups=320")}  # once the fit was repaired
+               "carry-groups320": ("--output_gains=carry", "--gain_groups=320"),  # once the fit was repaired
+               # added 2026-11-29 after the BOS control: the chosen arm calibrated on BOS-first windows
+               "carry-groups640-fit2-bos": ("--output_gains=carry", "--gain_groups=640", "--fit_lengths=2",
+                                            "--calib_bos=True")}
+# the −25% candidates the BOS-first reading chooses between, on dev (--part=bos_recipe)
+BOS_CANDIDATES = ("carry-groups640-fit2", "carry-groups640-fit2-bos")
 # where the shrink loses (dev): the same recipe at m = d, a PCA rotation — no width lost, only the carried lengths
 # inexact (the coordinate cut, every gain exact and only the width lost, is the gain_groups=640 arm)
 DIAGNOSTIC = {"rotation-640": ("--width=640",),
@@ -157,14 +162,17 @@ def dev_losses(model, data_dir: str) -> np.ndarray:
         return torch.cat([nll.mean(1).double() for nll in token_losses(model, batches)]).numpy()
 
 
-def bos_losses(model, data_dir: str, bos: int) -> dict:
-    """Each of the first DEV_WINDOWS dev windows scored on its tokens 1 … BLOCK − 2 twice: read as it is (tokens 0 …
-    BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) — the same targets, one more token of context.
-    Read as it is, position j predicts token j + 1 (targets 1 … BLOCK − 2 are positions 0 … BLOCK − 3); with BOS in
-    front, position j predicts token j (the same targets are positions 1 … BLOCK − 2)."""
-    loader = BatchLoader(data_dir, BLOCK, 4, "cpu")
-    starts = loader.full_split_starts("val")[:DEV_WINDOWS]
-    data = loader.tokens("val")
+def bos_losses(model, data_dir: str, bos: int, split: str = "val", count: int | None = None,
+               test_for: str = "") -> dict:
+    """Each of the first ``count`` (default DEV_WINDOWS; on test: every) windows of ``split`` scored on its tokens
+    1 … BLOCK − 2 twice: read as it is (tokens 0 … BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) —
+    the same targets, one more token of context. Read as it is, position j predicts token j + 1 (targets 1 … BLOCK − 2
+    are positions 0 … BLOCK − 3); with BOS in front, position j predicts token j (the same targets are positions
+    1 … BLOCK − 2). ``test_for``: the recipe whose test read this is (recorded)."""
+    loader = BatchLoader(data_dir, BLOCK, 4, "cpu", test_for=test_for)
+    starts = loader.full_split_starts(split)
+    starts = starts[:DEV_WINDOWS if count is None and split == "val" else count]
+    data = loader.tokens(split)
     plain, with_bos = [], []
     for i in range(0, len(starts), 4):
         x, y = loader.windows(data, starts[i:i + 4])
@@ -175,7 +183,9 @@ def bos_losses(model, data_dir: str, bos: int) -> dict:
         plain.append(nll[:, :BLOCK - 2].mean(1).double())  # targets x[1 … BLOCK − 2]
         with_bos.append(nll_bos[:, 1:BLOCK - 1].mean(1).double())  # the same targets (until 2026-11-29: 2:, one on)
     plain, with_bos = torch.cat(plain).numpy(), torch.cat(with_bos).numpy()
-    return {"plain": float(plain.mean()), "bos": float(with_bos.mean()),
+    return {"plain": float(plain.mean()), "bos": float(with_bos.mean()), "windows": len(plain),
+            "plain_se": float(plain.std(ddof=1) / math.sqrt(len(plain))),
+            "bos_se": float(with_bos.std(ddof=1) / math.sqrt(len(with_bos))),
             "plain_windows": [round(float(w), 6) for w in plain], "bos_windows": [round(float(w), 6) for w in with_bos]}
 
 
@@ -229,7 +239,8 @@ def tried_at_25(payload: dict) -> int:
 
 
 # results.json's parts, each a dict
-SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos", "export")
+SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos", "export",
+            "bos_recipe")
 FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
@@ -247,7 +258,7 @@ class Run:
         if os.path.exists(RESULTS_FILE):
             with open(RESULTS_FILE, encoding="utf-8") as f:
                 self.payload.update({k: v for k, v in json.load(f).items()
-                                     if k in (*SECTIONS, "chosen", "superseded")})
+                                     if k in (*SECTIONS, "chosen", "chosen_bos", "superseded")})
         model = load_model(self.src)[0].eval()
         self.reference = logprobs(model, self.data_dir)
         gains = output_gains(model).flatten()
@@ -272,8 +283,9 @@ class Run:
                     merged.pop(k, None)
                 mine.clear()
                 mine.update(merged)
-            if "chosen" in now and "chosen" not in self.fresh:
-                self.payload["chosen"] = now["chosen"]
+            for key in ("chosen", "chosen_bos"):
+                if key in now and key not in self.fresh:
+                    self.payload[key] = now[key]
             mine = self.payload.setdefault("superseded", {})  # another process may have superseded arms too
             for section, entries in now.get("superseded", {}).items():
                 mine[section] = {**entries, **mine.get(section, {})}
@@ -453,9 +465,6 @@ class Run:
 
     def bos(self) -> None:
         """The BOS control (see the module's docstring): the original, the chosen −25% arm, its distilled model."""
-        ckpt = torch.load(os.path.join(self.src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
-        bos = ckpt["meta"]["special_ids"]["bos_token_id"]
-        del ckpt
         name = f"free-25%-{self.payload['chosen']['arm']}"
         models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
         distilled = self.distilled(only_if_built=True)  # an hour's distillation is not rebuilt for this control
@@ -470,17 +479,50 @@ class Run:
                     old, targets=old.get("targets", "2 … 255 with BOS against 1 … 254 without (one on)"))
         self.part_started = time.time()
         for done, (label, path) in enumerate(models.items(), 1):
-            def build(out: str, path: str = path) -> dict:
-                os.makedirs(out, exist_ok=True)
-                started = time.process_time()
-                result = bos_losses(load_model(path)[0].eval(), self.data_dir, bos)
-                return dict(result, cpu_seconds=round(time.process_time() - started, 1))
-
-            result = cached("eval-gemma3", "bos-" + label.replace(", ", "-"),
-                            {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": bos,
-                             "targets": BOS_TARGETS}, build)[1]
-            x = self.keep("bos", label, dict(result, bos_token=bos, targets=BOS_TARGETS))
+            x = self.keep("bos", label, self.bos_read(label, path))
             self.say(f"bos {label}: {x['plain']:.4f} without, {x['bos']:.4f} with BOS", done, len(models))
+
+    def bos_token(self) -> int:
+        ckpt = torch.load(os.path.join(self.src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        return ckpt["meta"]["special_ids"]["bos_token_id"]
+
+    def bos_read(self, label: str, path: str, split: str = "val") -> dict:
+        """bos_losses of the model in ``path`` on dev (DEV_WINDOWS) or the whole test split (a recorded read)."""
+        bos = self.bos_token()
+
+        def build(out: str) -> dict:
+            os.makedirs(out, exist_ok=True)
+            started = time.process_time()
+            result = bos_losses(load_model(path)[0].eval(), self.data_dir, bos, split,
+                                test_for=f"gemma3-bos-{label}" if split == "test" else "")
+            return dict(result, cpu_seconds=round(time.process_time() - started, 1))
+
+        spec = {"model": harness.relative(path), "windows": DEV_WINDOWS if split == "val" else "all", "bos": bos,
+                "targets": BOS_TARGETS, **({"split": split} if split != "val" else {})}
+        stage = "eval-gemma3" if split == "val" else "test-gemma3"
+        return dict(cached(stage, "bos-" + label.replace(", ", "-"), spec, build)[1], bos_token=bos,
+                    targets=BOS_TARGETS)
+
+    def bos_recipe(self) -> None:
+        """The −25% recipe chosen again with BOS first: BOS_CANDIDATES on dev read with BOS in front, the lower
+        chosen, and it and the original read once on the whole test split with and without BOS (the same targets)."""
+        self.part_started = time.time()
+        dev = {}
+        for done, mode in enumerate(BOS_CANDIDATES, 1):
+            name, out, built = self.shrunk("-25%", mode)
+            dev[mode] = self.keep("bos_recipe", f"dev {name}", dict(self.bos_read(name, out), **{
+                k: built[k] for k in ("step", "parameters", "notes", "length_fit") if k in built}))
+            self.say(f"bos_recipe {name}: dev {dev[mode]['bos']:.4f} with BOS, {dev[mode]['plain']:.4f} without",
+                     done, len(BOS_CANDIDATES) + 2)
+        chosen = min(dev, key=lambda mode: dev[mode]["bos"])
+        self.payload["chosen_bos"] = {"arm": chosen, "tried": len(BOS_CANDIDATES), "by": "dev loss with BOS first",
+                                      "dev": {m: x["bos"] for m, x in dev.items()}}
+        self.fresh["chosen_bos"] = set()
+        name, out, _ = self.shrunk("-25%", chosen)
+        for done, (label, path) in enumerate((("original", self.src), (name, out)), len(BOS_CANDIDATES) + 1):
+            x = self.keep("bos_recipe", f"test {label}", self.bos_read(label, path, "test"))
+            self.say(f"bos_recipe test {label}: {x['bos']:.4f} with BOS, {x['plain']:.4f} without", done,
+                     len(BOS_CANDIDATES) + 2)
 
     def export(self) -> None:
         """The chosen −25% arm as a user ships it: convert.py --to_hf, read back by transformers' own

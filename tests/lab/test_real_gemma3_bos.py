@@ -39,3 +39,22 @@ def test_bos_losses_read_the_same_targets_with_and_without_bos(char_data_dir, mo
     # a bigram model scores each target from the token before it: the same targets give the same losses
     np.testing.assert_allclose(result["bos_windows"], result["plain_windows"], rtol=0, atol=2e-6)
     assert result["bos"] == pytest.approx(result["plain"], abs=2e-6)
+
+
+def test_a_bos_test_read_covers_the_whole_split_and_is_recorded(char_data_dir, tmp_path, monkeypatch):
+    import pickle
+    import shutil
+
+    from lgpt.plumbing.dataset import reads_of_test
+    data = str(tmp_path / "data")
+    shutil.copytree(char_data_dir, data)
+    with open(os.path.join(data, "meta.pkl"), "rb") as f:
+        vocab = pickle.load(f)["vocab_size"]
+    monkeypatch.setattr(real_gemma3, "BLOCK", 16)
+    with torch.no_grad():
+        result = real_gemma3.bos_losses(Bigram(vocab + 1), data, bos=vocab, split="test", test_for="gemma3-bos-x")
+    with open(os.path.join(data, "meta.pkl"), "rb") as f:
+        tokens = pickle.load(f)["tokens"]["test"]
+    assert result["windows"] == len(range(0, tokens - 16 - 1, 16))  # every window of the split (full_split_starts)
+    np.testing.assert_allclose(result["bos_windows"], result["plain_windows"], rtol=0, atol=2e-6)
+    assert [r["recipe"] for r in reads_of_test(data)] == ["gemma3-bos-x"]
