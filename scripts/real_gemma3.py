@@ -439,8 +439,9 @@ class Run:
                 **({"length_fit": built["length_fit"]} if "length_fit" in built else {})}
 
         def build(out: str) -> dict:
-            os.environ.update(MALLOC)  # run_step's child inherits it: its speed, not its arithmetic
-            return {"step": run_step([*args, f"--out_dir={out}", "--overwrite=True"]), "malloc": MALLOC,
+            # the distillation's process alone (its speed, not its arithmetic); until 2026-11-29 this process's
+            # environment took it, so every later step of the same run inherited it
+            return {"step": run_step([*args, f"--out_dir={out}", "--overwrite=True"], MALLOC), "malloc": MALLOC,
                     "parameters": parameters(out), "tokens": DISTILL_TOKENS}
 
         if only_if_built and not is_built("gemma3", f"distill-{name}", spec):

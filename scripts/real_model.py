@@ -74,9 +74,10 @@ NEAREST_SELECTION = {"pool": list(NEAREST_POOL), "pool_chars": NEAREST_POOL_CHAR
 EVALS = {"val": "shakespeare", "general": "novel"}  # which prepared text each reported loss is on
 
 
-def run_step(args: list[str]) -> dict:
-    """One command in its own process: (wall seconds, CPU seconds, peak resident MB); its last lines on failure."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), NANOLGPT_PROGRESS="0")
+def run_step(args: list[str], extra_env: dict[str, str] | None = None) -> dict:
+    """One command in its own process: (wall seconds, CPU seconds, peak resident MB); its last lines on failure.
+    ``extra_env``: settings for this process alone (this one's environment is left as it is)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), NANOLGPT_PROGRESS="0", **(extra_env or {}))
     started = time.time()
     proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -129,7 +129,10 @@ def transform_model(model: GPT, spec: TransformSpec, data: BatchLoader | None = 
     if spec.learn.refit != "none" or spec.tie.tie_head:
         new_model = apply_refit(original, new_model, T, batches, spec.learn.refit, spec.learn.refit_ridge,
                                 spec.tie.tie_head, corrections, notes, spec.tie.retie_target)
-        rescale_tied_input(new_model, d)  # a retied head at width m: the input scale √m, as Gemma's exports say
+        c = rescale_tied_input(new_model, d)  # a retied head at width m: the input scale √m, as Gemma's exports say
+        if c is not None:
+            notes.append(f"the retied head's input scale moved to √{new_model.config.n_embd}: E × {c:.4f}, the final "
+                         f"norm's gain ÷ {c:.4f} (the same function; porting.rescale_tied_input)")
         clock.lap("refit/tie")
     record = transform_record(spec, model.config, porting, kind, T, T_pinv, calibration, data, coordinates, notes,
                               corrections, started, clock)

@@ -417,22 +417,30 @@ def rescale_tied_embedding(out: dict, cfg: GPTConfig, d: int, m: int) -> None:
     out["transformer.wte.weight"] = out["transformer.wte.weight"] * c
     out["lm_head.weight"] = out["transformer.wte.weight"]
     out["transformer.ln_f.weight"] = out["transformer.ln_f.weight"] / c
+    if out.get("transformer.ln_f.bias") is not None and cfg.norm_gain == "vector":  # g ⊙ n + β: β reaches the head too
+        out["transformer.ln_f.bias"] = out["transformer.ln_f.bias"] / c
     cfg.embed_scale = math.sqrt(m)
 
 
-def rescale_tied_input(model: GPT, d: int) -> None:
+def rescale_tied_input(model: GPT, d: int) -> float | None:
     """``rescale_tied_embedding`` on a finished model of width m (in place): a head that a refit retied at width m
     (``--tie_head``) keeps the source's input scale √d, which computes the same function but which Gemma's exports
-    cannot say (they derive the scale from the width). E → c·E, the final gain → g/c, s → √m with c = √(d/m)."""
+    cannot say (they derive the scale from the width). E → c·E, the final gain (and a LayerNorm's shift) → ·/c,
+    s → √m with c = √(d/m). Returns c, or None where nothing applies (no tied head, no √d input scale, m = d, or a
+    final norm without a gain to take 1/c)."""
     cfg, m = model.config, model.config.n_embd
     if (cfg.head != "tied" or m == d or abs(cfg.embed_scale - math.sqrt(d)) > 1e-6 * math.sqrt(d)
             or getattr(model.transformer.ln_f, "weight", None) is None):
-        return
+        return None
     c = math.sqrt(d / m)
     with torch.no_grad():
         model.transformer.wte.weight.mul_(c)  # the tied head reads this same parameter
         model.transformer.ln_f.weight.div_(c)
+        ln_f = model.transformer.ln_f
+        if getattr(ln_f, "bias", None) is not None and getattr(ln_f, "gain", "vector") == "vector":
+            ln_f.bias.div_(c)  # g ⊙ n + β reaches the head as c·E: β too (a scalar gain multiplies n + β whole)
     cfg.embed_scale = math.sqrt(m)
+    return c
 
 
 def port_weights(sd: dict, cfg: GPTConfig, T: torch.Tensor, T_pinv: torch.Tensor, porting: str,

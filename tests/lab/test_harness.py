@@ -1095,3 +1095,13 @@ def test_the_mix_part_distils_the_mix_calibrated_map_on_the_mix_against_its_own_
     assert case["text"] == "mix" and case["train_tokens"] == 900 and case["batch"] == 1
     assert case["start"]["options"] == list(real_distill.MIX_RECIPE[2]) == ["--learn_steps=16", "--learn_gain_lr=1e-2"]
     assert case["recipe"] == real_distill.recipe(1e-4, batch=1)
+
+
+def test_a_steps_extra_environment_is_its_own(tmp_path):
+    """real_model.run_step(args, extra_env): the child sees the settings, this process does not keep them (the
+    Gemma distillation's malloc settings once leaked into every later step of the same run)."""
+    from real_model import run_step
+    seen = tmp_path / "seen"
+    run_step(["-c", "import os, sys; open(sys.argv[1], 'w').write(os.environ.get('NANOLGPT_TEST_SETTING', '-'))",
+              str(seen)], {"NANOLGPT_TEST_SETTING": "child"})
+    assert seen.read_text() == "child" and "NANOLGPT_TEST_SETTING" not in os.environ

@@ -520,3 +520,23 @@ def test_pca_exclude_through_the_transform_and_its_refusals(char_data_dir):
             TransformConfig(in_dir="x", out_dir="y", width=8, pca_keep=(1,), **options).validate()
     new, record = transform_model(model, spec(10, kind="pca", calib_batches=1, pca_keep=(9, 4, 9)), loader)
     assert record["pca_keep"] == [4, 9] and record["T"][:, [4, 9]].abs().max(0).values.min() == 1.0
+
+
+@pytest.mark.parametrize("norm_type, bias, gain", [("rmsnorm", False, "vector"), ("layernorm", True, "vector"),
+                                                   ("layernorm", True, "scalar"), ("rmsnorm", False, "scalar")])
+def test_moving_a_tied_heads_input_scale_keeps_the_model(norm_type, bias, gain):
+    """porting.rescale_tied_input on every final norm that has a gain: E × c, the gain (and a LayerNorm's shift)
+    ÷ c, the input scale √d → √m; the log-probs stay (a shift left alone moved the logits by (c − 1)·β·Eᵀ)."""
+    import copy
+    import math
+
+    from lgpt.method.porting import rescale_tied_input
+    d = 25  # as if shrunk from width 25 to 16: the input scale is still √25
+    model = random_model(4, head="tied", norm_type=norm_type, bias=bias, norm_gain=gain, embed_scale=math.sqrt(d))
+    moved = copy.deepcopy(model)
+    assert rescale_tied_input(moved, d) == pytest.approx(math.sqrt(d / 16))
+    assert moved.config.embed_scale == pytest.approx(4.0)
+    x = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(torch.log_softmax(moved(x)[0], -1), torch.log_softmax(model(x)[0], -1),
+                               atol=2e-5, rtol=0)
+    assert rescale_tied_input(moved, d) is None  # already at √m
