@@ -749,7 +749,9 @@ def shrink_vs_scratch_rates(r: dict) -> str:
              ms(r["scratch"]["test"], 4)]]
     verdicts = [[name, f"{v['delta']:+.4f}", verdict_cell(v)] for name, v in zip(names, tests)]
     chosen_now = {(side, r[side]["chosen_lr_factor"]) for side in ("original", "scratch")}
-    earlier = [x for x in r.get("earlier_test_reads", []) if (x["side"], x["lr_factor"]) not in chosen_now]
+    # the shrink's reads (no rate of their own: the original's chosen one) are in results.json, not in this table
+    earlier = [x for x in r.get("earlier_test_reads", []) if "lr_factor" in x
+               and (x["side"], x["lr_factor"]) not in chosen_now]
     looks = [] if not earlier else ["", "Test reads of an earlier choice (before the sweep's extension: "
                                     + "; ".join(r.get("plan_changes", [])) + "):", ""] + table(
         ["model", "learning-rate factor", "test (n)"],
@@ -759,7 +761,8 @@ def shrink_vs_scratch_rates(r: dict) -> str:
                       "chosen on the whole dev split, for each side alike; test read once per model, after every "
                       f"choice. Verdicts: {RULE}; Holm across these three.", "",
                       *table(["model", "dev loss by learning-rate factor (seed 0)", "chosen factor",
-                              "training seconds (one thread)", "dev (chosen, n = 3)", "test (n = 3)"], rows), "",
+                              "training seconds (one thread)", "dev (chosen rate, n = 3; seed 0's chose it)",
+                              "test (n = 3)"], rows), "",
                       *table(["difference on test", "mean", "verdict"], verdicts), *looks])
 
 

@@ -30,6 +30,7 @@ from harness import (
     full_val_loss,
     mean_spread,
     read_marker,
+    relative,
     save,
     trained,
     transformed,
@@ -114,16 +115,21 @@ def rate_args(lr: float) -> list[str]:
     return [f"--learning_rate={lr:g}", f"--min_lr={lr / 10:g}"]
 
 
-def earlier_test_reads(labels: dict[str, str]) -> list[dict]:
-    """Every test loss ``test_loss`` kept beside a trained model of these sweeps ({side: its runs' label}), read
-    from the run cache without building anything: what test has shown, whichever choice it was read for."""
+def earlier_test_reads(data_dir: str) -> list[dict]:
+    """Every test loss this experiment kept beside a model of the run cache (``test_loss``'s memo, the recipe
+    ``shrink_vs_scratch_rates-SIDE``) on the dataset ``data_dir``, read without building anything: what test has
+    shown, whichever choice it was read for — the shrink's reads included. Memos from before they named their
+    dataset count where their run's name carries a learning rate and seed of these sweeps."""
     reads = []
-    for side, label in labels.items():
-        for memo in sorted(glob.glob(os.path.join(RUNS, f"train-{label}_lr*-s*-*", "test_loss.json"))):
-            found = re.search(r"_lr([\d.]+)-s(\d+)-", os.path.basename(os.path.dirname(memo)))
-            with open(memo) as f:
-                reads.append({"side": side, "lr_factor": float(found.group(1)), "seed": int(found.group(2)),
-                              "test": json.load(f)["loss"]})
+    for memo in sorted(glob.glob(os.path.join(RUNS, "*", "test_loss.json"))):
+        with open(memo) as f:
+            kept = json.load(f)
+        side = str(kept.get("recipe", "")).removeprefix("shrink_vs_scratch_rates-")
+        if side == kept.get("recipe", "") or kept.get("data_dir", relative(data_dir)) != relative(data_dir):
+            continue  # another experiment's read, or another dataset's
+        found = re.search(r"_lr([\d.]+)-s(\d+)-", os.path.basename(os.path.dirname(memo)))
+        reads.append({"side": side, "run": os.path.basename(os.path.dirname(memo)), "test": kept["loss"],
+                      **({"lr_factor": float(found.group(1)), "seed": int(found.group(2))} if found else {})})
     return reads
 
 
@@ -139,7 +145,7 @@ def test_loss(model_dir: str, recipe: str, device: str) -> float:
     loss = evaluate_loss(model, loader, "test", None)
     tmp = f"{memo}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"loss": loss, "recipe": recipe}, f)
+        json.dump({"loss": loss, "recipe": recipe, "data_dir": relative(loader.data_dir)}, f)
     os.replace(tmp, memo)
     return loss
 
@@ -186,7 +192,7 @@ def shrink_vs_scratch_rates(s: Setting) -> None:
                        "transform_seconds": mean_spread([r["seconds"] for _, r in shrunk]),
                        "dirs": [out for out, _ in shrunk]}
     # every test read so far of a model of either sweep (a choice an extension moved was read before it moved)
-    reads = earlier_test_reads({"original": "svs_base", "scratch": f"svs3_m{m}"})
+    reads = earlier_test_reads(three_splits())
     for side, x in sides.items():  # every choice is made: now each chosen model reads test, once
         x["test"] = mean_spread([test_loss(out, f"shrink_vs_scratch_rates-{side}", s.device) for out in x.pop("dirs")])
     payload = {"data": "character tinyshakespeare, train 80% / test 10% / dev 10%", "d": d, "m": m,
