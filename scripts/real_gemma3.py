@@ -12,7 +12,8 @@ reads the whole test split once, for the original and the arm chosen on dev at �
 - ``grow``: d = 640 → m = 768 by zero padding (kind='truncate'), by ``split`` (an orthonormal map whose rows mix
   coordinate pairs: maps.split_map) and by a Haar-random orthogonal map with the output gains carried
   (porting.carry_output_norms) or averaged (the plain average, what every earlier version did). Exactness: the
-  relative error of the log-probabilities on the first EXACT_WINDOWS dev windows, ‖Δ‖/‖log p‖ and max |Δ|.
+  relative error of the log-probabilities at every position of the first EXACT_WINDOWS dev windows, ‖Δ‖/‖log p‖
+  and max |Δ| (until 2026-11-29: each window's last position only).
 - ``shrink``: the SmolLM2 training-free recipe unchanged (configs/smollm2_shrink_25_training_free.py: tied PCA,
   tie_keep 32, 8 × 16 × 256 calibration tokens) at −25% and −50% parameters (m = 480 and 320: every parameter of
   this model scales with d), with the output gains carried, averaged, and carried with the 32 coordinates of most
@@ -190,10 +191,12 @@ def bos_losses(model, data_dir: str, bos: int, split: str = "val", count: int | 
 
 
 def logprobs(model, data_dir: str) -> torch.Tensor:
+    """The log-probabilities at every position of the first EXACT_WINDOWS dev windows, (windows, BLOCK, V). Until
+    2026-11-29 this read only each window's last position (the model's default output without targets)."""
     loader = BatchLoader(data_dir, BLOCK, EXACT_WINDOWS, "cpu")
     x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
     with torch.no_grad():
-        out = model(x)
+        out = model(x, all_logits=True)
     return (out[0] if isinstance(out, tuple) else out).double().log_softmax(-1)
 
 
@@ -213,7 +216,7 @@ def measured(model_dir: str, data_dir: str, reference: torch.Tensor | None, labe
         return result
 
     spec = {"model": harness.relative(model_dir), "windows": DEV_WINDOWS, "exact_windows": EXACT_WINDOWS,
-            "reference": reference is not None}
+            "reference": reference is not None, **({"positions": "all"} if reference is not None else {})}
     return cached("eval-gemma3", label, spec, build)[1]
 
 
@@ -301,6 +304,7 @@ class Run:
             self.payload.setdefault("superseded", {}).setdefault(section, {})[name] = dict(
                 old, length_fit=old.get("length_fit", SUPERSEDED_FIT))
         self.fresh.setdefault(section, set()).add(name)
+        self.removed.get(section, set()).discard(name)  # measured again: not the entry moved away
         self.payload.setdefault(section, {})[name] = entry
         self.write()
         return entry
@@ -551,7 +555,7 @@ class Run:
                     "transformers": transformers_version()}
 
         result = cached("gemma3-export", name, {"model": harness.relative(out), "windows": EXACT_WINDOWS,
-                                                "v": 1}, build)[1]
+                                                "positions": "all"}, build)[1]
         x = self.keep("export", name, dict(result, parameters=built["parameters"]))
         self.say(f"export {name}: {x['architecture']} (hidden {x['hidden_size']}), transformers against ours "
                  f"{x['relative_error']:.1e} relative, max |Δ log p| {x['max_error']:.1e}")

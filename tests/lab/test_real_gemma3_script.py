@@ -1,4 +1,4 @@
-"""scripts/real_gemma3.py's BOS control scores the same targets with and without BOS in front."""
+"""scripts/real_gemma3.py: the BOS control reads the same targets with and without BOS; exactness, every position."""
 import os
 import sys
 
@@ -58,3 +58,16 @@ def test_a_bos_test_read_covers_the_whole_split_and_is_recorded(char_data_dir, t
     assert result["windows"] == len(range(0, tokens - 16 - 1, 16))  # every window of the split (full_split_starts)
     np.testing.assert_allclose(result["bos_windows"], result["plain_windows"], rtol=0, atol=2e-6)
     assert [r["recipe"] for r in reads_of_test(data)] == ["gemma3-bos-x"]
+
+
+def test_exactness_reads_every_position_of_every_window(char_data_dir, monkeypatch):
+    import pickle
+    with open(os.path.join(char_data_dir, "meta.pkl"), "rb") as f:
+        vocab = pickle.load(f)["vocab_size"]
+    from model import GPT, GPTConfig
+    monkeypatch.setattr(real_gemma3, "BLOCK", 16)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=vocab)).eval()
+    lp = real_gemma3.logprobs(model, char_data_dir)
+    assert lp.shape == (real_gemma3.EXACT_WINDOWS, 16, vocab)  # not each window's last position alone
+    torch.testing.assert_close(lp.exp().sum(-1), torch.ones(real_gemma3.EXACT_WINDOWS, 16, dtype=lp.dtype))
