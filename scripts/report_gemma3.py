@@ -231,10 +231,60 @@ def bos_lines(r: dict) -> list[str]:
     rows = [[name, f"{x['plain']:.4f}", f"{x['bos']:.4f}", f"{x['bos'] - x['plain']:+.4f}",
              gap(x["plain"], base["plain"]) if base and name != "original" else "—",
              gap(x["bos"], base["bos"]) if base and name != "original" else "—"] for name, x in r["bos"].items()]
+    old = r.get("superseded", {}).get("bos", {})
+    superseded = [] if not old else ["", "Superseded: measured before 2026-11-29, when the BOS column read its "
+                                     "windows' tokens 2 … 255 against 1 … 254 without BOS (one target on); the "
+                                     "distilled model's run was not in the run cache to measure again:", ""] + table(
+        ["model", "dev, no BOS", "dev, BOS first (targets one on)"],
+        [[name, f"{x['plain']:.4f}", f"{x['bos']:.4f}"] for name, x in old.items()])
     return ["", f"The BOS control: the first {r['dev_windows']} dev windows scored on the same targets (each "
             "window's tokens 1 … 254) read as every loss above reads them, mid-text with no BOS, and with Gemma's "
             "BOS token in front (one model each, n = 1).", ""] + table(
-        ["model", "dev, no BOS", "dev, BOS first", "BOS − no BOS", "gap, no BOS", "gap, BOS first"], rows)
+        ["model", "dev, no BOS", "dev, BOS first", "BOS − no BOS", "gap, no BOS", "gap, BOS first"], rows) + superseded
+
+
+def bos_recipe_lines(r: dict) -> list[str]:
+    """The −25% recipe chosen again with BOS first: the candidates on dev (BOS first and not), the choice, and the
+    test split read once with and without BOS on the same targets (one model each; ± the windows' standard
+    error)."""
+    x = r.get("bos_recipe")
+    if not x or "chosen_bos" not in r:
+        return []
+    dev = {k.removeprefix("dev "): v for k, v in x.items() if k.startswith("dev ")}
+    test = {k.removeprefix("test "): v for k, v in x.items() if k.startswith("test ")}
+    base = test.get("original")
+    chosen = r["chosen_bos"]
+    rows = [[name, "BOS-first windows (--calib_bos)" if name.endswith("-bos") else "mid-text windows",
+             f"{v['bos']:.4f}", f"{v['plain']:.4f}",
+             f"{v['step']['cpu_seconds']:.0f}" if "step" in v else "—",
+             "chosen" if name.endswith(f"-{chosen['arm']}") else ""] for name, v in dev.items()]
+    out = ["", f"The −25% recipe chosen again with BOS first (--part=bos_recipe): {chosen['tried']} candidates, the "
+           f"first {r['dev_windows']} dev windows read with BOS in front (targets 1 … 254), chosen by {chosen['by']} "
+           "before test was read; one model each.", ""] + table(
+        ["candidate", "calibrated on", "dev, BOS first", "dev, no BOS", "CPU-s (transform)", ""], rows)
+    if base:
+        out += ["", "Test, the whole split read once per model, with and without BOS on the same targets "
+                "(± the standard error over windows):", ""] + table(
+            ["model", "windows", "test, BOS first", "gap, BOS first", "test, no BOS", "gap, no BOS"],
+            [[name, v["windows"], f"{v['bos']:.4f} ± {v['bos_se']:.4f}",
+              "—" if name == "original" else gap(v["bos"], base["bos"]),
+              f"{v['plain']:.4f} ± {v['plain_se']:.4f}",
+              "—" if name == "original" else gap(v["plain"], base["plain"])] for name, v in test.items()])
+    return out
+
+
+def export_lines(r: dict) -> list[str]:
+    """The chosen −25% arm exported to Hugging Face and read back by transformers, against ours."""
+    if not r.get("export"):
+        return []
+    return ["", "Export (--part=export): the chosen −25% arm through convert.py --to_hf, read back by transformers' "
+            f"own class; log-probabilities at every position of the first {r['exact_windows']} dev windows against "
+            "ours.", ""] + table(
+        ["model", "class", "hidden size", "tied head", "parameters", "relative error", "max |Δ log p|",
+         "transformers"],
+        [[name, x["architecture"], x["hidden_size"], "yes" if x["tie_word_embeddings"] else "no",
+          f"{x['parameters'] / 1e6:.1f} M", f"{x['relative_error']:.1e}", f"{x['max_error']:.1e}",
+          x["transformers"]] for name, x in r["export"].items()])
 
 
 def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None,
@@ -299,7 +349,7 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
             + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {x['se']:.4f}",
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
-                     + distill_lines(r, smollm2_distill_gap) + bos_lines(r)
+                     + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + bos_recipe_lines(r) + export_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "

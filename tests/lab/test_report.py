@@ -455,3 +455,21 @@ def test_the_gemma3_bos_control_gives_each_gap_against_the_original_read_the_sam
     row = next(line for line in bos_lines(r) if line.startswith("| arm"))
     assert row == "| arm | 5.5000 | 5.0000 | -0.5000 | +10.0% | +25.0% |"
     assert bos_lines({"bos": {}}) == []
+
+
+def test_the_gemma3_bos_recipe_table_gives_the_choice_and_both_test_reads():
+    from report_gemma3 import bos_recipe_lines, export_lines
+    w = {"windows": 40, "bos_se": 0.05, "plain_se": 0.06}
+    r = {"dev_windows": 16, "exact_windows": 2, "chosen_bos": {"arm": "a-bos", "tried": 2, "by": "dev loss with BOS"},
+         "bos_recipe": {"dev free-25%-a": {"plain": 6.5, "bos": 6.2}, "dev free-25%-a-bos": {"plain": 6.9, "bos": 5.0},
+                        "test original": dict(w, plain=5.0, bos=4.0),
+                        "test free-25%-a-bos": dict(w, plain=6.0, bos=5.0)}}
+    text = "\n".join(bos_recipe_lines(r))
+    assert "| free-25%-a-bos | BOS-first windows (--calib_bos) | 5.0000 | 6.9000 | — | chosen |" in text
+    assert "| free-25%-a-bos | 40 | 5.0000 ± 0.0500 | +25.0% | 6.0000 ± 0.0600 | +20.0% |" in text
+    assert bos_recipe_lines({"bos_recipe": {}}) == [] and export_lines({}) == []
+    e = export_lines({"exact_windows": 2, "export": {"m": {"architecture": "Gemma3ForCausalLM", "hidden_size": 480,
+                                                           "tie_word_embeddings": True, "parameters": 2e8,
+                                                           "relative_error": 1e-6, "max_error": 2e-5,
+                                                           "transformers": "5"}}})
+    assert "| m | Gemma3ForCausalLM | 480 | yes | 200.0 M | 1.0e-06 | 2.0e-05 | 5 |" in "\n".join(e)
