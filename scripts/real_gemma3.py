@@ -325,7 +325,7 @@ class Run:
             kind, mode = GROW_ARMS[name]
             out, built = transformed(self.src, self.data_dir, f"grow-{name}",
                                      [f"--width={GROW_WIDTH}", f"--kind={kind}", f"--output_gains={mode}"])
-            x = self.keep("grow", name, dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH,
+            x = self.keep("grow", name, dict(built, kind=kind, output_gains=mode, m=GROW_WIDTH, positions="all",
                                              **measured(out, self.data_dir, self.reference, f"grow-{name}")))
             self.say(f"grow {name}: dev {x['dev']:.4f}, relative error {x['relative_error']:.2e}", done, len(todo))
 
