@@ -31,8 +31,13 @@ def steps(per_seed: list) -> str:
 
 
 def pct(x: dict, digits: int = 2) -> str:
+    """'+m% ± s' over draws (n > 1), else '+m%'; a spread that is not zero gets the digits it needs not to print
+    as 0 (up to three more)."""
     if x["n"] > 1:
-        return f"{100 * x['mean']:+.{digits}f}% ± {100 * x['std']:.{digits}f}"
+        spread, more = 100 * x["std"], digits
+        while spread > 0 and round(spread, more) == 0 and more < digits + 3:
+            more += 1
+        return f"{100 * x['mean']:+.{digits}f}% ± {spread:.{more}f}"
     return f"{100 * x['mean']:+.{digits}f}%"
 
 

@@ -313,6 +313,10 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     d, se = report.paired_windows(r, r["rows"][4], r["rows"][5], "shakespeare")
     assert d == pytest.approx(0.005 * 4.0) and se == pytest.approx(0.005 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2)
     assert "113 transform configurations" in text and "shakespeare 5 reads by 2 recipes" in text
+    r["rows"][1]["core_seconds"] = r["rows"][2]["core_seconds"] = 1801.0  # the median draw over 30 core-minutes
+    slow = dict(report.protocol_tests(r))["free25: Shakespeare test gap ≤ +3%"]
+    assert slow["within_time"] is False and report.aim_word(slow) == \
+        "misses the aim (gap meets the aim; cost: over 30 core-min)"
     assert "Changed after a test read: a draw dropped." in text
 
 
@@ -473,3 +477,11 @@ def test_the_gemma3_bos_recipe_table_gives_the_choice_and_both_test_reads():
                                                            "relative_error": 1e-6, "max_error": 2e-5,
                                                            "transformers": "5"}}})
     assert "| m | Gemma3ForCausalLM | 480 | yes | 200.0 M | 1.0e-06 | 2.0e-05 | 5 |" in "\n".join(e)
+
+
+def test_a_spread_that_is_not_zero_never_prints_as_zero():
+    from report_stats import pct
+    assert pct({"n": 3, "mean": 0.0331, "std": 0.0004}, 1) == "+3.3% ± 0.04"
+    assert pct({"n": 3, "mean": 0.0331, "std": 0.012}, 1) == "+3.3% ± 1.2"
+    assert pct({"n": 3, "mean": 0.0331, "std": 0.0}, 1) == "+3.3% ± 0.0"  # a true zero stays one
+    assert pct({"n": 1, "mean": 0.0331, "std": 0.0}, 1) == "+3.3%"
