@@ -1759,6 +1759,18 @@ def section_of(text: str, position: int) -> str:
     return headings[-1] if headings else "(top)"
 
 
+RESULTS_RELATIVE = ("headline", "dev_headline", "benchmarks")  # blocks whose links are relative to results/
+
+
+def rebase_links(text: str, prefix: str) -> str:
+    """Markdown links relative to results/ made relative to a doc ``prefix`` away from it (web, absolute and
+    in-page links unchanged)."""
+    if prefix == ".":
+        return text
+    return re.sub(r"\]\((?!https?:|/|#)([^)]+)\)",
+                  lambda m: "](" + os.path.normpath(os.path.join(prefix, m.group(1))) + ")", text)
+
+
 def fill(doc: str, text: str) -> tuple[str, list[str]]:
     """A doc with its generated blocks and quotes rewritten from results/, and what differed (doc: section: …)."""
     problems = []
@@ -1773,6 +1785,8 @@ def fill(doc: str, text: str) -> tuple[str, list[str]]:
         except ResultsError as e:
             problems.append(f"{doc}: {section_of(text, match.start())}: block '{name}': {e}")
             return match.group(0)
+        if name in RESULTS_RELATIVE:  # written for results/README.md: its links rebased for this doc
+            now = rebase_links(now, os.path.relpath(RESULTS, os.path.join(ROOT, os.path.dirname(doc))))
         new = match.group(1) + now.rstrip("\n") + "\n" + match.group(3)
         if new != match.group(0):
             problems.append(f"{doc}: {section_of(text, match.start())}: the {name} block differs from results/")

@@ -485,3 +485,11 @@ def test_a_spread_that_is_not_zero_never_prints_as_zero():
     assert pct({"n": 3, "mean": 0.0331, "std": 0.012}, 1) == "+3.3% ± 1.2"
     assert pct({"n": 3, "mean": 0.0331, "std": 0.0}, 1) == "+3.3% ± 0.0"  # a true zero stays one
     assert pct({"n": 1, "mean": 0.0331, "std": 0.0}, 1) == "+3.3%"
+
+
+def test_a_block_written_for_results_keeps_its_links_in_another_doc():
+    links = "[t](protocol/table.md), [b](../bench/x.md), [w](https://a/b), [s](#here)"
+    assert report.rebase_links(links, "results") == \
+        "[t](results/protocol/table.md), [b](bench/x.md), [w](https://a/b), [s](#here)"
+    assert report.rebase_links("[t](protocol/table.md)", "../results") == "[t](../results/protocol/table.md)"
+    assert report.rebase_links("[t](protocol/table.md)", ".") == "[t](protocol/table.md)"
