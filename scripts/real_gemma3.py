@@ -538,7 +538,7 @@ class Run:
             import transformers
             step = run_step(["convert.py", f"--in_dir={out}", f"--to_hf={os.path.join(into, 'hf')}"])
             theirs = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(into, "hf"),
-                                                                       torch_dtype=torch.float32).eval()
+                                                                       dtype=torch.float32).eval()
             loader = BatchLoader(self.data_dir, BLOCK, EXACT_WINDOWS, "cpu")
             x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
             with torch.no_grad():
