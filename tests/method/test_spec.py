@@ -23,8 +23,8 @@ from lgpt.plumbing.errors import ConfigError, TransformError
 from model import GPTConfig
 from transform import TransformConfig
 
-COMMAND_OPTIONS = {"in_dir", "out_dir", "map_file", "carry_optimizer", "data_dir", "calib_batch_size", "block_size",
-                   "eval_iters", "eval_reference", "device", "overwrite", "allow_broken"}  # the command's own
+COMMAND_OPTIONS = {"in_dir", "out_dir", "map_file", "carry_optimizer", "data_dir", "calib_batch_size", "calib_bos",
+                   "block_size", "eval_iters", "eval_reference", "device", "overwrite", "allow_broken"}  # its own
 
 
 def test_transform_model_takes_at_most_four_parameters():
