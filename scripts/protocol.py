@@ -20,9 +20,8 @@ The recipes, each fixed before this script ran (``RECIPES``; nothing here choose
   distilled from itself with the identical recipe, is the original bit for bit (tests/method/test_distill.py;
   results/real_model_distill measured it), so the original's row is the control.
 n: calibration draws (seeds) for the transforms, data orders for distillation. ``--part=headline`` builds seed 0 of
-every recipe; ``--part=draws`` seeds 1 and 2 of the −25% training-free one and data orders 1 and 2 of its
-distillation (``DRAWN``: the others have n = 1 here — each trained recipe costs about 50 single-core minutes — so
-their differences and aims are "not tested" over draws); ``--part=loto`` the general case, leaving one text out:
+every recipe; ``--part=draws`` seeds 1 and 2 of every recipe in ``DRAWN`` (calibration draws for the transforms,
+data orders 1 and 2 for the distillations, whose start stays seed 0's draw; a recipe with n = 1 is "not tested"); ``--part=loto`` the general case, leaving one text out:
 the training-free recipe calibrated on the train splits of the other three texts (interleaved in equal shares, up
 to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all`` (the default) does the three in
 that order.
@@ -105,10 +104,14 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "read test, the recipe unchanged, so that the −50% row is tested over draws (n = 3)",
                 "learned25's draws (seeds 1 and 2) and distilleq25 (distill25 cut to learned25's 65,536 token passes, "
                 "the equal-compute arm #70 asks for, seeds 0–2) were added on 2026-11-29, after every other row had "
-                "read test; neither recipe was changed or chosen after a read"]
-# the recipes drawn three times: the training-free headline (calibration draws) and the trained one (data orders);
-# the others once (n = 1): a trained recipe costs ≈ 50 core-min
-DRAWN = ("free25", "free50", "learned25", "distill25", "distilleq25")
+                "read test; neither recipe was changed or chosen after a read",
+                "slice25's calibration draws (seeds 1 and 2) and slicedistill25's data orders 1 and 2 (its start "
+                "slice25's seed 0, as distill25's is free25's) were added later on 2026-11-29, after every other row "
+                "had read test, so that SliceGPT + the same recovery is tested over draws against ours (n = 3); "
+                "neither recipe was changed"]
+# the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
+# the learned map's calibration draws) — every row of the protocol, so that no comparison rests on n = 1
+DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
 # the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)
