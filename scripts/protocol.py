@@ -18,13 +18,17 @@ The recipes, each fixed before this script ran (``RECIPES``; nothing here choose
   1e-4, batches of 1 × 256, 98,304 train tokens, KL only), the alternative to ``learned25`` that trains every
   weight (it took about 1.6× the learned map's CPU time here: not equal compute). Its control, the original
   distilled from itself with the identical recipe, is the original bit for bit (tests/method/test_distill.py;
-  results/real_model_distill measured it), so the original's row is the control.
+  results/real_model_distill measured it), so the original's row is the control;
+- ``distilleq25``: ``distill25`` cut to ``learned25``'s 65,536 token passes (equal compute);
+- ``slice25``: configs/smollm2_slicegpt_25.py — SliceGPT's construction at equal parameters, training-free, and
+  ``slicedistill25``: it, then ``distill25``'s recovery unchanged;
+- ``distill50``: ``free50`` then ``distill25``'s recipe unchanged (nothing chosen for −50%).
 n: calibration draws (seeds) for the transforms, data orders for distillation. ``--part=headline`` builds seed 0 of
 every recipe; ``--part=draws`` seeds 1 and 2 of every recipe in ``DRAWN`` (calibration draws for the transforms,
-data orders 1 and 2 for the distillations, whose start stays seed 0's draw; a recipe with n = 1 is "not tested"); ``--part=loto`` the general case, leaving one text out:
-the training-free recipe calibrated on the train splits of the other three texts (interleaved in equal shares, up
-to LOTO_CHARS of each) and read on the held-out text's test split. ``--part=all`` (the default) does the three in
-that order.
+data orders 1 and 2 for the distillations, whose start stays seed 0's draw; a recipe with n = 1 is "not tested");
+``--part=loto`` the general case, leaving one text out: the training-free recipe calibrated on the train splits of
+the other three texts (interleaved in equal shares, up to LOTO_CHARS of each) and read on the held-out text's test
+split. ``--part=all`` (the default) does the three in that order.
 Every model is read on the test split of every text and on Shakespeare's dev split, whole splits in 256-token
 windows; each window's mean loss is kept, so a loss's ± is its sampling error (the standard error over windows) and
 two models are compared paired over the same windows as well as over draws. Cost: the step's CPU seconds (its
@@ -91,7 +95,11 @@ DISTILLED = {"distill25": ("free25", "every weight of the −25% model (AdamW, 3
              "distilleq25": ("free25", "every weight of the −25% model (the distill25 recipe cut to 256 steps of "
                              "1 × 256 tokens: the learned map's token passes)",
                              f"{CALIB_TOKENS:,} forward + {EQUAL_TOKENS:,} forward+backward (and the teacher's "
-                             "forward)")}
+                             "forward)"),
+             "distill50": ("free50", "every weight of the −50% model (distill25's recipe unchanged: AdamW, 384 steps "
+                           "of 1 × 256 tokens)",
+                           f"{CALIB_TOKENS:,} forward + {DISTILL_TOKENS:,} forward+backward (and the teacher's "
+                           "forward)")}
 DISTILLED_TOKENS = {"distilleq25": EQUAL_TOKENS}  # the others: DISTILL_TOKENS
 SLICEGPT = ("slice25", "slicedistill25")  # --part=slicegpt: SliceGPT's construction, alone and + the same recovery
 DRAWS = (1, 2)  # seeds beside 0 for --part=draws
@@ -108,7 +116,9 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "slice25's calibration draws (seeds 1 and 2) and slicedistill25's data orders 1 and 2 (its start "
                 "slice25's seed 0, as distill25's is free25's) were added later on 2026-11-29, after every other row "
                 "had read test, so that SliceGPT + the same recovery is tested over draws against ours (n = 3); "
-                "neither recipe was changed"]
+                "neither recipe was changed",
+                "distill50 (distill25's recipe, unchanged, from free50's seed 0: the trained row at −50% #70 asks for, "
+                "nothing chosen for it) was added later on 2026-11-29, after every other row had read test"]
 # the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
 # the learned map's calibration draws) — every row of the protocol, so that no comparison rests on n = 1
 DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")
