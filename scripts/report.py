@@ -1088,21 +1088,35 @@ def protocol(r: dict) -> str:
 
 
 def protocol_figure(r: dict) -> str:
-    """results/protocol/protocol.png: Shakespeare test loss against core-seconds, each recipe's draws."""
+    """results/protocol/protocol.png: Shakespeare test loss against core-seconds, each recipe's draws, one panel
+    per parameter share (−25%, −50%), with the issue's goal drawn: the aim's loss (the original's × (1 + aim)) and
+    the time limit — a recipe meets the goal only in the panel's lower-left corner."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.axhline(r["original"]["losses"]["shakespeare"]["test"]["loss"], color="k", ls="--", lw=1, label="original")
-    for name, rows in recipe_rows(r).items():
-        ax.errorbar([x["core_seconds"] for x in rows], [x["losses"]["shakespeare"]["test"]["loss"] for x in rows],
-                    yerr=[x["losses"]["shakespeare"]["test"]["se"] for x in rows], fmt="o", capsize=3,
-                    label=f"{PROTOCOL_NAMES.get(name, name)}, {SHARE_OF[name]}")
-    ax.set_xscale("log")
-    ax.set_xlabel("cost: single-core seconds")
-    ax.set_ylabel("tinyshakespeare test loss (± SE over windows)")
-    ax.set_title("SmolLM2-135M: chosen on dev, read on test")
-    ax.legend(fontsize=7)
+    by = recipe_rows(r)
+    shares = [s for s in ("−25%", "−50%") if any(SHARE_OF[name] == s for name in by)]
+    original = r["original"]["losses"]["shakespeare"]["test"]["loss"]
+    fig, axes = plt.subplots(1, len(shares), figsize=(5.5 * len(shares), 4.5), sharey=True, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, share in zip(axes[0], shares):
+        ax.axhline(original, color="k", ls="--", lw=1, label="original")
+        ax.axhline(original * (1 + AIMS[share] / 100), color="g", ls=":", lw=1,
+                   label=f"aim: gap ≤ +{AIMS[share]:g}%")
+        ax.axvline(TIME_LIMIT, color="r", ls=":", lw=1, label=f"{TIME_LIMIT / 60:.0f} core-minutes")
+        for i, (name, rows) in enumerate(by.items()):
+            if SHARE_OF[name] != share:
+                continue
+            ax.errorbar([x["core_seconds"] for x in rows], [x["losses"]["shakespeare"]["test"]["loss"] for x in rows],
+                        yerr=[x["losses"]["shakespeare"]["test"]["se"] for x in rows], fmt="o", capsize=3,
+                        color=colors[i % len(colors)], label=f"{PROTOCOL_NAMES.get(name, name)} (n = {len(rows)})")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # the minor labels overlap on a short range
+        ax.set_xlabel("cost: single-core seconds")
+        ax.set_title(f"{share} parameters")
+        ax.legend(fontsize=6.5)
+    axes[0][0].set_ylabel("tinyshakespeare test loss (± SE over windows)")
+    fig.suptitle("SmolLM2-135M: chosen on dev, read on test")
     fig.tight_layout()
     path = os.path.join(RESULTS, "protocol", "protocol.png")
     fig.savefig(path, dpi=100)
