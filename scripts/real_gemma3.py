@@ -29,6 +29,10 @@ reads the whole test split once, for the original and the arm chosen on dev at �
 - ``bos_recipe``: the −25% recipe chosen again with BOS first — the chosen arm and the same calibrated on BOS-first
   windows (--calib_bos) compared on dev read with BOS, the lower read once on the whole test split with and without
   BOS, beside the original.
+- ``smollm2_bos``: the same control on SmolLM2 (the gap #73's goal compares with): its original and the protocol's
+  ``free25`` (scripts/protocol.py, seed 0) read on SmolLM2's own first DEV_WINDOWS Shakespeare dev windows with and
+  without a first token — the checkpoint's BOS (SmolLM2's tokenizer does not add it) and the document separator
+  ``<|endoftext|>`` that its pretraining text carried between documents — on the same targets.
 - ``export``: the chosen −25% arm exported by convert.py --to_hf and read back by transformers' Gemma3ForCausalLM,
   its log-probabilities on EXACT_WINDOWS dev windows against ours (the export's weights are deleted after).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
@@ -48,9 +52,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("NANOLGPT_PROGRESS", "0")
 
+import protocol  # noqa: E402  (SmolLM2's protocol: its cached free25, for the BOS control beside SmolLM2)
 import torch  # noqa: E402
 
 import harness  # noqa: E402
+import real_model  # noqa: E402
 from harness import RESULTS, cached, is_built  # noqa: E402
 from lgpt.method.pipeline import output_gains  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
@@ -103,6 +109,7 @@ SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% 
 # smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
 LENGTH_FIT = "isotropic-relative"
 BOS_TARGETS = "tokens 1 … 254 of each window, both reads"  # bos_losses' targets since 2026-11-29
+SMOLLM2_DOCUMENT_SEPARATOR = 0  # <|endoftext|> in SmolLM2's vocabulary, between its pretraining documents
 SUPERSEDED_FIT = "absolute (Tᵀ·diag(a)·T ≈ diag(1/γ²), unweighted; replaced 2026-11-28)"
 
 
@@ -244,7 +251,7 @@ def tried_at_25(payload: dict) -> int:
 
 # results.json's parts, each a dict
 SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos", "export",
-            "bos_recipe")
+            "bos_recipe", "smollm2_bos")
 FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
@@ -529,6 +536,32 @@ class Run:
             x = self.keep("bos_recipe", f"test {label}", self.bos_read(label, path, "test"))
             self.say(f"bos_recipe test {label}: {x['bos']:.4f} with BOS, {x['plain']:.4f} without", done,
                      len(BOS_CANDIDATES) + 2)
+
+    def smollm2_bos(self) -> None:
+        """The BOS control on SmolLM2: its original and the protocol's free25 (seed 0) read with and without a first
+        token (the checkpoint's BOS and the document separator), the same targets (see the module's docstring)."""
+        src = real_model.imported()[0]
+        data = {"shakespeare": real_model.prepared(src, "shakespeare")}
+        models = {"original": src, "free25": protocol.transformed(src, data, "free25", 0)["out_dir"]}
+        ckpt = torch.load(os.path.join(src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        firsts = {"BOS": ckpt["meta"]["special_ids"]["bos_token_id"], "<|endoftext|>": SMOLLM2_DOCUMENT_SEPARATOR}
+        self.part_started, total, done = time.time(), len(models) * len(firsts), 0
+        for label, path in models.items():
+            for first, token in firsts.items():
+
+                def build(out: str, path: str = path, token: int = token) -> dict:
+                    os.makedirs(out, exist_ok=True)
+                    started = time.process_time()
+                    result = bos_losses(load_model(path)[0].eval(), data["shakespeare"], token)
+                    return dict(result, cpu_seconds=round(time.process_time() - started, 1))
+
+                spec = {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": token, "targets": BOS_TARGETS}
+                x = self.keep("smollm2_bos", f"{label}, {first}", dict(
+                    cached("eval-smollm2", f"bos-{label}-{token}", spec, build)[1], model=label, first=first,
+                    bos_token=token, targets=BOS_TARGETS))
+                done += 1
+                self.say(f"smollm2_bos {label}, {first} first: {x['plain']:.4f} without, {x['bos']:.4f} with",
+                         done, total)
 
     def export(self) -> None:
         """The chosen −25% arm as a user ships it: convert.py --to_hf, read back by transformers' own

@@ -243,6 +243,36 @@ def bos_lines(r: dict) -> list[str]:
         ["model", "dev, no BOS", "dev, BOS first", "BOS − no BOS", "gap, no BOS", "gap, BOS first"], rows) + superseded
 
 
+def smollm2_bos_lines(r: dict) -> list[str]:
+    """The BOS control on SmolLM2 (--part=smollm2_bos): its original and free25 read on SmolLM2's own dev windows
+    with and without a first token (its checkpoint's BOS; the document separator), the same targets; the gaps beside
+    Gemma's chosen −25% arm read the same ways (one model each, n = 1)."""
+    x = r.get("smollm2_bos")
+    if not x:
+        return []
+    def row(first: str, token, base: dict, shrunk: dict) -> list:
+        change = 100 * (shrunk["bos"] / base["bos"] - shrunk["plain"] / base["plain"])
+        return [first, token, f"{base['plain']:.4f}", f"{base['bos']:.4f}", f"{shrunk['plain']:.4f}",
+                f"{shrunk['bos']:.4f}", gap(shrunk["plain"], base["plain"]), gap(shrunk["bos"], base["bos"]),
+                f"{change:+.1f} pts"]
+
+    rows = [row(f"SmolLM2: {first}", x[f"free25, {first}"]["bos_token"], x[f"original, {first}"],
+                x[f"free25, {first}"]) for first in dict.fromkeys(v["first"] for v in x.values())
+            if f"original, {first}" in x and f"free25, {first}" in x]
+    gemma = r.get("bos", {})
+    name = next((k for k in gemma if k.startswith("free-25%") and "distilled" not in k), None)
+    if name and "original" in gemma:
+        rows.append(row(f"Gemma 3: BOS ({name})", gemma[name].get("bos_token", "—"), gemma["original"], gemma[name]))
+    return ["", "The BOS control beside SmolLM2 (--part=smollm2_bos): SmolLM2's original and its training-free −25% "
+            "recipe (the protocol's free25, seed 0) on SmolLM2's first "
+            f"{r['dev_windows']} Shakespeare dev windows, the same targets read mid-text and with a first token in "
+            "front — its checkpoint's BOS (which its tokenizer does not add) or the document separator its "
+            "pretraining put between documents; Gemma's row from the table above. One model each (n = 1): the "
+            "change in the gap is a dev measurement, not tested.", ""] + table(
+        ["model: first token", "id", "original, no first token", "original, first token", "−25%, no first token",
+         "−25%, first token", "gap, no first token", "gap, first token", "gap change"], rows)
+
+
 def bos_recipe_lines(r: dict) -> list[str]:
     """The −25% recipe chosen again with BOS first: the candidates on dev (BOS first and not), the choice, and the
     test split read once with and without BOS on the same targets (one model each; ± the windows' standard
@@ -350,7 +380,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
             + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {x['se']:.4f}",
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
-                     + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + bos_recipe_lines(r) + export_lines(r)
+                     + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + smollm2_bos_lines(r)
+                     + bos_recipe_lines(r) + export_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "
