@@ -250,9 +250,11 @@ def smollm2_bos_lines(r: dict) -> list[str]:
     x = r.get("smollm2_bos")
     if not x:
         return []
+
     def row(first: str, token, base: dict, shrunk: dict) -> list:
         change = 100 * (shrunk["bos"] / base["bos"] - shrunk["plain"] / base["plain"])
-        return [first, token, f"{base['plain']:.4f}", f"{base['bos']:.4f}", f"{shrunk['plain']:.4f}",
+        return [first.replace("|", "\\|"), token, f"{base['plain']:.4f}", f"{base['bos']:.4f}",
+                f"{shrunk['plain']:.4f}",
                 f"{shrunk['bos']:.4f}", gap(shrunk["plain"], base["plain"]), gap(shrunk["bos"], base["bos"]),
                 f"{change:+.1f} pts"]
 
