@@ -33,6 +33,9 @@ reads the whole test split once, for the original and the arm chosen on dev at �
   ``free25`` (scripts/protocol.py, seed 0) read on SmolLM2's own first DEV_WINDOWS Shakespeare dev windows with and
   without a first token — the checkpoint's BOS (SmolLM2's tokenizer does not add it) and the document separator
   ``<|endoftext|>`` that its pretraining text carried between documents — on the same targets.
+- ``bos_sinks``: why the gap grows with BOS — the attention sinks and massive activations (``geometry``'s
+  measurement) of the original and the chosen −25% arm on the first GEOMETRY_WINDOWS dev windows, read mid-text and
+  with BOS in front (BOS, tokens 0 … 254): does the shrunk model still put its attention on BOS?
 - ``export``: the chosen −25% arm exported by convert.py --to_hf and read back by transformers' Gemma3ForCausalLM,
   its log-probabilities on EXACT_WINDOWS dev windows against ours (the export's weights are deleted after).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
@@ -251,7 +254,7 @@ def tried_at_25(payload: dict) -> int:
 
 # results.json's parts, each a dict
 SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos", "export",
-            "bos_recipe", "smollm2_bos")
+            "bos_recipe", "smollm2_bos", "bos_sinks")
 FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
@@ -562,6 +565,36 @@ class Run:
                 done += 1
                 self.say(f"smollm2_bos {label}, {first} first: {x['plain']:.4f} without, {x['bos']:.4f} with",
                          done, total)
+
+    def bos_sinks(self) -> None:
+        """The attention sinks and massive activations of the original and the chosen −25% arm, mid-text and with
+        BOS in front (see the module's docstring): per model and reading, stream_report's per-layer sinks and its
+        largest activation."""
+        from lgpt.plumbing.dataset import Tokenizer
+        from massive_activations import stream_report
+        loader = BatchLoader(self.data_dir, BLOCK, GEOMETRY_WINDOWS, "cpu")
+        x, _ = next(iter(loader.full_split("val")))
+        x_bos = torch.cat([torch.full_like(x[:, :1], self.bos_token()), x[:, :-1]], 1)
+        name = f"free-25%-{self.payload['chosen']['arm']}"
+        models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
+        self.part_started, done = time.time(), 0
+        for label, path in models.items():
+            model, ckpt = load_model(path)
+            for reading, ids in (("mid-text", x), ("BOS first", x_bos)):
+                started = time.process_time()
+                report = stream_report(model.eval(), ids, Tokenizer(ckpt["meta"]).decode)
+                top = max(report["layers"], key=lambda e: e["max_over_median_norm"])
+                done += 1
+                entry = self.keep("bos_sinks", f"{label}, {reading}", {
+                    "model": label, "reading": reading, "windows": GEOMETRY_WINDOWS, "sinks": report["sinks"],
+                    "max_over_median_norm": top["max_over_median_norm"], "max_abs": top["max_abs"],
+                    "max_layer": top["layer"], "max_coordinate": top["coordinate"], "max_position": top["position"],
+                    "massive_coordinates": len(report["massive"]),
+                    "cpu_seconds": round(time.process_time() - started, 1)})
+                weights = sorted(e["mean_weight_on_position_0"] for e in entry["sinks"])
+                self.say(f"bos_sinks {label}, {reading}: attention on position 0 (median layer) "
+                         f"{weights[len(weights) // 2]:.2f}", done, 2 * len(models))
+            del model
 
     def export(self) -> None:
         """The chosen −25% arm as a user ships it: convert.py --to_hf, read back by transformers' own

@@ -275,6 +275,28 @@ def smollm2_bos_lines(r: dict) -> list[str]:
          "−25%, first token", "gap, no first token", "gap, first token", "gap change"], rows)
 
 
+def bos_sinks_lines(r: dict) -> list[str]:
+    """Why the gap grows with BOS (--part=bos_sinks): each model's attention on position 0 and its largest
+    activation, read mid-text and with BOS in front (one model each, GEOMETRY_WINDOWS windows)."""
+    x = r.get("bos_sinks")
+    if not x:
+        return []
+    rows = []
+    for v in x.values():
+        weights = sorted(e["mean_weight_on_position_0"] for e in v["sinks"])
+        heads = sum(e["heads_over_half"] for e in v["sinks"])
+        rows.append([v["model"], v["reading"], f"{weights[len(weights) // 2]:.2f}", f"{max(weights):.2f}",
+                     f"{heads} of {sum(e['heads'] for e in v['sinks'])}",
+                     f"{v['max_over_median_norm']:.1f} (layer {v['max_layer']}, position {v['max_position']})",
+                     f"{v['max_abs']:,.0f}", v["massive_coordinates"]])
+    return ["", f"Why the gap grows with BOS (--part=bos_sinks): attention sinks and massive activations (the "
+            f"geometry table's measurement) on the first {next(iter(x.values()))['windows']} dev windows, read "
+            "mid-text and with BOS in front; the attention on position 0 is every later query's weight on it, "
+            "averaged over heads (one model each):", ""] + table(
+        ["model", "reading", "attention on position 0 (median layer)", "(largest layer)", "heads > ½ on position 0",
+         "max |h_k| / median ‖h‖", "max |h_k|", "massive coordinates"], rows)
+
+
 def bos_recipe_lines(r: dict) -> list[str]:
     """The −25% recipe chosen again with BOS first: the candidates on dev (BOS first and not), the choice, and the
     test split read once with and without BOS on the same targets (one model each; ± the windows' standard
@@ -383,7 +405,7 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
                      + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + smollm2_bos_lines(r)
-                     + bos_recipe_lines(r) + export_lines(r)
+                     + bos_sinks_lines(r) + bos_recipe_lines(r) + export_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "

@@ -479,6 +479,18 @@ def test_the_smollm2_bos_control_stands_beside_gemmas_with_each_gap_read_the_sam
     assert smollm2_bos_lines({"bos": {}}) == []
 
 
+def test_the_bos_sinks_table_gives_each_models_attention_on_position_0_by_reading():
+    from report_gemma3 import bos_sinks_lines
+    sinks = [{"mean_weight_on_position_0": w, "heads_over_half": h, "heads": 4} for w, h in ((0.1, 0), (0.9, 3),
+                                                                                            (0.5, 1))]
+    r = {"bos_sinks": {"original, BOS first": {"model": "original", "reading": "BOS first", "windows": 4,
+                                               "sinks": sinks, "max_over_median_norm": 12.34, "max_layer": 1,
+                                               "max_position": 0, "max_abs": 1234.5, "massive_coordinates": 7}}}
+    text = "\n".join(bos_sinks_lines(r))
+    assert "| original | BOS first | 0.50 | 0.90 | 4 of 12 | 12.3 (layer 1, position 0) | 1,234 | 7 |" in text
+    assert bos_sinks_lines({}) == []
+
+
 def test_the_gemma3_bos_recipe_table_gives_the_choice_and_both_test_reads():
     from report_gemma3 import bos_recipe_lines, export_lines
     w = {"windows": 40, "bos_se": 0.05, "plain_se": 0.06}
