@@ -294,7 +294,7 @@ def bos_sinks_lines(r: dict) -> list[str]:
             "mid-text and with BOS in front; the attention on position 0 is every later query's weight on it, "
             "averaged over heads (one model each):", ""] + table(
         ["model", "reading", "attention on position 0 (median layer)", "(largest layer)", "heads > ½ on position 0",
-         "max |h_k| / median ‖h‖", "max |h_k|", "massive coordinates"], rows)
+         "max \\|h_k\\| / median ‖h‖", "max \\|h_k\\|", "massive coordinates"], rows)
 
 
 def bos_recipe_lines(r: dict) -> list[str]:
