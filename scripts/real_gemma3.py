@@ -547,7 +547,10 @@ class Run:
         data = {"shakespeare": real_model.prepared(src, "shakespeare")}
         models = {"original": src, "free25": protocol.transformed(src, data, "free25", 0)["out_dir"]}
         ckpt = torch.load(os.path.join(src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
-        firsts = {"BOS": ckpt["meta"]["special_ids"]["bos_token_id"], "<|endoftext|>": SMOLLM2_DOCUMENT_SEPARATOR}
+        firsts = {"BOS": ckpt["meta"]["special_ids"]["bos_token_id"],
+                  "document separator": SMOLLM2_DOCUMENT_SEPARATOR}
+        tokens = {i: t["content"] for t in json.loads(ckpt["meta"]["files"]["tokenizer.json"])["added_tokens"]
+                  for i in firsts.values() if t["id"] == i}
         self.part_started, total, done = time.time(), len(models) * len(firsts), 0
         for label, path in models.items():
             for first, token in firsts.items():
@@ -561,7 +564,7 @@ class Run:
                 spec = {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": token, "targets": BOS_TARGETS}
                 x = self.keep("smollm2_bos", f"{label}, {first}", dict(
                     cached("eval-smollm2", f"bos-{label}-{token}", spec, build)[1], model=label, first=first,
-                    bos_token=token, targets=BOS_TARGETS))
+                    bos_token=token, token_text=tokens[token], targets=BOS_TARGETS))
                 done += 1
                 self.say(f"smollm2_bos {label}, {first} first: {x['plain']:.4f} without, {x['bos']:.4f} with",
                          done, total)
@@ -584,16 +587,19 @@ class Run:
                 started = time.process_time()
                 report = stream_report(model.eval(), ids, Tokenizer(ckpt["meta"]).decode)
                 top = max(report["layers"], key=lambda e: e["max_over_median_norm"])
+                weights = sorted(e["mean_weight_on_position_0"] for e in report["sinks"])
                 done += 1
                 entry = self.keep("bos_sinks", f"{label}, {reading}", {
                     "model": label, "reading": reading, "windows": GEOMETRY_WINDOWS, "sinks": report["sinks"],
+                    "median_layer_weight_on_position_0": weights[len(weights) // 2],
+                    "heads_over_half": sum(e["heads_over_half"] for e in report["sinks"]),
+                    "heads": sum(e["heads"] for e in report["sinks"]),
                     "max_over_median_norm": top["max_over_median_norm"], "max_abs": top["max_abs"],
                     "max_layer": top["layer"], "max_coordinate": top["coordinate"], "max_position": top["position"],
                     "massive_coordinates": len(report["massive"]),
                     "cpu_seconds": round(time.process_time() - started, 1)})
-                weights = sorted(e["mean_weight_on_position_0"] for e in entry["sinks"])
                 self.say(f"bos_sinks {label}, {reading}: attention on position 0 (median layer) "
-                         f"{weights[len(weights) // 2]:.2f}", done, 2 * len(models))
+                         f"{entry['median_layer_weight_on_position_0']:.2f}", done, 2 * len(models))
             del model
 
     def export(self) -> None:

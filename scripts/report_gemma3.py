@@ -258,9 +258,10 @@ def smollm2_bos_lines(r: dict) -> list[str]:
                 f"{shrunk['bos']:.4f}", gap(shrunk["plain"], base["plain"]), gap(shrunk["bos"], base["bos"]),
                 f"{change:+.1f} pts"]
 
-    rows = [row(f"SmolLM2: {first}", x[f"free25, {first}"]["bos_token"], x[f"original, {first}"],
-                x[f"free25, {first}"]) for first in dict.fromkeys(v["first"] for v in x.values())
-            if f"original, {first}" in x and f"free25, {first}" in x]
+    rows = [row(f"SmolLM2: {first}" + (f" ({shrunk['token_text']})" if "token_text" in shrunk else ""),
+                shrunk["bos_token"], x[f"original, {first}"], shrunk)
+            for first in dict.fromkeys(v["first"] for v in x.values())
+            if f"original, {first}" in x and (shrunk := x.get(f"free25, {first}"))]
     gemma = r.get("bos", {})
     name = next((k for k in gemma if k.startswith("free-25%") and "distilled" not in k), None)
     if name and "original" in gemma:

@@ -469,10 +469,12 @@ def test_the_smollm2_bos_control_stands_beside_gemmas_with_each_gap_read_the_sam
                  "free-25%-a": {"plain": 6.0, "bos": 6.0, "bos_token": 2},
                  "free-25%-a, distilled": {"plain": 5.5, "bos": 5.5, "bos_token": 2}},
          "smollm2_bos": {"original, BOS": {"plain": 4.0, "bos": 3.8, "first": "BOS", "bos_token": 1},
-                         "free25, BOS": {"plain": 4.4, "bos": 4.37, "first": "BOS", "bos_token": 1}}}
+                         "free25, BOS": {"plain": 4.4, "bos": 4.37, "first": "BOS", "bos_token": 1,
+                                         "token_text": "<|im_start|>"}}}
     text = "\n".join(smollm2_bos_lines(r))
     # SmolLM2: +10.0% mid-text, +15.0% with BOS, a change of 4.37/3.8 − 4.4/4.0 = +5.0 points
-    assert "| SmolLM2: BOS | 1 | 4.0000 | 3.8000 | 4.4000 | 4.3700 | +10.0% | +15.0% | +5.0 pts |" in text
+    assert "| SmolLM2: BOS (<\\|im_start\\|>) | 1 | 4.0000 | 3.8000 | 4.4000 | 4.3700 | +10.0% | +15.0% | +5.0 pts |" \
+        in text
     # Gemma's row: the chosen shrink, not its distilled model: +20.0% and +50.0%, +30.0 points
     assert "| Gemma 3: BOS (free-25%-a) | 2 | 5.0000 | 4.0000 | 6.0000 | 6.0000 | +20.0% | +50.0% | +30.0 pts |" \
         in text
