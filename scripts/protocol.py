@@ -118,9 +118,10 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "had read test, so that SliceGPT + the same recovery is tested over draws against ours (n = 3); "
                 "neither recipe was changed",
                 "distill50 (distill25's recipe, unchanged, from free50's seed 0: the trained row at −50% #70 asks for, "
-                "nothing chosen for it) was added later on 2026-11-29, after every other row had read test"]
+                "nothing chosen for it) was added later on 2026-11-29, after every recipe's seed 0 had read test "
+                "(while the SliceGPT arms' draws ran)"]
 # the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
-# the learned map's calibration draws) — every row of the protocol, so that no comparison rests on n = 1
+# the learned map's calibration draws); distill50, added last, has one data order (n = 1: "not tested")
 DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
@@ -329,6 +330,18 @@ def test_reads(data_dir: str, recorded: dict) -> dict:
             **({"carried_ledgers": carried} if carried else {})}
 
 
+def merged_plan_changes(saved_changes: list[str]) -> list[str]:
+    """The plan changes the results already hold, then this process's that they lack, in order: a process started
+    before a change was written down (its PLAN_CHANGES older) never erases it when it saves. A saved entry whose
+    opening (REWORDED characters) this process's list holds in other words is that entry reworded: the present
+    wording replaces it, in its place."""
+    present = {change[:REWORDED]: change for change in PLAN_CHANGES}
+    return list(dict.fromkeys([*(present.get(c[:REWORDED], c) for c in saved_changes), *PLAN_CHANGES]))
+
+
+REWORDED = 60  # characters: two plan changes opening alike are one entry in two wordings
+
+
 def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started: float,
               only: set[str] | None = None) -> None:
     payload = saved()
@@ -360,7 +373,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
                                                            if r["recipe"] in RECIPES else 99)),
               "loto": [loto[t] for t in TEXTS if t in loto],
               "test_reads": {t: test_reads(data[t], (now.get("test_reads") or {}).get(t, {})) for t in TEXTS},
-              "plan_changes": PLAN_CHANGES,
+              "plan_changes": merged_plan_changes(now.get("plan_changes", [])),
               "build_minutes": round(sum(r["core_seconds"] + sum(x.get("seconds", 0) for t in r["losses"].values()
                                                                  for x in t.values())
                                          for r in [*rows.values(), *loto.values()]) / 60, 1)},

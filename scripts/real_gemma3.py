@@ -47,6 +47,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import time
 
@@ -561,7 +562,8 @@ class Run:
                     result = bos_losses(load_model(path)[0].eval(), data["shakespeare"], token)
                     return dict(result, cpu_seconds=round(time.process_time() - started, 1))
 
-                spec = {"model": harness.relative(path), "windows": DEV_WINDOWS, "bos": token, "targets": BOS_TARGETS}
+                spec = {"model": harness.relative(path), "data": harness.relative(data["shakespeare"]), "split": "val",
+                        "windows": DEV_WINDOWS, "bos": token, "targets": BOS_TARGETS}
                 x = self.keep("smollm2_bos", f"{label}, {first}", dict(
                     cached("eval-smollm2", f"bos-{label}-{token}", spec, build)[1], model=label, first=first,
                     bos_token=token, token_text=tokens[token], targets=BOS_TARGETS))
@@ -587,11 +589,14 @@ class Run:
                 started = time.process_time()
                 report = stream_report(model.eval(), ids, Tokenizer(ckpt["meta"]).decode)
                 top = max(report["layers"], key=lambda e: e["max_over_median_norm"])
-                weights = sorted(e["mean_weight_on_position_0"] for e in report["sinks"])
+                weights = [e["mean_weight_on_position_0"] for e in report["sinks"]]  # one per layer, in order
+                late = weights[-(len(weights) // 3):]  # the last third of the layers
                 done += 1
                 entry = self.keep("bos_sinks", f"{label}, {reading}", {
                     "model": label, "reading": reading, "windows": GEOMETRY_WINDOWS, "sinks": report["sinks"],
-                    "median_layer_weight_on_position_0": weights[len(weights) // 2],
+                    "median_layer_weight_on_position_0": statistics.median(weights),
+                    "mean_layer_weight_on_position_0": statistics.fmean(weights),
+                    "last_third_weight_on_position_0": statistics.fmean(late), "last_third_layers": len(late),
                     "heads_over_half": sum(e["heads_over_half"] for e in report["sinks"]),
                     "heads": sum(e["heads"] for e in report["sinks"]),
                     "max_over_median_norm": top["max_over_median_norm"], "max_abs": top["max_abs"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 
 from report_stats import ALPHA, adjust, paired_windows_z, table
 
@@ -172,9 +173,9 @@ def geometry_summary(x: dict) -> list:
     coordinates, the mean attention on position 0 (median over layers) and the heads that put over half there."""
     top = max(x["layers"], key=lambda e: e["max_over_median_norm"])
     sinks = x["sinks"]
-    weights = sorted(s["mean_weight_on_position_0"] for s in sinks)
+    weights = [s["mean_weight_on_position_0"] for s in sinks]
     return [f"{top['max_over_median_norm']:.1f} (layer {top['layer']} of {len(x['layers']) - 1})",
-            f"{top['max_abs']:,.0f}", len(x["massive"]), f"{weights[len(weights) // 2]:.2f}",
+            f"{top['max_abs']:,.0f}", len(x["massive"]), f"{statistics.median(weights):.2f}",
             f"{sum(s['heads_over_half'] for s in sinks)} of {sum(s['heads'] for s in sinks)}"]
 
 
@@ -263,8 +264,8 @@ def smollm2_bos_lines(r: dict) -> list[str]:
             for first in dict.fromkeys(v["first"] for v in x.values())
             if f"original, {first}" in x and (shrunk := x.get(f"free25, {first}"))]
     gemma = r.get("bos", {})
-    name = next((k for k in gemma if k.startswith("free-25%") and "distilled" not in k), None)
-    if name and "original" in gemma:
+    name = f"free-25%-{r['chosen']['arm']}" if "chosen" in r else None
+    if name in gemma and "original" in gemma:
         rows.append(row(f"Gemma 3: BOS ({name})", gemma[name].get("bos_token", "—"), gemma["original"], gemma[name]))
     return ["", "The BOS control beside SmolLM2 (--part=smollm2_bos): SmolLM2's original and its training-free −25% "
             "recipe (the protocol's free25, seed 0) on SmolLM2's first "
@@ -277,25 +278,34 @@ def smollm2_bos_lines(r: dict) -> list[str]:
 
 
 def bos_sinks_lines(r: dict) -> list[str]:
-    """Why the gap grows with BOS (--part=bos_sinks): each model's attention on position 0 and its largest
-    activation, read mid-text and with BOS in front (one model each, GEOMETRY_WINDOWS windows)."""
+    """Why the gap grows with BOS (--part=bos_sinks): each model's attention on position 0 — the median and mean over
+    layers, the mean over the last third of them, the largest — and its heads over ½ there, read mid-text and with
+    BOS in front (one model each, GEOMETRY_WINDOWS windows); the largest activation where the geometry table finds
+    it (the layer of the largest max/median ratio)."""
     x = r.get("bos_sinks")
     if not x:
         return []
     rows = []
     for v in x.values():
-        weights = sorted(e["mean_weight_on_position_0"] for e in v["sinks"])
+        weights = [e["mean_weight_on_position_0"] for e in v["sinks"]]
+        late = weights[-(len(weights) // 3):]
         heads = sum(e["heads_over_half"] for e in v["sinks"])
-        rows.append([v["model"], v["reading"], f"{weights[len(weights) // 2]:.2f}", f"{max(weights):.2f}",
+        rows.append([v["model"], v["reading"], f"{statistics.median(weights):.2f}", f"{statistics.fmean(weights):.2f}",
+                     f"{statistics.fmean(late):.2f}", f"{max(weights):.2f}",
                      f"{heads} of {sum(e['heads'] for e in v['sinks'])}",
                      f"{v['max_over_median_norm']:.1f} (layer {v['max_layer']}, position {v['max_position']})",
-                     f"{v['max_abs']:,.0f}", v["massive_coordinates"]])
+                     f"{v['max_abs']:,.0f}"])
+    some = next(iter(x.values()))
+    late = len(some["sinks"]) // 3
     return ["", f"Why the gap grows with BOS (--part=bos_sinks): attention sinks and massive activations (the "
-            f"geometry table's measurement) on the first {next(iter(x.values()))['windows']} dev windows, read "
-            "mid-text and with BOS in front; the attention on position 0 is every later query's weight on it, "
-            "averaged over heads (one model each):", ""] + table(
-        ["model", "reading", "attention on position 0 (median layer)", "(largest layer)", "heads > ½ on position 0",
-         "max \\|h_k\\| / median ‖h‖", "max \\|h_k\\|", "massive coordinates"], rows)
+            f"geometry table's measurement) on the first {some['windows']} dev windows, read mid-text and with BOS "
+            "in front. Attention on position 0: every later query's weight on it, averaged over heads, per layer; "
+            "what the sink does with that weight (BOS's values, the attention output) is not measured. The largest "
+            "activation is the one at the layer of the largest max/median ratio; the shrink's coordinates are in "
+            "its own basis, not the original's. One model each, no spread.", ""] + table(
+        ["model", "reading", "attention on position 0: median layer", "mean over layers",
+         f"mean over the last {late} layers", "largest layer", "heads > ½ on position 0",
+         "max \\|h_k\\| / median ‖h‖", "max \\|h_k\\| there"], rows)
 
 
 def bos_recipe_lines(r: dict) -> list[str]:

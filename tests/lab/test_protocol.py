@@ -103,3 +103,16 @@ def test_cut_shortens_a_recipe_to_its_tokens_and_ends_its_schedule_there():
     assert {k: short[k] for k in unchanged} == unchanged
     with pytest.raises(ValueError, match="whole number of steps"):
         protocol.cut(full, protocol.EQUAL_TOKENS + 1)
+
+
+def test_a_process_with_an_older_plan_never_erases_a_later_plan_change(monkeypatch):
+    monkeypatch.setattr(protocol, "PLAN_CHANGES", ["a", "b"])
+    assert protocol.merged_plan_changes(["a", "b", "c"]) == ["a", "b", "c"]  # c was written by a newer process
+    assert protocol.merged_plan_changes(["a"]) == ["a", "b"]
+    assert protocol.merged_plan_changes([]) == ["a", "b"]
+
+
+def test_a_reworded_plan_change_replaces_its_old_wording_in_place(monkeypatch):
+    old, new = "x" * protocol.REWORDED + " after every other row", "x" * protocol.REWORDED + " after seed 0's rows"
+    monkeypatch.setattr(protocol, "PLAN_CHANGES", ["a", new])
+    assert protocol.merged_plan_changes([old, "a", "c"]) == [new, "a", "c"]

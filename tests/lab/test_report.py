@@ -464,8 +464,9 @@ def test_the_gemma3_bos_control_gives_each_gap_against_the_original_read_the_sam
 
 def test_the_smollm2_bos_control_stands_beside_gemmas_with_each_gap_read_the_same_way():
     from report_gemma3 import smollm2_bos_lines
-    r = {"dev_windows": 16,
+    r = {"dev_windows": 16, "chosen": {"arm": "a"},
          "bos": {"original": {"plain": 5.0, "bos": 4.0, "bos_token": 2},
+                 "free-25%-0-not-chosen": {"plain": 9.0, "bos": 9.0, "bos_token": 2},
                  "free-25%-a": {"plain": 6.0, "bos": 6.0, "bos_token": 2},
                  "free-25%-a, distilled": {"plain": 5.5, "bos": 5.5, "bos_token": 2}},
          "smollm2_bos": {"original, BOS": {"plain": 4.0, "bos": 3.8, "first": "BOS", "bos_token": 1},
@@ -484,12 +485,14 @@ def test_the_smollm2_bos_control_stands_beside_gemmas_with_each_gap_read_the_sam
 def test_the_bos_sinks_table_gives_each_models_attention_on_position_0_by_reading():
     from report_gemma3 import bos_sinks_lines
     sinks = [{"mean_weight_on_position_0": w, "heads_over_half": h, "heads": 4} for w, h in ((0.1, 0), (0.9, 3),
-                                                                                            (0.5, 1))]
+                                                                                            (0.5, 1), (0.3, 0))]
     r = {"bos_sinks": {"original, BOS first": {"model": "original", "reading": "BOS first", "windows": 4,
                                                "sinks": sinks, "max_over_median_norm": 12.34, "max_layer": 1,
                                                "max_position": 0, "max_abs": 1234.5, "massive_coordinates": 7}}}
     text = "\n".join(bos_sinks_lines(r))
-    assert "| original | BOS first | 0.50 | 0.90 | 4 of 12 | 12.3 (layer 1, position 0) | 1,234 | 7 |" in text
+    # layers in order 0.1, 0.9, 0.5, 0.3: the median 0.4 (not the upper one, 0.5), the mean 0.45, the last third
+    # (the last layer) 0.3, the largest 0.9
+    assert "| original | BOS first | 0.40 | 0.45 | 0.30 | 0.90 | 4 of 16 | 12.3 (layer 1, position 0) | 1,234 |" in text
     assert bos_sinks_lines({}) == []
 
 
