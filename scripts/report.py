@@ -917,6 +917,24 @@ PAIRED = (("learned25", "distill25", "the learned map against the distilled one 
            "recovery recipe, tokens and batches, equal parameters"))
 
 
+# pairs whose seeds are the same draw on both sides — slice25 and free25 calibrate on the same windows per seed,
+# slicedistill25 and distill25 train in the same data order per seed — so the rule pairs them over those seeds; the
+# learned map's seeds (calibration draws) and the distillations' (data orders) are different draws: Welch's t
+SHARED_DRAWS = {("slice25", "free25"), ("slicedistill25", "distill25")}
+
+
+def draws_verdict(a: list[dict], b: list[dict], shared: bool) -> dict:
+    """The over-draws test of two recipes' Shakespeare test losses by the one rule: paired over the seeds both
+    have where the seeds are the same draw on both sides (``shared``), Welch's t otherwise."""
+    def loss(x: dict) -> float:
+        return x["losses"]["shakespeare"]["test"]["loss"]
+    if shared:
+        seeds = sorted({x["seed"] for x in a} & {x["seed"] for x in b})
+        of_a, of_b = {x["seed"]: x for x in a}, {x["seed"]: x for x in b}
+        return verdict([loss(of_a[s]) for s in seeds], [loss(of_b[s]) for s in seeds], paired=True)
+    return verdict([loss(x) for x in a], [loss(x) for x in b])
+
+
 def test_gap(r: dict, row: dict, text: str) -> float:
     """A row's test-loss gap to the original on ``text``, in percent."""
     return 100 * (row["losses"][text]["test"]["loss"] / r["original"]["losses"][text]["test"]["loss"] - 1)
@@ -1011,9 +1029,7 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
                            test="t over held-out texts against the aim")))
     for a, b, _ in PAIRED:
         if a in by and b in by:
-            tests.append((f"{a} vs {b}, Shakespeare test loss",
-                          verdict([x["losses"]["shakespeare"]["test"]["loss"] for x in by[a]],
-                                  [x["losses"]["shakespeare"]["test"]["loss"] for x in by[b]])))
+            tests.append((f"{a} vs {b}, Shakespeare test loss", draws_verdict(by[a], by[b], (a, b) in SHARED_DRAWS)))
     adjust([v for _, v in tests])
     return tests
 
@@ -1626,7 +1642,7 @@ def _protocol_quote(what: str, name: str = "") -> str:
     if what == "verdict":  # the over-draws test of a pair (Holm-corrected across the table): 'a vs b'
         a, b = pairs[name]
         v = dict(protocol_tests(r))[f"{a} vs {b}, Shakespeare test loss"]
-        return f"{v['word']} (Welch p {v['p']:.2g}, Holm {v['p_holm']:.2g}, n = {v['n'][0]} / {v['n'][1]})" \
+        return f"{v['word']} ({v['test']}: p {v['p']:.2g}, Holm {v['p_holm']:.2g}, n = {v['n'][0]} / {v['n'][1]})" \
             if v["p"] is not None else f"not tested (n = {v['n'][0]} / {v['n'][1]})"
     if what in pairs:
         a, b = pairs[what]
@@ -1639,7 +1655,8 @@ QUOTES: dict[str, Callable[[], str]] = {
     "protocol.loto": lambda: _protocol_quote("loto"),
     **{f"protocol.general@{n}": (lambda n=n: _protocol_quote("general", n)) for n in SHARE_OF},
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
-    **{f"protocol.verdict@{p}": (lambda p=p: _protocol_quote("verdict", p)) for p in ("equal", "eqcompute")},
+    **{f"protocol.verdict@{p}": (lambda p=p: _protocol_quote("verdict", p)) for p in ("equal", "eqcompute", "slice",
+                                                                                      "slicedistill")},
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill",
                                                                               "eqcompute")
        for t in ("shakespeare", *GENERAL_TEXTS)},

@@ -528,3 +528,14 @@ def test_a_block_written_for_results_keeps_its_links_in_another_doc():
         "[t](results/protocol/table.md), [b](bench/x.md), [w](https://a/b), [s](#here)"
     assert report.rebase_links("[t](protocol/table.md)", "../results") == "[t](../results/protocol/table.md)"
     assert report.rebase_links("[t](protocol/table.md)", ".") == "[t](protocol/table.md)"
+
+
+def test_recipes_drawn_on_the_same_seeds_are_paired_over_the_seeds_both_have():
+    def rows(losses: dict) -> list[dict]:
+        return [{"seed": k, "losses": {"shakespeare": {"test": {"loss": v}}}} for k, v in losses.items()]
+    # b = a + 0.1 + small noise per seed: paired, a clear difference; Welch's t on the same numbers sees the spread
+    a, b = rows({0: 4.0, 1: 4.5, 2: 5.0}), rows({0: 4.11, 1: 4.59, 2: 5.1, 3: 9.0})
+    paired = report.draws_verdict(a, b, shared=True)
+    assert paired["test"] == "paired t" and paired["n"] == (3, 3) and paired["word"] == "lower"  # seed 3: not shared
+    welch = report.draws_verdict(a, b, shared=False)
+    assert welch["test"] == "Welch t" and welch["n"] == (3, 4) and welch["word"] == "no difference"
