@@ -1624,9 +1624,9 @@ def rows_of_massive(family: str) -> list:
 
 def _protocol_quote(what: str, name: str = "") -> str:
     """A number of results/protocol the docs quote: the held-out texts' mean gap ('loto'), a recipe's general mean
-    gap ('general'), its aim verdict ('aim'), a PAIRED difference over the test windows of text ``name``: the learned
-    map against the distilled one ('equal'), SliceGPT's construction against ours, training-free ('slice') and after
-    the same distillation ('slicedistill')."""
+    gap ('general'), its aim verdict ('aim'), its number of draws ('n'), a PAIRED difference over the test windows
+    of text ``name``: the learned map against the distilled one ('equal'), SliceGPT's construction against ours,
+    training-free ('slice') and after the same distillation ('slicedistill'); a pair's test over draws ('verdict')."""
     r = load("protocol")
     if r is None:
         raise KeyError("results/protocol is missing: run scripts/protocol.sh")
@@ -1635,6 +1635,8 @@ def _protocol_quote(what: str, name: str = "") -> str:
     rows = recipe_rows(r)
     if what == "general":
         return gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows[name]])
+    if what == "n":
+        return str(len(rows[name]))
     if what == "aim":
         return aim_word(dict(protocol_tests(r))[f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%"])
     pairs = {"equal": ("learned25", "distill25"), "slice": ("slice25", "free25"),
@@ -1655,6 +1657,7 @@ QUOTES: dict[str, Callable[[], str]] = {
     "protocol.loto": lambda: _protocol_quote("loto"),
     **{f"protocol.general@{n}": (lambda n=n: _protocol_quote("general", n)) for n in SHARE_OF},
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
+    **{f"protocol.n@{n}": (lambda n=n: _protocol_quote("n", n)) for n in SHARE_OF},
     **{f"protocol.verdict@{p}": (lambda p=p: _protocol_quote("verdict", p)) for p in ("equal", "eqcompute", "slice",
                                                                                       "slicedistill")},
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill",
