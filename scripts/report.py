@@ -1128,7 +1128,7 @@ def protocol_figure(r: dict) -> str:
                         color=colors[i % len(colors)], label=f"{PROTOCOL_NAMES.get(name, name)} (n = {len(rows)})")
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # the minor labels overlap on a short range
-        ax.set_xlabel("cost: single-core seconds")
+        ax.set_xlabel("cost: core-seconds (CPU time, or wall on one thread; beside other runs)")
         ax.set_title(f"{share} parameters")
         ax.legend(fontsize=6.5)
     axes[0][0].set_ylabel("tinyshakespeare test loss (± SE over windows)")
