@@ -121,7 +121,12 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "nothing chosen for it) was added later on 2026-11-29, after every recipe's seed 0 had read test "
                 "(while the SliceGPT arms' draws ran)",
                 "learned25's seed 2, planned with its seed 1, was not built (stopped for time in two sessions, before "
-                "any read of it): its row has n = 2"]
+                "any read of it): its row has n = 2",
+                "the calibration draws beside seed 0 (seeds 1 and 2 of free25, free50, slice25 and learned25) were "
+                "built again with disjoint calibration windows (draw s reads batches s·100,000 + k) after a referee "
+                "found that draws 0–2 had shared 6–7 of their 8 batches (s + k), which understated their spread; the "
+                "recipes unchanged, the overlapping draws' rows kept under superseded_rows and out of every "
+                "statistic (the distillations' data orders were already disjoint)"]
 # the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
 # the learned map's calibration draws); distill50, added last, has one data order (n = 1: "not tested")
 DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")
@@ -197,7 +202,8 @@ def transformed(src: str, data: dict[str, str], name: str, seed: int, calibratio
             "--eval_iters=0", "--threads=1", *more]
     spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
                      if a.startswith(("--in_dir", "--data_dir")) else a for a in args],
-            "config": open(os.path.join(harness.ROOT, config), encoding="utf-8").read()}
+            "config": open(os.path.join(harness.ROOT, config), encoding="utf-8").read(),
+            **({"calibration_seeds": DISJOINT} if seed else {})}  # draw 0's batches are the same in both schemes
 
     def build(out: str) -> dict:
         step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
@@ -205,6 +211,17 @@ def transformed(src: str, data: dict[str, str], name: str, seed: int, calibratio
 
     out, result = cached("protocol", f"{name}-{calibration}-s{seed}", spec, build)
     return dict(result, out_dir=out)
+
+
+# calibration draw s reads batches s·100,000 + k (lgpt.plumbing.dataset.calibration_seed); before 2026-11-29 it read
+# batches s + k, so draws 0–2 shared 6–7 of their 8 batches. Draws 1 and 2 built that way are superseded (their rows
+# are kept under "superseded_rows"); a disjoint draw's test read is recorded as RECIPE-sN-disjoint.
+DISJOINT = "seed * 100000 + k"
+
+
+def draw_name(job: str, seed: int) -> str:
+    """The name a draw's test read is recorded under: a calibration draw beside seed 0 is a disjoint one."""
+    return f"{job}-s{seed}" + ("-disjoint" if seed and job in RECIPES else "")
 
 
 def distilled(src: str, data: dict[str, str], name: str, seed: int) -> dict:
@@ -290,7 +307,8 @@ def row(name: str, seed: int, built: dict, trained: str, passes: str, losses: di
         start_seconds, start_measured = core_seconds(dict(built["start"]["step"],
                                                           out_dir=os.path.basename(built["start"]["out_dir"])))
         seconds, measured = seconds + start_seconds, measured if measured == start_measured else "mixed"
-    return {"recipe": name, "seed": seed, "parameters": built["parameters"], "trained": trained,
+    return {"recipe": name, "seed": seed, **({"calibration_seeds": DISJOINT} if seed and name in RECIPES else {}),
+            "parameters": built["parameters"], "trained": trained,
             "token_passes": passes, "core_seconds": round(seconds, 1), "cost_measured": measured,
             "wall_seconds": built["step"]["seconds"], "out_dir": built["out_dir"], "losses": nested(losses)}
 
@@ -349,6 +367,8 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
     payload = saved()
     rows = {(r["recipe"], r["seed"]): r for r in payload.get("rows", [])}
     loto = {r["held_out"]: r for r in payload.get("loto", [])}
+    superseded = {r["out_dir"]: r for r in payload.get("superseded_rows", [])}
+    mine: set[tuple[str, int]] = set()  # the rows this process built: the saved file is the truth for the others
     seeds = {"headline": (0,), "draws": DRAWS, "all": (0, *DRAWS)}.get(part, ())
     jobs = [(name, seed) for seed in seeds for name in (*RECIPES, *DISTILLED) if seed == 0 or name in DRAWN]
     if part == "slicegpt":
@@ -363,10 +383,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
     def write() -> None:
         now = saved()  # a second process (--reverse) may have saved its own rows since: keep them
         payload["original"] = payload.get("original") or now.get("original")
-        for r in now.get("rows", []):
-            rows.setdefault((r["recipe"], r["seed"]), r)
-        for r in now.get("loto", []):
-            loto.setdefault(r["held_out"], r)
+        merge_saved(now, rows, loto, superseded, mine)
         save({"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", "block": BLOCK,
               "texts": list(TEXTS), "calibration": CALIBRATION,
               "splits": "train = first 80%, test = next 10%, dev = val = last 10% (prepare.py)",
@@ -374,6 +391,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
               "rows": sorted(rows.values(), key=lambda r: (r["seed"], list(RECIPES).index(r["recipe"])
                                                            if r["recipe"] in RECIPES else 99)),
               "loto": [loto[t] for t in TEXTS if t in loto],
+              **({"superseded_rows": list(superseded.values())} if superseded else {}),
               "test_reads": {t: test_reads(data[t], (now.get("test_reads") or {}).get(t, {})) for t in TEXTS},
               "plan_changes": merged_plan_changes(now.get("plan_changes", [])),
               "build_minutes": round(sum(r["core_seconds"] + sum(x.get("seconds", 0) for t in r["losses"].values()
@@ -400,15 +418,39 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
                                    evaluated(built["out_dir"], data, name, (which,))), held_out=which)
         elif job in RECIPES:
             built = transformed(src, data, job, which)
-            rows[(job, which)] = row(job, which, built, *RECIPES[job][2:],
-                                     evaluated(built["out_dir"], data, f"{job}-s{which}"))
+            replace(rows, superseded, row(job, which, built, *RECIPES[job][2:],
+                                          evaluated(built["out_dir"], data, draw_name(job, which))))
+            mine.add((job, which))
         else:
             built = distilled(src, data, job, which)
-            rows[(job, which)] = row(job, which, built, *DISTILLED[job][1:],
-                                     evaluated(built["out_dir"], data, f"{job}-s{which}"))
+            replace(rows, superseded, row(job, which, built, *DISTILLED[job][1:],
+                                          evaluated(built["out_dir"], data, draw_name(job, which))))
+            mine.add((job, which))
         print(f"[{time.time() - started:.0f} s] {job} {which} done", flush=True)
         write()
     original()
+
+
+def merge_saved(now: dict, rows: dict, loto: dict, superseded: dict, mine: set[tuple[str, int]]) -> None:
+    """The saved results' rows into this process's: the saved file holds the truth for every row this process did
+    not build (another process may have rebuilt one since this one started), this process's for its own."""
+    for r in now.get("rows", []):
+        if (r["recipe"], r["seed"]) not in mine:
+            rows[(r["recipe"], r["seed"])] = r
+    for r in now.get("loto", []):
+        loto.setdefault(r["held_out"], r)
+    for r in now.get("superseded_rows", []):
+        superseded.setdefault(r["out_dir"], r)
+
+
+def replace(rows: dict, superseded: dict, new: dict) -> None:
+    """``new`` in its (recipe, seed) place; a row of another model there (a draw built in the old overlapping
+    scheme) moves to ``superseded``, kept for the record and out of every statistic."""
+    key = (new["recipe"], new["seed"])
+    old = rows.get(key)
+    if old is not None and old["out_dir"] != new["out_dir"]:
+        superseded.setdefault(old["out_dir"], dict(old, superseded_by=new["out_dir"]))
+    rows[key] = new
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.dataset import BatchLoader, calibration_seed
 from lgpt.plumbing.errors import TransformError
 from lgpt.plumbing.logger import progress
 from model import GPT, GPTConfig
@@ -461,7 +461,7 @@ def collect_calibration(model: GPT, loader: BatchLoader, batches: int, seed: int
     model.eval()
     total, count = vocabulary_moment(model, weighting, vocabulary)
     for k in progress(range(batches), "calibrate", unit="batch"):
-        x, _ = loader.get_batch("train", seed=seed + k)
+        x, _ = loader.get_batch("train", seed=calibration_seed(seed, k))
         for h in model(x, return_hidden=True)[2]:
             moment, n = unit_second_moment(h, weighting)
             total += moment

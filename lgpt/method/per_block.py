@@ -35,7 +35,7 @@ from lgpt.method.maps import (
     vocabulary_moment,
 )
 from lgpt.method.porting import canonicalize, model_from_state, port_embedding, port_reader, port_writer, scale_gain
-from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.dataset import BatchLoader, calibration_seed
 from lgpt.plumbing.errors import TransformError
 from lgpt.plumbing.logger import progress
 from model import GPT, GPTConfig
@@ -68,7 +68,7 @@ def collect_site_calibration(model: GPT, loader: BatchLoader, batches: int, seed
     handles = [modules[name].register_forward_pre_hook(hook(s)) for s, name in enumerate(names)]
     try:
         for k in progress(range(batches), "calibrate per site", unit="batch"):
-            x, _ = loader.get_batch("train", seed=seed + k)
+            x, _ = loader.get_batch("train", seed=calibration_seed(seed, k))
             model(x)
     finally:
         for h in handles:
@@ -146,7 +146,7 @@ def sequential_site_maps(model: GPT, m: int, loader: BatchLoader, batches: int, 
     model.eval()
     cfg = model.config
     like = model.transformer.wte.weight
-    states = [model.embed(loader.get_batch("train", seed=seed + k)[0]) for k in range(batches)]
+    states = [model.embed(loader.get_batch("train", seed=calibration_seed(seed, k))[0]) for k in range(batches)]
     pending: tuple[list[torch.Tensor], torch.nn.Module] | None = None  # peri-LN: outputs before their output norm
     n_sites = 2 * cfg.n_layer + 1
     group_of = site_groups(n_sites, groups)

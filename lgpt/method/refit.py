@@ -35,6 +35,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from lgpt.plumbing.dataset import calibration_seed
 from lgpt.plumbing.logger import progress
 from model import GPT
 
@@ -469,7 +470,7 @@ def orthonormal_rows(T: torch.Tensor) -> torch.Tensor:
 
 def calibration_batches(loader, batches: int, seed: int) -> list[torch.Tensor]:
     """``batches`` training batches (inputs only), fixed by ``seed``: the same text every correction sees."""
-    return [loader.get_batch("train", seed=seed + 10_000 + k)[0] for k in range(batches)]
+    return [loader.get_batch("train", seed=calibration_seed(seed, 10_000 + k))[0] for k in range(batches)]
 
 
 @torch.no_grad()

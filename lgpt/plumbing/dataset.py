@@ -566,6 +566,16 @@ def batch_seed(seed: int, iter_num: int, micro_step: int, rank: int = 0) -> int:
     return hash((seed, iter_num, micro_step, rank)) & 0x7FFF_FFFF_FFFF
 
 
+CALIBRATION_SEED_STRIDE = 100_000  # draws of calibration text: seed s reads batches s·STRIDE + k
+
+
+def calibration_seed(seed: int, k: int) -> int:
+    """The seed of calibration batch ``k`` of draw ``seed``: seed · CALIBRATION_SEED_STRIDE + k. Draws are
+    disjoint for k < STRIDE (``seed + k`` made draws 0–2 of 8 batches share 6–7 of them, so their spread understated
+    the calibration's sampling error); draw 0 reads batch k at seed k, as it always did."""
+    return seed * CALIBRATION_SEED_STRIDE + k
+
+
 EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed seeds, the same at every evaluation
 
 

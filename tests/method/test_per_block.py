@@ -16,7 +16,7 @@ from lgpt.method.per_block import (
 )
 from lgpt.method.pipeline import transform_model
 from lgpt.method.porting import canonicalize, model_from_state
-from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.dataset import CALIBRATION_SEED_STRIDE, BatchLoader
 from lgpt.plumbing.errors import ConfigError, TransformError
 from model import GPT, GPTConfig
 from test_transform import outputs, random_model
@@ -70,7 +70,7 @@ def test_per_site_calibration_is_each_sites_unit_second_moment(char_data_dir):
     hidden = [[], [], []]
     with torch.no_grad():
         for k in range(2):
-            x, _ = loader.get_batch("train", seed=7 + k)
+            x, _ = loader.get_batch("train", seed=7 * CALIBRATION_SEED_STRIDE + k)
             for i, h in enumerate(model(x, return_hidden=True)[2]):
                 hidden[i].append(h)
     for site, states in ((0, hidden[0]), (2, hidden[1]), (4, hidden[2])):

@@ -220,6 +220,34 @@ def test_calibration_points_counts_what_the_calibration_pass_sees(trained_dir, c
     assert calibration_points(model.config, None, 2) == model.config.vocab_size
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(1, 64))
+def test_calibration_draws_are_disjoint_and_draw_0_is_unchanged(a, b, batches):
+    """Two calibration draws never share a batch (``seed + k`` made draws 0–2 of 8 batches share 6–7); draw 0 reads
+    batch k at seed k, as before the scheme changed."""
+    from lgpt.plumbing.dataset import calibration_seed
+    first, second = ({calibration_seed(s, k) for k in range(batches)} for s in (a, b))
+    assert len(first) == batches
+    assert (first == second) if a == b else not (first & second)
+    assert [calibration_seed(0, k) for k in range(batches)] == list(range(batches))
+
+
+def test_calibration_pass_reads_its_draws_batches(trained_dir, char_data_dir):
+    """collect_calibration(seed=s) is the moment of batches calibration_seed(s, k), computed naively here."""
+    from lgpt.method.maps import collect_calibration
+    from lgpt.plumbing.dataset import calibration_seed
+    model, _ = load_model(trained_dir)
+    loader = BatchLoader(char_data_dir, model.config.block_size, 3)
+    states = []
+    with torch.no_grad():
+        for k in range(2):
+            states += model(loader.get_batch("train", calibration_seed(2, k))[0], return_hidden=True)[2]
+    u = torch.cat([h.reshape(-1, h.shape[-1]) for h in states]).double()
+    u = torch.cat([u, model.transformer.wte.weight.double()])
+    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    torch.testing.assert_close(collect_calibration(model, loader, 2, seed=2).second_moment, u.T @ u / len(u))
+
+
 def test_pseudo_inverse_rejects_rank_deficient_maps():
     with pytest.raises(TransformError, match="rank-deficient"):
         pseudo_inverse(torch.zeros(3, 5, dtype=torch.float64))
