@@ -63,7 +63,7 @@ import harness  # noqa: E402
 import real_model  # noqa: E402
 from harness import RESULTS, cached, is_built  # noqa: E402
 from lgpt.method.pipeline import output_gains  # noqa: E402
-from lgpt.plumbing.checkpoint import load_model  # noqa: E402
+from lgpt.plumbing.checkpoint import load_model, read_checkpoint_file  # noqa: E402
 from lgpt.plumbing.dataset import BatchLoader, token_losses, window_losses  # noqa: E402
 from real_model import BLOCK, parameters, run_step  # noqa: E402
 from real_quantization import save  # noqa: E402
@@ -153,7 +153,7 @@ def transformed(src: str, data_dir: str, label: str, args: list[str]) -> tuple[s
     def build(out: str) -> dict:
         step = run_step(["transform.py", *args, f"--in_dir={src}", f"--out_dir={out}", f"--data_dir={data_dir}",
                          f"--block_size={BLOCK}", "--eval_iters=0", "--allow_broken=True", "--overwrite=True"])
-        record = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        record = read_checkpoint_file(os.path.join(out, "ckpt.pt"), mmap=True)
         transform = record.get("transform") or {}
         return {"step": step, "exact": transform.get("exact"), "notes": transform.get("notes", []),
                 "parameters": parameters(out)}
@@ -500,7 +500,7 @@ class Run:
             self.say(f"bos {label}: {x['plain']:.4f} without, {x['bos']:.4f} with BOS", done, len(models))
 
     def bos_token(self) -> int:
-        ckpt = torch.load(os.path.join(self.src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        ckpt = read_checkpoint_file(os.path.join(self.src, "ckpt.pt"), mmap=True)
         return ckpt["meta"]["special_ids"]["bos_token_id"]
 
     def bos_read(self, label: str, path: str, split: str = "val") -> dict:
@@ -547,7 +547,7 @@ class Run:
         src = real_model.imported()[0]
         data = {"shakespeare": real_model.prepared(src, "shakespeare")}
         models = {"original": src, "free25": protocol.transformed(src, data, "free25", 0)["out_dir"]}
-        ckpt = torch.load(os.path.join(src, "ckpt.pt"), map_location="cpu", weights_only=False, mmap=True)
+        ckpt = read_checkpoint_file(os.path.join(src, "ckpt.pt"), mmap=True)
         firsts = {"BOS": ckpt["meta"]["special_ids"]["bos_token_id"],
                   "document separator": SMOLLM2_DOCUMENT_SEPARATOR}
         tokens = {i: t["content"] for t in json.loads(ckpt["meta"]["files"]["tokenizer.json"])["added_tokens"]

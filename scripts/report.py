@@ -1071,6 +1071,7 @@ def protocol(r: dict) -> str:
     out = head + table(header, body)
     if r.get("plan_changes"):
         out += ["", "Changed after a test read: " + "; ".join(r["plan_changes"]) + "."]
+    out += superseded_lines(r)
     if r.get("loto"):
         out += ["", "The general case, leaving one text out: the training-free −25% recipe calibrated on the other "
                 "three texts' train splits, read on the held-out text's test split (n = 1 calibration per text).",
@@ -1101,6 +1102,26 @@ def protocol(r: dict) -> str:
                      "—" if "p_holm" not in v else f"{v['p_holm']:.2g}",
                      aim_word(v) if "aim" in v else v["word"]] for name, v in tests])]
     return "\n".join(out)
+
+
+def superseded_lines(r: dict) -> list[str]:
+    """The draws built in the old, overlapping calibration scheme (batches s + k): kept for the record beside the
+    disjoint draw that replaced each, out of every statistic."""
+    old = r.get("superseded_rows") or []
+    if not old:
+        return []
+    now = {x.get("out_dir"): x for x in r["rows"]}
+    body = []
+    for x in old:
+        new = now.get(x.get("superseded_by"))
+        body.append([x["recipe"], x["seed"], f"{x['losses']['shakespeare']['test']['loss']:.4f}",
+                     f"{test_gap(r, x, 'shakespeare'):+.2f}%",
+                     "—" if new is None else f"{new['losses']['shakespeare']['test']['loss']:.4f}",
+                     "—" if new is None else f"{test_gap(r, new, 'shakespeare'):+.2f}%"])
+    return ["", "Superseded draws — calibrated on batches s + k, which draws 0–2 shared 6–7 of 8 of; out of every "
+            "statistic above, beside the disjoint draw (batches s·100,000 + k) that replaced each:", "",
+            *table(["recipe", "seed", "overlapping: Shakespeare test", "gap", "disjoint: Shakespeare test", "gap"],
+                   body)]
 
 
 def protocol_figure(r: dict) -> str:

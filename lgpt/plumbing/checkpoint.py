@@ -287,12 +287,12 @@ _MULTIARRAY = getattr(np, "_core", None) or np.core  # numpy 2 names it numpy._c
 SAFE_NUMPY_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), _MULTIARRAY.multiarray._reconstruct]
 
 
-def read_checkpoint_file(path: str, map_location: str = "cpu"):
+def read_checkpoint_file(path: str, map_location: str = "cpu", mmap: bool = False):
     """torch.load of a checkpoint file without running anything it holds: tensors, containers, numbers, strings
     and numpy arrays only (a pickle that names any other class or function is refused by torch's weights-only
-    unpickler, with an UnpicklingError)."""
+    unpickler, with an UnpicklingError). ``mmap``: tensors stay on disk until read (for reading a field or two)."""
     with torch.serialization.safe_globals(SAFE_NUMPY_GLOBALS):
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
 
 
 def load_checkpoint(path_or_dir: str, map_location: str = "cpu") -> dict:

@@ -321,6 +321,20 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     assert "Changed after a test read: a draw dropped." in text
 
 
+def test_superseded_draws_are_shown_beside_their_replacement_and_kept_out_of_every_statistic():
+    r = fake_protocol()
+    before = dict(report.protocol_tests(r))
+    r["rows"][1]["out_dir"] = "runs/new-s1"
+    old = dict(r["rows"][1], out_dir="runs/old-s1", superseded_by="runs/new-s1")
+    old["losses"] = fake_protocol()["rows"][3]["losses"]  # +20%: it would move the mean if it counted
+    r["superseded_rows"] = [old]
+    after = dict(report.protocol_tests(r))
+    assert {k: v["delta"] for k, v in after.items()} == {k: v["delta"] for k, v in before.items()}
+    text = report.protocol(r)
+    assert "| free25 | 1 | 4.8000 | +20.00% | 4.0840 | +2.10% |" in text
+    assert report.superseded_lines(fake_protocol()) == []
+
+
 def test_a_gap_is_measured_against_the_original_on_the_same_test_split():
     r = fake_protocol()
     assert report.test_gap(r, r["rows"][3], "wiki") == pytest.approx(20.0)
