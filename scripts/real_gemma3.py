@@ -36,6 +36,9 @@ reads the whole test split once, for the original and the arm chosen on dev at �
 - ``bos_sinks``: why the gap grows with BOS — the attention sinks and massive activations (``geometry``'s
   measurement) of the original and the chosen −25% arm on the first GEOMETRY_WINDOWS dev windows, read mid-text and
   with BOS in front (BOS, tokens 0 … 254): does the shrunk model still put its attention on BOS?
+- ``general``: the general case — the original and the chosen −25% arm (calibrated on Shakespeare) read on the test
+  split of each general English text SmolLM2's protocol reads (the novel, the news, Wikipedia prose, in Gemma's
+  tokens; the first GENERAL_WINDOWS windows of each, for time), with and without BOS on the same targets.
 - ``export``: the chosen −25% arm exported by convert.py --to_hf and read back by transformers' Gemma3ForCausalLM,
   its log-probabilities on EXACT_WINDOWS dev windows against ours (the export's weights are deleted after).
 Cost: each step's process CPU seconds. Writes results/real_gemma3/results.json after every arm.
@@ -113,6 +116,8 @@ SHRINK_50 = ("carry",)  # −50%: the plain carry, and the arm chosen at −25% 
 # smallest gains ruled (a referee's finding); the arms it built are kept under "superseded", the fit named
 LENGTH_FIT = "isotropic-relative"
 BOS_TARGETS = "tokens 1 … 254 of each window, both reads"  # bos_losses' targets since 2026-11-29
+GENERAL_TEXTS = ("novel", "news", "wiki")  # SmolLM2's protocol's general texts (scripts/protocol.py TEXTS)
+GENERAL_WINDOWS = 64  # at most, the first of each text's test split: a Gemma window read twice costs ~7 CPU-s
 SMOLLM2_DOCUMENT_SEPARATOR = 0  # <|endoftext|> in SmolLM2's vocabulary, between its pretraining documents
 SUPERSEDED_FIT = "absolute (Tᵀ·diag(a)·T ≈ diag(1/γ²), unweighted; replaced 2026-11-28)"
 
@@ -136,6 +141,18 @@ def prepared(model_dir: str) -> str:
                                      "--overwrite=True"])}
 
     return cached("data", "gemma3-shakespeare", {"model": harness.relative(model_dir), "splits": 3}, build)[0]
+
+
+def prepared_text(model_dir: str, text: str) -> str:
+    """A general English text of SmolLM2's protocol (real_model.TEXTS: fetch.py --what=english) in the model's
+    tokens, the same three splits (prepare.py)."""
+    def build(out: str) -> dict:
+        source = real_model.source_file(model_dir, text)
+        return {"prepare": run_step(["prepare.py", f"--tokenizer_from={model_dir}", f"--out_dir={out}",
+                                     "--overwrite=True", f"--input={source}"])}
+
+    spec = {"text": text, "file": real_model.TEXTS[text], "model": harness.relative(model_dir), "splits": 3}
+    return cached("data", f"gemma3-{text}", spec, build)[0]
 
 
 def carries(args: list[str] | tuple[str, ...]) -> bool:
@@ -172,14 +189,17 @@ def dev_losses(model, data_dir: str) -> np.ndarray:
         return torch.cat([nll.mean(1).double() for nll in token_losses(model, batches)]).numpy()
 
 
-def bos_losses(model, data_dir: str, bos: int, split: str = "val", test_for: str = "") -> dict:
-    """The first DEV_WINDOWS windows of dev (on test: every window) scored on each window's tokens
+def bos_losses(model, data_dir: str, bos: int, split: str = "val", test_for: str = "",
+               windows: int | None = None) -> dict:
+    """The first DEV_WINDOWS windows of dev (on test: every window, or the first ``windows``) scored on each window's
+    tokens
     1 … BLOCK − 2 twice: read as it is (tokens 0 … BLOCK − 1), and with BOS in front (BOS, tokens 0 … BLOCK − 2) —
     the same targets, one more token of context. Read as it is, position j predicts token j + 1 (targets 1 … BLOCK − 2
     are positions 0 … BLOCK − 3); with BOS in front, position j predicts token j (the same targets are positions
     1 … BLOCK − 2). ``test_for``: the recipe whose test read this is (recorded)."""
     loader = BatchLoader(data_dir, BLOCK, 4, "cpu", test_for=test_for)
-    starts = loader.full_split_starts(split)[:DEV_WINDOWS if split == "val" else None]
+    every = loader.full_split_starts(split)
+    starts = every[:DEV_WINDOWS if split == "val" else windows]
     data = loader.tokens(split)
     plain, with_bos = [], []
     for i in range(0, len(starts), 4):
@@ -192,6 +212,7 @@ def bos_losses(model, data_dir: str, bos: int, split: str = "val", test_for: str
         with_bos.append(nll_bos[:, 1:BLOCK - 1].mean(1).double())  # the same targets (until 2026-11-29: 2:, one on)
     plain, with_bos = torch.cat(plain).numpy(), torch.cat(with_bos).numpy()
     return {"plain": float(plain.mean()), "bos": float(with_bos.mean()), "windows": len(plain),
+            "split_windows": len(every),
             "plain_se": float(plain.std(ddof=1) / math.sqrt(len(plain))),
             "bos_se": float(with_bos.std(ddof=1) / math.sqrt(len(with_bos))),
             "plain_windows": [round(float(w), 6) for w in plain], "bos_windows": [round(float(w), 6) for w in with_bos]}
@@ -255,7 +276,7 @@ def tried_at_25(payload: dict) -> int:
 
 # results.json's parts, each a dict
 SECTIONS = ("grow", "shrink", "diagnose", "test", "geometry", "eval_geometry", "distill", "bos", "export",
-            "bos_recipe", "smollm2_bos", "bos_sinks")
+            "bos_recipe", "smollm2_bos", "bos_sinks", "general")
 FITTED = ("grow", "shrink", "diagnose", "test", "distill")  # the sections whose carried arms depend on the length fit
 
 
@@ -606,6 +627,31 @@ class Run:
                 self.say(f"bos_sinks {label}, {reading}: attention on position 0 (median layer) "
                          f"{entry['median_layer_weight_on_position_0']:.2f}", done, 2 * len(models))
             del model
+
+    def general(self) -> None:
+        """The original and the chosen −25% arm (calibrated on Shakespeare, as on SmolLM2) read on the test split of
+        each general text, with and without BOS on the same targets (one read each, recorded)."""
+        name = f"free-25%-{self.payload['chosen']['arm']}"
+        models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
+        bos = self.bos_token()
+        todo = [(text, label, path) for text in GENERAL_TEXTS for label, path in models.items()]
+        self.part_started = time.time()
+        for done, (text, label, path) in enumerate(todo, 1):
+            data_dir = prepared_text(self.src, text)
+
+            def build(out: str, path: str = path, data_dir: str = data_dir, label: str = label) -> dict:
+                os.makedirs(out, exist_ok=True)
+                started = time.process_time()
+                result = bos_losses(load_model(path)[0].eval(), data_dir, bos, "test",
+                                    test_for=f"gemma3-general-{label}", windows=GENERAL_WINDOWS)
+                return dict(result, cpu_seconds=round(time.process_time() - started, 1))
+
+            spec = {"model": harness.relative(path), "text": text, "windows": GENERAL_WINDOWS, "bos": bos,
+                    "targets": BOS_TARGETS, "split": "test"}
+            x = cached("test-gemma3", f"general-{text}-{label}", spec, build)[1]
+            x = self.keep("general", f"{text} {label}", dict(x, text=text, model=label, bos_token=bos,
+                                                             targets=BOS_TARGETS))
+            self.say(f"general {text} {label}: {x['plain']:.4f} without, {x['bos']:.4f} with BOS", done, len(todo))
 
     def export(self) -> None:
         """The chosen −25% arm as a user ships it: convert.py --to_hf, read back by transformers' own

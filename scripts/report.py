@@ -1168,7 +1168,7 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     real_model_outliers, shrink_quality, shrink_vs_scratch, shrink_vs_scratch_rates, recovery, scale, protocol,
     quant_frontier)}
 TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"), smollm2_eval_geometry(RESULTS),
-                                               smollm2_distill_gap())
+                                               smollm2_distill_gap(), smollm2_general_gaps())
 #                                                      beside SmolLM2's geometry
 
 
@@ -1179,6 +1179,16 @@ def smollm2_distill_gap() -> str | None:
                           "~original/losses/shakespeare/test/loss|gap1")
     except (KeyError, ResultsError, TypeError):
         return None
+
+
+def smollm2_general_gaps() -> dict[str, str]:
+    """SmolLM2's free25 test gap on each general text (results/protocol, ± sd over draws), beside Gemma's."""
+    try:
+        r = load("protocol")
+        rows = recipe_rows(r)["free25"]
+        return {t: gap_cell([test_gap(r, x, t) for x in rows]) for t in GENERAL_TEXTS}
+    except (KeyError, ResultsError, TypeError):
+        return {}
 
 
 def experiments() -> list[str]:

@@ -338,6 +338,35 @@ def bos_recipe_lines(r: dict) -> list[str]:
     return out
 
 
+def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> list[str]:
+    """The general case (--part=general): the original and the chosen −25% arm, calibrated on Shakespeare, read on
+    each general text's test split with and without BOS (the same targets), beside SmolLM2's free25 gap on the same
+    text (its protocol: the whole split, mid-text, ± sd over calibration draws). One model each: ± the windows'
+    standard error."""
+    x = r.get("general")
+    if not x:
+        return []
+    texts = list(dict.fromkeys(v["text"] for v in x.values()))
+    rows = []
+    for text in texts:
+        base = x.get(f"{text} original")
+        for v in x.values():
+            if v["text"] != text or v["model"] == "original" or base is None:
+                continue
+            rows.append([text, f"{v['windows']} of {v['split_windows']}", v["model"],
+                         f"{base['plain']:.4f} ± {base['plain_se']:.4f}", f"{v['plain']:.4f} ± {v['plain_se']:.4f}",
+                         gap(v["plain"], base["plain"]), f"{base['bos']:.4f} ± {base['bos_se']:.4f}",
+                         f"{v['bos']:.4f} ± {v['bos_se']:.4f}", gap(v["bos"], base["bos"]),
+                         (smollm2_general or {}).get(text, "—")])
+    return ["", "The general case (--part=general): the chosen −25% arm, calibrated on Shakespeare as SmolLM2's "
+            "free25 is, read on the test split of each general text (the first windows of 256 tokens, for time; "
+            "targets 1 … 254 of each, with and without BOS in front), one model each: ± the standard error over "
+            "windows. SmolLM2's column: its free25 on the same text (the whole split, mid-text, mean ± sd over "
+            "calibration draws; another recipe and vocabulary, so not strictly comparable).", ""] + table(
+        ["text", "test windows", "−25% arm", "original, no BOS", "−25%, no BOS", "gap, no BOS", "original, BOS first",
+         "−25%, BOS first", "gap, BOS first", "SmolLM2 free25 gap"], rows)
+
+
 def export_lines(r: dict) -> list[str]:
     """The chosen −25% arm exported to Hugging Face and read back by transformers, against ours."""
     if not r.get("export"):
@@ -353,7 +382,7 @@ def export_lines(r: dict) -> list[str]:
 
 
 def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None,
-                smollm2_distill_gap: str | None = None) -> str:
+                smollm2_distill_gap: str | None = None, smollm2_general: dict[str, str] | None = None) -> str:
     original = r["original"]
     head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
             f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
@@ -416,7 +445,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
                      + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + smollm2_bos_lines(r)
-                     + bos_sinks_lines(r) + bos_recipe_lines(r) + export_lines(r)
+                     + bos_sinks_lines(r) + bos_recipe_lines(r) + general_lines(r, smollm2_general)
+                     + export_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
         f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "

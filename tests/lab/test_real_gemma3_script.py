@@ -58,6 +58,12 @@ def test_a_bos_test_read_covers_the_whole_split_and_is_recorded(char_data_dir, t
     assert result["windows"] == len(range(0, tokens - 16 - 1, 16))  # every window of the split (full_split_starts)
     np.testing.assert_allclose(result["bos_windows"], result["plain_windows"], rtol=0, atol=2e-6)
     assert [r["recipe"] for r in reads_of_test(data)] == ["gemma3-bos-x"]
+    with torch.no_grad():  # the general texts' read: the first windows of the split, the split's size kept
+        first = real_gemma3.bos_losses(Bigram(vocab + 1), data, bos=vocab, split="test", test_for="gemma3-y",
+                                       windows=3)
+    assert first["windows"] == 3 and first["split_windows"] == result["windows"]
+    assert first["plain_windows"] == result["plain_windows"][:3]
+    assert [r["recipe"] for r in reads_of_test(data)] == ["gemma3-bos-x", "gemma3-y"]
 
 
 def test_exactness_reads_every_position_of_every_window(char_data_dir, monkeypatch):

@@ -496,6 +496,22 @@ def test_the_smollm2_bos_control_stands_beside_gemmas_with_each_gap_read_the_sam
     assert smollm2_bos_lines({"bos": {}}) == []
 
 
+def test_the_general_table_puts_each_texts_gap_both_ways_beside_smollm2s():
+    from report_gemma3 import general_lines
+
+    def read(text, model, plain, bos):
+        return {"text": text, "model": model, "plain": plain, "bos": bos, "plain_se": 0.01, "bos_se": 0.02,
+                "windows": 64, "split_windows": 200}
+
+    r = {"general": {"wiki original": read("wiki", "original", 5.0, 4.0),
+                     "wiki free-25%-a": read("wiki", "free-25%-a", 6.0, 6.0),
+                     "novel free-25%-a": read("novel", "free-25%-a", 7.0, 7.0)}}  # no original read: no row
+    text = "\n".join(general_lines(r, {"wiki": "+9.0% ± 0.1"}))
+    assert ("| wiki | 64 of 200 | free-25%-a | 5.0000 ± 0.0100 | 6.0000 ± 0.0100 | +20.0% | 4.0000 ± 0.0200 | "
+            "6.0000 ± 0.0200 | +50.0% | +9.0% ± 0.1 |") in text
+    assert "| novel |" not in text and general_lines({}) == []
+
+
 def test_the_bos_sinks_table_gives_each_models_attention_on_position_0_by_reading():
     from report_gemma3 import bos_sinks_lines
     sinks = [{"mean_weight_on_position_0": w, "heads_over_half": h, "heads": 4} for w, h in ((0.1, 0), (0.9, 3),
