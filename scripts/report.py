@@ -27,7 +27,10 @@ from report_serving import quant_frontier, quant_frontier_figure
 from report_stats import (  # noqa: F401 - the cells and the rule (tests read them here)
     ALPHA,
     RULE,
+    SE_BLOCK,
     adjust,
+    block_count,
+    block_se,
     decide,
     eval_setting,
     gap_words,
@@ -39,11 +42,13 @@ from report_stats import (  # noqa: F401 - the cells and the rule (tests read th
     msl,
     pct,
     provenance,
+    satterthwaite,
     steps,
     table,
     verdict,
     verdict_against_exact,
     verdict_cell,
+    verdict_with_windows,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -923,16 +928,18 @@ PAIRED = (("learned25", "distill25", "the learned map against the distilled one 
 SHARED_DRAWS = {("slice25", "free25"), ("slicedistill25", "distill25")}
 
 
-def draws_verdict(a: list[dict], b: list[dict], shared: bool) -> dict:
+def draws_verdict(a: list[dict], b: list[dict], shared: bool, window_se: float = 0.0, windows: int = 0) -> dict:
     """The over-draws test of two recipes' Shakespeare test losses by the one rule: paired over the seeds both
-    have where the seeds are the same draw on both sides (``shared``), Welch's t otherwise."""
+    have where the seeds are the same draw on both sides (``shared``), Welch's t otherwise; with ``window_se`` (the
+    difference's standard error over the test windows) its error holds the test text's sampling error too."""
     def loss(x: dict) -> float:
         return x["losses"]["shakespeare"]["test"]["loss"]
     if shared:
         seeds = sorted({x["seed"] for x in a} & {x["seed"] for x in b})
         of_a, of_b = {x["seed"]: x for x in a}, {x["seed"]: x for x in b}
-        return verdict([loss(of_a[s]) for s in seeds], [loss(of_b[s]) for s in seeds], paired=True)
-    return verdict([loss(x) for x in a], [loss(x) for x in b])
+        return verdict_with_windows([loss(of_a[s]) for s in seeds], [loss(of_b[s]) for s in seeds], True, window_se,
+                                    windows)
+    return verdict_with_windows([loss(x) for x in a], [loss(x) for x in b], False, window_se, windows)
 
 
 def test_gap(r: dict, row: dict, text: str) -> float:
@@ -949,13 +956,14 @@ def recipe_rows(r: dict) -> dict[str, list[dict]]:
 
 
 def paired_windows(r: dict, a: dict, b: dict, text: str) -> tuple[float, float]:
-    """Mean(a) − mean(b) on ``text``'s test windows and its standard error, paired window by window."""
+    """Mean(a) − mean(b) on ``text``'s test windows and its standard error, paired window by window (batch means
+    over blocks of consecutive windows: ``block_se``)."""
     x, y = a["losses"][text]["test"]["each"], b["losses"][text]["test"]["each"]
     if len(x) != len(y):
         raise ResultsError(f"results/protocol: {a['recipe']} and {b['recipe']} hold {len(x)} and {len(y)} test windows "
                            f"of {text}: not the same split; run scripts/protocol.sh again")
     diffs = [p - q for p, q in zip(x, y)]
-    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return statistics.fmean(diffs), block_se(diffs)
 
 
 def cost_cell(rows: list[dict]) -> str:
@@ -971,10 +979,11 @@ def gap_cell(gaps: list[float]) -> str:
     return pct(mean_spread_of([g / 100 for g in gaps]), 1)
 
 
-def aim_verdict(gaps: list[float], aim: float, window_se: float = 0.0) -> dict:
+def aim_verdict(gaps: list[float], aim: float, window_se: float = 0.0, windows: int = 0) -> dict:
     """The one rule for an aim: a two-sided t-test of the mean gap against the aim at α (n = 1: not tested). Its
-    error holds both the draws' spread and the test set's sampling error: √(sd²/n + window_se²), n − 1 degrees of
-    freedom (window_se: the gap's standard error over the test windows, paired with the original's)."""
+    error holds both the draws' spread and the test set's sampling error: √(sd²/n + window_se²), with
+    Welch–Satterthwaite's degrees of freedom over the two (n − 1 and ``windows`` − 1; window_se: the gap's standard
+    error over the test windows, paired with the original's) — the rule a difference between recipes follows."""
     v = verdict_against_exact(gaps, aim)
     v["aim"] = aim
     if len(gaps) < 2:
@@ -982,18 +991,19 @@ def aim_verdict(gaps: list[float], aim: float, window_se: float = 0.0) -> dict:
     from scipy import stats
     n, mean = len(gaps), statistics.fmean(gaps)
     spread = statistics.stdev(gaps) if n > 1 else 0.0
-    error = math.sqrt(spread ** 2 / n + window_se ** 2)
+    parts = [(spread ** 2 / n, n - 1), *([(window_se ** 2, block_count(windows) - 1)] if windows > 1 else [])]
+    error = math.sqrt(sum(part for part, _ in parts))
     if error == 0:
         return v
-    p = float(2 * stats.t.sf(abs(mean - aim) / error, n - 1))
+    p = float(2 * stats.t.sf(abs(mean - aim) / error, satterthwaite(parts)))
     v.update(sd=spread, p=p, test="t against the aim (draws and test windows)", word=decide(p, mean - aim))
     return v
 
 
 def window_gap_se(r: dict, row: dict, text: str) -> float:
     """The standard error, in percent of the original's loss, of a row's gap over the test windows of ``text``
-    (paired window by window with the original's; consecutive windows of one text are not independent, so this
-    is a lower bound)."""
+    (paired window by window with the original's; batch means over blocks of consecutive windows, which are not
+    independent: ``block_se``)."""
     d, se = paired_windows(r, row, {"recipe": "original", "losses": r["original"]["losses"]}, text)
     return 100 * se / r["original"]["losses"][text]["test"]["loss"]
 
@@ -1020,7 +1030,8 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
         cost = statistics.median(x["core_seconds"] for x in rows)
         tests.append((f"{name}: Shakespeare test gap ≤ +{AIMS[share]:g}%",
                       dict(aim_verdict([test_gap(r, x, "shakespeare") for x in rows], AIMS[share],
-                                       window_gap_se(r, rows[0], "shakespeare")),
+                                       window_gap_se(r, rows[0], "shakespeare"),
+                                       len(rows[0]["losses"]["shakespeare"]["test"]["each"])),
                            cost=cost, within_time=cost <= TIME_LIMIT)))
     if r.get("loto"):
         tests.append((f"free25, leave one text out: mean test gap over {len(r['loto'])} held-out texts ≤ "
@@ -1029,7 +1040,10 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
                            test="t over held-out texts against the aim")))
     for a, b, _ in PAIRED:
         if a in by and b in by:
-            tests.append((f"{a} vs {b}, Shakespeare test loss", draws_verdict(by[a], by[b], (a, b) in SHARED_DRAWS)))
+            window_se = paired_windows(r, by[a][0], by[b][0], "shakespeare")[1]
+            tests.append((f"{a} vs {b}, Shakespeare test loss",
+                          draws_verdict(by[a], by[b], (a, b) in SHARED_DRAWS, window_se,
+                                        len(by[a][0]["losses"]["shakespeare"]["test"]["each"]))))
     adjust([v for _, v in tests])
     return tests
 
@@ -1046,15 +1060,15 @@ def protocol(r: dict) -> str:
             + ", ".join(f"{t} {x['reads']} reads by {len(x['recipes'])} recipes" for t, x in r["test_reads"].items())
             + "). Test tokens per text (whole split, "
             f"{r['block']}-token windows): {sizes}. Loss ± sd over n draws; ± SE: the test set's sampling error "
-            "(standard error over windows, the first draw; consecutive windows are not independent, so a lower "
-            "bound); gaps to the original on the same windows. Cost: "
+            f"(the first draw's standard error by batch means over blocks of {SE_BLOCK} consecutive windows, which are "
+            "correlated); gaps to the original on the same windows. Cost: "
             "the step's core-seconds, the median over draws — its process's CPU time; '(wall)' marks a wall time on "
             "one thread, which overstates it where another process shared the core (distillation: its start's "
             "transform included).", ""]
     header = ["recipe", "change", "parameters", "trained", "token passes", "core-s", "n", "Shakespeare test",
               "± SE", "gap", *[f"{t} gap" for t in GENERAL_TEXTS], "general mean gap", "Shakespeare dev"]
     body = [["original", "—", f"{r['original']['parameters'] / 1e6:.1f} M", "—", "—", "—", 1,
-             f"{o['shakespeare']['test']['loss']:.4f}", f"{o['shakespeare']['test']['se']:.4f}", "—",
+             f"{o['shakespeare']['test']['loss']:.4f}", f"{block_se(o['shakespeare']['test']['each']):.4f}", "—",
              *[f"{o[t]['test']['loss']:.4f} (loss)" for t in GENERAL_TEXTS], "—",
              f"{o['shakespeare']['dev']['loss']:.4f}"]]
     for name, rows in by.items():
@@ -1064,7 +1078,7 @@ def protocol(r: dict) -> str:
             PROTOCOL_NAMES.get(name, name), SHARE_OF[name], f"{first['parameters'] / 1e6:.1f} M", first["trained"],
             first["token_passes"], cost_cell(rows), len(rows),
             msl([x["losses"]["shakespeare"]["test"]["loss"] for x in rows]),
-            f"{first['losses']['shakespeare']['test']['se']:.4f}",
+            f"{block_se(first['losses']['shakespeare']['test']['each']):.4f}",
             gap_cell([test_gap(r, x, "shakespeare") for x in rows]),
             *[gap_cell([test_gap(r, x, t) for x in rows]) for t in GENERAL_TEXTS],
             gap_cell(general), msl([x["losses"]["shakespeare"]["dev"]["loss"] for x in rows])])
@@ -1078,7 +1092,7 @@ def protocol(r: dict) -> str:
                 "", *table(["held out", "test tokens", "loss", "± SE", "original", "gap", "core-s"], [
                     [x["held_out"], f"{x['losses'][x['held_out']]['test']['windows'] * r['block']:,}",
                      f"{x['losses'][x['held_out']]['test']['loss']:.4f}",
-                     f"{x['losses'][x['held_out']]['test']['se']:.4f}",
+                     f"{block_se(x['losses'][x['held_out']]['test']['each']):.4f}",
                      f"{o[x['held_out']]['test']['loss']:.4f}", f"{test_gap(r, x, x['held_out']):+.1f}%",
                      cost_cell([x])] for x in r["loto"]]),
                 "", "mean gap over held-out texts (± sd over texts): "
@@ -1092,7 +1106,9 @@ def protocol(r: dict) -> str:
                                [[t, f"{d:+.4f}", f"{se:.4f}"] for t, d, se in pairs])]
     tests = protocol_tests(r)
     out += ["", f"Verdicts: {RULE}; an aim by a t-test of the mean gap against it whose error holds the draws' spread "
-            "and the test windows' (the leave-one-text-out aim: over the held-out texts), and — the goal being "
+            "and the test windows' (the leave-one-text-out aim: over the held-out texts), a difference between "
+            "recipes likewise (the draws' spread and the difference's standard error over the same test windows), "
+            "and — the goal being "
             f"both — a recipe whose median draw took over {TIME_LIMIT / 60:.0f} core-minutes misses it whatever its "
             "gap (its gap's own verdict kept in the words); Holm's correction "
             f"across the {sum(v['p'] is not None for _, v in tests)} tests.", "",
@@ -1145,7 +1161,7 @@ def protocol_figure(r: dict) -> str:
             if SHARE_OF[name] != share:
                 continue
             ax.errorbar([x["core_seconds"] for x in rows], [x["losses"]["shakespeare"]["test"]["loss"] for x in rows],
-                        yerr=[x["losses"]["shakespeare"]["test"]["se"] for x in rows], fmt="o", capsize=3,
+                        yerr=[block_se(x["losses"]["shakespeare"]["test"]["each"]) for x in rows], fmt="o", capsize=3,
                         color=colors[i % len(colors)], label=f"{PROTOCOL_NAMES.get(name, name)} (n = {len(rows)})")
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # the minor labels overlap on a short range

@@ -298,9 +298,11 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     from scipy import stats  # the error holds the draws' spread and the test windows' sampling error
     window = report.window_gap_se(r, r["rows"][0], "shakespeare")
     assert window == pytest.approx(100 * 0.02 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2 / 4)
-    error = math.sqrt(statistics.stdev([2.0, 2.1, 1.9]) ** 2 / 3 + window ** 2)
-    assert free25["p"] == pytest.approx(2 * stats.t.sf(1.0 / error, 2), rel=1e-6)
-    wide = report.aim_verdict([2.0, 2.1, 1.9], 3.0, window_se=5.0)  # a noisy test set: the aim is undecided
+    draws = statistics.stdev([2.0, 2.1, 1.9]) ** 2 / 3
+    error = math.sqrt(draws + window ** 2)  # 4 windows: Welch–Satterthwaite's df over the draws' 2 and the windows' 3
+    df = (draws + window ** 2) ** 2 / (draws ** 2 / 2 + window ** 4 / 3)
+    assert free25["p"] == pytest.approx(2 * stats.t.sf(1.0 / error, df), rel=1e-6)
+    wide = report.aim_verdict([2.0, 2.1, 1.9], 3.0, window_se=5.0, windows=4)  # a noisy test set: undecided
     assert report.aim_word(wide) == "undecided"
     assert tests["free50: Shakespeare test gap ≤ +12%"]["word"] == "not tested"  # n = 1
     assert tests["learned25 vs distill25, Shakespeare test loss"]["word"] == "not tested"
@@ -558,6 +560,37 @@ def test_a_block_written_for_results_keeps_its_links_in_another_doc():
         "[t](results/protocol/table.md), [b](bench/x.md), [w](https://a/b), [s](#here)"
     assert report.rebase_links("[t](protocol/table.md)", "../results") == "[t](../results/protocol/table.md)"
     assert report.rebase_links("[t](protocol/table.md)", ".") == "[t](protocol/table.md)"
+
+
+def test_the_test_windows_error_is_batch_means_over_blocks_of_consecutive_windows():
+    values = [float(i % 5) + 0.1 * i for i in range(35)]  # 35 windows: 4 blocks of 8, the last 3 left out
+    means = [statistics.fmean(values[8 * k:8 * k + 8]) for k in range(4)]
+    assert report.block_count(35) == 4 and report.block_se(values) == pytest.approx(statistics.stdev(means) / 2)
+    few = [1.0, 2.0, 4.0]  # under two blocks: the plain standard error, each window its own block
+    assert report.block_count(3) == 3 and report.block_se(few) == pytest.approx(statistics.stdev(few) / math.sqrt(3))
+    trend = [0.01 * i for i in range(64)]  # correlated neighbours: batch means see more error than windows do
+    assert report.block_se(trend) > statistics.stdev(trend) / 8
+
+
+def test_a_difference_over_draws_holds_the_test_windows_error_too():
+    from scipy import stats
+    a, b = [4.0, 4.5, 5.0], [4.11, 4.59, 5.1]
+    plain = report.verdict(a, b, paired=True)
+    wide = report.verdict_with_windows(a, b, True, window_se=0.2, windows=100)  # a noisy test set: undecided
+    d = [x - y for x, y in zip(a, b)]
+    draws = statistics.stdev(d) ** 2 / 3
+    df = (draws + 0.04) ** 2 / (draws ** 2 / 2 + 0.04 ** 2 / 11)  # Welch–Satterthwaite: 100 windows, 12 blocks
+    assert wide["p"] == pytest.approx(2 * stats.t.sf(abs(statistics.fmean(d)) / math.sqrt(draws + 0.04), df),
+                                      rel=1e-9)
+    assert plain["word"] == "lower" and wide["word"] == "no difference" and "test windows" in wide["test"]
+    assert report.verdict_with_windows(a, b, True, 0.0, 100) == plain  # no window error: the draws' test unchanged
+    x, y = [4.0, 4.2, 4.1], [4.5, 4.9, 4.6, 4.7]  # Welch: three parts, each with its degrees of freedom
+    va, vb, vw = statistics.variance(x) / 3, statistics.variance(y) / 4, 0.05 ** 2
+    df = (va + vb + vw) ** 2 / (va ** 2 / 2 + vb ** 2 / 3 + vw ** 2 / 5)  # 50 windows: 6 blocks
+    w = report.verdict_with_windows(x, y, False, 0.05, windows=50)
+    delta = statistics.fmean(x) - statistics.fmean(y)
+    assert w["p"] == pytest.approx(2 * stats.t.sf(abs(delta) / math.sqrt(va + vb + vw), df), rel=1e-9)
+    assert report.verdict_with_windows([4.0], y, False, 0.05, 50)["word"] == "not tested"  # n = 1: not tested
 
 
 def test_recipes_drawn_on_the_same_seeds_are_paired_over_the_seeds_both_have():
