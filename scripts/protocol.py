@@ -56,6 +56,7 @@ import harness  # noqa: E402
 from harness import RESULTS, cached  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import (  # noqa: E402
+    CALIBRATION_SEEDS,
     BatchLoader,
     reads_of_test,
     recipes_of_test,
@@ -122,11 +123,18 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "(while the SliceGPT arms' draws ran)",
                 "learned25's seed 2, planned with its seed 1, was not built (stopped for time in two sessions, before "
                 "any read of it): its row has n = 2",
-                "the calibration draws beside seed 0 (seeds 1 and 2 of free25, free50, slice25 and learned25) were "
-                "built again with disjoint calibration windows (draw s reads batches s·100,000 + k) after a referee "
-                "found that draws 0–2 had shared 6–7 of their 8 batches (s + k), which understated their spread; the "
-                "recipes unchanged, the overlapping draws' rows kept under superseded_rows and out of every "
-                "statistic (the distillations' data orders were already disjoint)"]
+                "the calibration draws beside seed 0 (seeds 1 and 2 of free25, free50 and slice25, seed 1 of "
+                "learned25) were built again on 2026-11-29 (a later session) with independent calibration batches "
+                "(draw s reads batch seeds s·100,000 + k) after a referee found that draws 0–2 had shared 6–7 of "
+                "their 8 batch seeds (s + k), which understated their spread; the recipes unchanged, the old draws' "
+                "rows kept under superseded_rows and out of every statistic (the distillations' data orders were "
+                "already independent)",
+                "the significance rule was changed in that session, after every row had read test, on a referee's "
+                "findings: a difference between recipes now holds the test windows' sampling error as an aim does "
+                "(before, over draws alone), and that error is the batch-means standard error of the draws' "
+                "window-by-window mean over ⌊√n⌋ blocks of consecutive windows (before, the plain standard error "
+                "over windows of the first draw), with Welch–Satterthwaite's degrees of freedom (before, n − 1); the "
+                "table beside the verdicts gives each verdict under other block sizes"]
 # the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
 # the learned map's calibration draws); distill50, added last, has one data order (n = 1: "not tested")
 DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")
@@ -216,7 +224,7 @@ def transformed(src: str, data: dict[str, str], name: str, seed: int, calibratio
 # calibration draw s reads batches s·100,000 + k (lgpt.plumbing.dataset.calibration_seed); before 2026-11-29 it read
 # batches s + k, so draws 0–2 shared 6–7 of their 8 batches. Draws 1 and 2 built that way are superseded (their rows
 # are kept under "superseded_rows"); a disjoint draw's test read is recorded as RECIPE-sN-disjoint.
-DISJOINT = "seed * 100000 + k"
+DISJOINT = CALIBRATION_SEEDS
 
 
 def draw_name(job: str, seed: int) -> str:
@@ -368,7 +376,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
     rows = {(r["recipe"], r["seed"]): r for r in payload.get("rows", [])}
     loto = {r["held_out"]: r for r in payload.get("loto", [])}
     superseded = {r["out_dir"]: r for r in payload.get("superseded_rows", [])}
-    mine: set[tuple[str, int]] = set()  # the rows this process built: the saved file is the truth for the others
+    mine: set[tuple[str, int | str]] = set()  # what this process built: the saved file is the truth for the rest
     seeds = {"headline": (0,), "draws": DRAWS, "all": (0, *DRAWS)}.get(part, ())
     jobs = [(name, seed) for seed in seeds for name in (*RECIPES, *DISTILLED) if seed == 0 or name in DRAWN]
     if part == "slicegpt":
@@ -381,6 +389,10 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
         jobs.reverse()
 
     def write() -> None:
+        with harness.locked(os.path.join(harness.ROOT, "runs", "protocol-results"), wait=True):
+            save_merged()
+
+    def save_merged() -> None:  # under the lock: no other process reads, merges and saves in between
         now = saved()  # a second process (--reverse) may have saved its own rows since: keep them
         payload["original"] = payload.get("original") or now.get("original")
         merge_saved(now, rows, loto, superseded, mine)
@@ -396,7 +408,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
               "plan_changes": merged_plan_changes(now.get("plan_changes", [])),
               "build_minutes": round(sum(r["core_seconds"] + sum(x.get("seconds", 0) for t in r["losses"].values()
                                                                  for x in t.values())
-                                         for r in [*rows.values(), *loto.values()]) / 60, 1)},
+                                         for r in [*rows.values(), *loto.values(), *superseded.values()]) / 60, 1)},
              started, "protocol", "scripts/protocol.sh")
 
     def original() -> None:
@@ -416,6 +428,7 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
             built = transformed(src, dict(data, **{f"loto-{which}": calibration}), "free25", 0, f"loto-{which}")
             loto[which] = dict(row(name, 0, built, RECIPES["free25"][2], RECIPES["free25"][3],
                                    evaluated(built["out_dir"], data, name, (which,))), held_out=which)
+            mine.add(("loto", which))
         elif job in RECIPES:
             built = transformed(src, data, job, which)
             replace(rows, superseded, row(job, which, built, *RECIPES[job][2:],
@@ -431,14 +444,15 @@ def build_all(part: str, src: str, data: dict[str, str], reverse: bool, started:
     original()
 
 
-def merge_saved(now: dict, rows: dict, loto: dict, superseded: dict, mine: set[tuple[str, int]]) -> None:
+def merge_saved(now: dict, rows: dict, loto: dict, superseded: dict, mine: set[tuple[str, int | str]]) -> None:
     """The saved results' rows into this process's: the saved file holds the truth for every row this process did
     not build (another process may have rebuilt one since this one started), this process's for its own."""
     for r in now.get("rows", []):
         if (r["recipe"], r["seed"]) not in mine:
             rows[(r["recipe"], r["seed"])] = r
     for r in now.get("loto", []):
-        loto.setdefault(r["held_out"], r)
+        if ("loto", r["held_out"]) not in mine:
+            loto[r["held_out"]] = r
     for r in now.get("superseded_rows", []):
         superseded.setdefault(r["out_dir"], r)
 

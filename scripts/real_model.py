@@ -39,7 +39,7 @@ import harness  # noqa: E402
 from fetch import SMOLLM2_GGUF, SOURCES, cache_path  # noqa: E402
 from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
-from lgpt.plumbing.dataset import BatchLoader, evaluate_loss, read_shakespeare  # noqa: E402
+from lgpt.plumbing.dataset import CALIBRATION_SEEDS, BatchLoader, evaluate_loss, read_shakespeare  # noqa: E402
 
 BLOCK = 256  # tokens per calibration and evaluation window (the issue's and SliceGPT comparison's setting)
 CALIB_BATCHES_N, CALIB_BATCH = 8, 16  # 128 × 256 calibration tokens (SliceGPT's reference run uses the same)
@@ -293,7 +293,8 @@ def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: 
             f"--threads={threads}", *extra]
     spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir", "--map_file")) else a.split("=")[0] + "=" +
                      harness.relative(a.split("=", 1)[1]) for a in args],
-            "v": 2 if any(a.startswith("--learn_steps") for a in args) else 1}
+            "v": 2 if any(a.startswith("--learn_steps") for a in args) else 1,
+            **({"calibration_seeds": CALIBRATION_SEEDS} if seed else {})}  # seed 0 reads the same in both schemes
     # v 2 of a learned map: learning holds the kept coordinates' rows (--learn_hold, refit.free_block); v 1 moved them
 
     def build(out: str) -> dict:

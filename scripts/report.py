@@ -27,12 +27,12 @@ from report_serving import quant_frontier, quant_frontier_figure
 from report_stats import (  # noqa: F401 - the cells and the rule (tests read them here)
     ALPHA,
     RULE,
-    SE_BLOCK,
     adjust,
     block_count,
     block_se,
     decide,
     eval_setting,
+    fixed_block,
     gap_words,
     holm,
     loss_cells,
@@ -947,12 +947,31 @@ def test_gap(r: dict, row: dict, text: str) -> float:
     return 100 * (row["losses"][text]["test"]["loss"] / r["original"]["losses"][text]["test"]["loss"] - 1)
 
 
+# the protocol's recipes whose draws are calibration draws (the others' are data orders, from seed 0's calibration)
+CALIBRATION_DRAWN = ("free25", "free50", "learned25", "slice25")
+
+
 def recipe_rows(r: dict) -> dict[str, list[dict]]:
-    """The rows of each recipe (one per draw), in the results' order."""
+    """The rows of each recipe (one per draw), in the results' order. A calibration draw beside seed 0 built on the
+    old overlapping batches (s + k: no ``calibration_seeds``) is refused — mixing schemes would pair a draw of one
+    with a draw of the other."""
     out: dict[str, list[dict]] = {}
     for row in r["rows"]:
+        if row["recipe"] in CALIBRATION_DRAWN and row.get("seed") and "calibration_seeds" not in row:
+            raise ResultsError(f"results/protocol: {row['recipe']} seed {row['seed']} was calibrated on the old "
+                               "overlapping batches (s + k); build it again: python scripts/protocol.py --part=draws "
+                               f"--recipes={row['recipe']}")
         out.setdefault(row["recipe"], []).append(row)
     return out
+
+
+def mean_windows(rows: list[dict], text: str) -> list[float]:
+    """Each test window's loss averaged over ``rows`` (draws): the windows' error of a mean over draws."""
+    each = [x["losses"][text]["test"]["each"] for x in rows]
+    if len({len(e) for e in each}) != 1:
+        raise ResultsError(f"results/protocol: draws of {rows[0]['recipe']} hold different numbers of {text} test "
+                           "windows; run scripts/protocol.sh again")
+    return [statistics.fmean(w) for w in zip(*each)]
 
 
 def paired_windows(r: dict, a: dict, b: dict, text: str) -> tuple[float, float]:
@@ -982,8 +1001,11 @@ def gap_cell(gaps: list[float]) -> str:
 def aim_verdict(gaps: list[float], aim: float, window_se: float = 0.0, windows: int = 0) -> dict:
     """The one rule for an aim: a two-sided t-test of the mean gap against the aim at α (n = 1: not tested). Its
     error holds both the draws' spread and the test set's sampling error: √(sd²/n + window_se²), with
-    Welch–Satterthwaite's degrees of freedom over the two (n − 1 and ``windows`` − 1; window_se: the gap's standard
-    error over the test windows, paired with the original's) — the rule a difference between recipes follows."""
+    Welch–Satterthwaite's degrees of freedom over the two (n − 1 and block_count(``windows``) − 1; window_se: the
+    gap's standard error over the test windows, paired with the original's, by batch means) — the rule a difference
+    between recipes follows (report_stats.verdict_with_windows)."""
+    if window_se > 0 and windows < 2:
+        raise ValueError("a window error needs the number of windows it was measured on (windows ≥ 2)")
     v = verdict_against_exact(gaps, aim)
     v["aim"] = aim
     if len(gaps) < 2:
@@ -1000,11 +1022,13 @@ def aim_verdict(gaps: list[float], aim: float, window_se: float = 0.0, windows: 
     return v
 
 
-def window_gap_se(r: dict, row: dict, text: str) -> float:
+def window_gap_se(r: dict, row: dict | list[dict], text: str) -> float:
     """The standard error, in percent of the original's loss, of a row's gap over the test windows of ``text``
     (paired window by window with the original's; batch means over blocks of consecutive windows, which are not
     independent: ``block_se``)."""
-    d, se = paired_windows(r, row, {"recipe": "original", "losses": r["original"]["losses"]}, text)
+    rows = row if isinstance(row, list) else [row]  # several draws: the error of their mean, window by window
+    mean = {"recipe": rows[0]["recipe"], "losses": {text: {"test": {"each": mean_windows(rows, text)}}}}
+    d, se = paired_windows(r, mean, {"recipe": "original", "losses": r["original"]["losses"]}, text)
     return 100 * se / r["original"]["losses"][text]["test"]["loss"]
 
 
@@ -1030,7 +1054,7 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
         cost = statistics.median(x["core_seconds"] for x in rows)
         tests.append((f"{name}: Shakespeare test gap ≤ +{AIMS[share]:g}%",
                       dict(aim_verdict([test_gap(r, x, "shakespeare") for x in rows], AIMS[share],
-                                       window_gap_se(r, rows[0], "shakespeare"),
+                                       window_gap_se(r, rows, "shakespeare"),
                                        len(rows[0]["losses"]["shakespeare"]["test"]["each"])),
                            cost=cost, within_time=cost <= TIME_LIMIT)))
     if r.get("loto"):
@@ -1040,7 +1064,8 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
                            test="t over held-out texts against the aim")))
     for a, b, _ in PAIRED:
         if a in by and b in by:
-            window_se = paired_windows(r, by[a][0], by[b][0], "shakespeare")[1]
+            window_se = block_se([x - y for x, y in zip(mean_windows(by[a], "shakespeare"),
+                                                        mean_windows(by[b], "shakespeare"))])
             tests.append((f"{a} vs {b}, Shakespeare test loss",
                           draws_verdict(by[a], by[b], (a, b) in SHARED_DRAWS, window_se,
                                         len(by[a][0]["losses"]["shakespeare"]["test"]["each"]))))
@@ -1060,8 +1085,8 @@ def protocol(r: dict) -> str:
             + ", ".join(f"{t} {x['reads']} reads by {len(x['recipes'])} recipes" for t, x in r["test_reads"].items())
             + "). Test tokens per text (whole split, "
             f"{r['block']}-token windows): {sizes}. Loss ± sd over n draws; ± SE: the test set's sampling error "
-            f"(the first draw's standard error by batch means over blocks of {SE_BLOCK} consecutive windows, which are "
-            "correlated); gaps to the original on the same windows. Cost: "
+            "(the standard error of the draws' mean, by batch means over ⌊√n⌋ blocks of ⌊√n⌋ consecutive windows, "
+            "which are correlated); gaps to the original on the same windows. Cost: "
             "the step's core-seconds, the median over draws — its process's CPU time; '(wall)' marks a wall time on "
             "one thread, which overstates it where another process shared the core (distillation: its start's "
             "transform included).", ""]
@@ -1078,7 +1103,7 @@ def protocol(r: dict) -> str:
             PROTOCOL_NAMES.get(name, name), SHARE_OF[name], f"{first['parameters'] / 1e6:.1f} M", first["trained"],
             first["token_passes"], cost_cell(rows), len(rows),
             msl([x["losses"]["shakespeare"]["test"]["loss"] for x in rows]),
-            f"{block_se(first['losses']['shakespeare']['test']['each']):.4f}",
+            f"{block_se(mean_windows(rows, 'shakespeare')):.4f}",
             gap_cell([test_gap(r, x, "shakespeare") for x in rows]),
             *[gap_cell([test_gap(r, x, t) for x in rows]) for t in GENERAL_TEXTS],
             gap_cell(general), msl([x["losses"]["shakespeare"]["dev"]["loss"] for x in rows])])
@@ -1117,7 +1142,29 @@ def protocol(r: dict) -> str:
                      "{} / {}".format(*v["n"]), v["test"], "—" if v["p"] is None else f"{v['p']:.2g}",
                      "—" if "p_holm" not in v else f"{v['p_holm']:.2g}",
                      aim_word(v) if "aim" in v else v["word"]] for name, v in tests])]
+    out += block_sensitivity(r)
     return "\n".join(out)
+
+
+SENSITIVITY_BLOCKS = (None, 4, 8, 16, 24)  # windows per block of the test windows' standard error (None: ⌊√n⌋)
+
+
+def block_sensitivity(r: dict) -> list[str]:
+    """Each tested verdict (Holm) again with the test windows' standard error on blocks of other sizes: a verdict
+    that changes with the block size rests on how the text's correlated windows are counted."""
+    runs = []
+    for size in SENSITIVITY_BLOCKS:
+        with fixed_block(size):
+            runs.append(dict(protocol_tests(r)))
+    names = [name for name, v in runs[0].items() if v["p"] is not None]
+    rows = [[name, *[f"{aim_word(run[name]) if 'aim' in run[name] else run[name]['word']} "
+                     f"({run[name]['p_holm']:.2g})" for run in runs],
+             "yes" if len({aim_word(run[name]) if "aim" in run[name] else run[name]["word"] for run in runs}) == 1
+             else "no"] for name in names]
+    return ["", "The verdicts (Holm p) with the test windows' standard error on blocks of other sizes (Shakespeare's "
+            f"test split: {r['original']['losses']['shakespeare']['test']['windows']} windows; ⌊√n⌋ is the rule "
+            "above):", "", *table(["test", *["⌊√n⌋" if b is None else f"{b} windows" for b in SENSITIVITY_BLOCKS],
+                                   "same verdict"], rows)]
 
 
 def superseded_lines(r: dict) -> list[str]:

@@ -3,9 +3,9 @@ results/real_gemma3 (scripts/real_gemma3.py) as a table: the real Gemma 3 270M g
 output gains carried through T or averaged, on Shakespeare's dev split.
 
 Verdicts: a growth is "exact" when its log-probabilities differ from the original's by at most EXACT (relative,
-‖Δ‖/‖log p‖, #73's goal); carried against averaged output gains at the same width and map, a z-test of the dev
-loss difference paired over the same windows (one model each: the text's error, not the recipe's), Holm across
-the table's tests (report_stats).
+‖Δ‖/‖log p‖, #73's goal); carried against averaged output gains at the same width and map, a t-test of the dev
+loss difference paired over the same windows, its error by batch means over blocks of consecutive windows (one
+model each: the text's error, not the recipe's), Holm across the table's tests (report_stats).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import json
 import os
 import statistics
 
-from report_stats import ALPHA, adjust, paired_windows_z, table
+from report_stats import ALPHA, adjust, block_se, paired_windows_z, table
 
 EXACT = 1e-4  # relative log-probability error of an exact growth (#73's goal)
 GROW_NAMES = {"pad": "zero padding (coordinate map)", "split": "split (mixes coordinate pairs)",
@@ -24,6 +24,15 @@ DIAGNOSES = {"rotation-640": "the recipe at m = d (a PCA rotation; the carried l
                              "gain inexact)",
              "rotation-640-untied": "the same, the head untied (the final gain exact: only the lengths inexact)",
              "rotation-640-fit2": "the same, the lengths fitted on 2 calibration batches"}
+
+
+def se(x: dict, reading: str = "") -> float:
+    """A loss's standard error over its windows by batch means (``block_se``: consecutive windows correlate) where
+    the windows are kept — ``reading`` 'plain' or 'bos' for a BOS control's two reads — else the one recorded."""
+    values = x.get(f"{reading}_windows" if reading else "windows")
+    if isinstance(values, list) and len(values) >= 2:
+        return block_se(values)
+    return x[f"{reading}_se" if reading else "se"]
 
 
 def gap(loss: float, reference: float) -> str:
@@ -58,8 +67,8 @@ def superseded_lines(r: dict) -> list[str]:
             for (section, name, a, b), v in zip(pairs, verdicts)]
     return ["", f"The length fit repaired (2026-11-28): each arm the old fit built ({pairs[0][2]['length_fit']}) "
             f"beside the same arm rebuilt with the present one ({LENGTH_FIT}); loss (dev; on the test rows, test) "
-            f"paired over the same windows (z-test at α = {ALPHA}, Holm across the {tested} tested; one model "
-            "each):", "",
+            f"paired over the same windows (t-test on window blocks at α = {ALPHA}, Holm across the {tested} tested; "
+            "one model each):", "",
             *table(["arm", "old fit", "present fit", "present − old", "p (Holm)", "verdict"], rows)]
 
 
@@ -212,8 +221,8 @@ def distill_lines(r: dict, smollm2_gap: str | None) -> list[str]:
         rows.append([f"{name}, then distilled ({x['recipe']})", f"{x['parameters'] / 1e6:.1f} M",
                      f"{x['tokens']:,} forward+backward (and the teacher's forward)",
                      f"{x['step']['cpu_seconds']:.0f}",
-                     f"{start['dev']:.4f} → {x['dev']:.4f} ± {x['se']:.4f}" if start else f"{x['dev']:.4f}",
-                     gap(x["dev"], base_dev), f"{test['test']:.4f} ± {test['se']:.4f}",
+                     f"{start['dev']:.4f} → {x['dev']:.4f} ± {se(x):.4f}" if start else f"{x['dev']:.4f}",
+                     gap(x["dev"], base_dev), f"{test['test']:.4f} ± {se(test):.4f}",
                      gap(test["test"], base_test) if base_test else "—", smollm2_gap or "—"])
     return ["", "Distilled (#70's recipe, unchanged: every weight trained, AdamW at 1e-4, batches of 1 × 256 train "
             "tokens, KL to the original only; its control, the original distilled from itself, is the original bit "
@@ -329,11 +338,11 @@ def bos_recipe_lines(r: dict) -> list[str]:
         ["candidate", "calibrated on", "dev, BOS first", "dev, no BOS", "CPU-s (transform)", ""], rows)
     if base:
         out += ["", "Test, the whole split read once per model, with and without BOS on the same targets "
-                "(± the standard error over windows):", ""] + table(
+                "(± the standard error by batch means over blocks of consecutive windows):", ""] + table(
             ["model", "windows", "test, BOS first", "gap, BOS first", "test, no BOS", "gap, no BOS"],
-            [[name, v["windows"], f"{v['bos']:.4f} ± {v['bos_se']:.4f}",
+            [[name, v["windows"], f"{v['bos']:.4f} ± {se(v, 'bos'):.4f}",
               "—" if name == "original" else gap(v["bos"], base["bos"]),
-              f"{v['plain']:.4f} ± {v['plain_se']:.4f}",
+              f"{v['plain']:.4f} ± {se(v, 'plain'):.4f}",
               "—" if name == "original" else gap(v["plain"], base["plain"])] for name, v in test.items()])
     return out
 
@@ -354,9 +363,9 @@ def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> lis
             if v["text"] != text or v["model"] == "original" or base is None:
                 continue
             rows.append([text, f"{v['windows']} of {v['split_windows']}", v["model"],
-                         f"{base['plain']:.4f} ± {base['plain_se']:.4f}", f"{v['plain']:.4f} ± {v['plain_se']:.4f}",
-                         gap(v["plain"], base["plain"]), f"{base['bos']:.4f} ± {base['bos_se']:.4f}",
-                         f"{v['bos']:.4f} ± {v['bos_se']:.4f}", gap(v["bos"], base["bos"]),
+                         f"{base['plain']:.4f} ± {se(base, 'plain'):.4f}", f"{v['plain']:.4f} ± {se(v, 'plain'):.4f}",
+                         gap(v["plain"], base["plain"]), f"{base['bos']:.4f} ± {se(base, 'bos'):.4f}",
+                         f"{v['bos']:.4f} ± {se(v, 'bos'):.4f}", gap(v["bos"], base["bos"]),
                          (smollm2_general or {}).get(text, "—")])
     return ["", "The general case (--part=general): the chosen −25% arm, calibrated on Shakespeare as SmolLM2's "
             "free25 is, read on the test split of each general text (the first windows of 256 tokens, for time; "
@@ -386,7 +395,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
     original = r["original"]
     head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
             f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
-            f"(± the standard error over windows); a uniform guess is log V = {r['log_vocabulary']:.2f}. "
+            "(± the standard error by batch means over blocks of consecutive windows); a uniform guess is "
+            f"log V = {r['log_vocabulary']:.2f}. "
             f"Relative error: ‖Δ log p‖/‖log p‖ against the original on the first {r['exact_windows']} windows "
             f"(exact: ≤ {EXACT:g}). Output gains: 'carry' (porting.carry_output_norms: the direction each output "
             "norm writes is exact, its length fitted) or 'average' (each output norm's gains replaced by their "
@@ -395,13 +405,13 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
             "here is trained; the rows below are dev measurements (choices), n = 1 each; test is read below, after "
             "them.", ""]
     rows = [["original", "—", "—", "—", r["d"], f"{original['parameters'] / 1e6:.1f} M", "—", "—",
-             f"{original['dev']:.4f} ± {original['se']:.4f}", "—", "—", "—"]]
+             f"{original['dev']:.4f} ± {se(original):.4f}", "—", "—", "—"]]
     for name, x in r.get("grow", {}).items():
         exact = "exact" if x["relative_error"] <= EXACT else "not exact"
         error = f"{x['relative_error']:.1e}" + ("" if x.get("positions") == "all" else " (last positions only)")
         rows.append([f"grow: {GROW_NAMES[name]}", x["kind"], x["output_gains"], fit_of(x), x["m"],
                      f"{x['parameters'] / 1e6:.1f} M", error, exact,
-                     f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
+                     f"{x['dev']:.4f} ± {se(x):.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "record: exact" if x["exact"] else "record: approximate"])
     order = ("carry", "average", "carry-keep32", "carry-groups8", "carry-groups64", "carry-groups160",
              "carry-groups320", "carry-groups640", "carry-fit2", "carry-groups640-fit2")
@@ -410,13 +420,13 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
     for x in arms:
         mode = x["output_gains"].replace("-", ", ")
         rows.append([f"shrink {x['size']}: tied PCA, training-free", "pca", mode, fit_of(x), x["m"],
-                     f"{x['parameters'] / 1e6:.1f} M", "—", "—", f"{x['dev']:.4f} ± {x['se']:.4f}",
+                     f"{x['parameters'] / 1e6:.1f} M", "—", "—", f"{x['dev']:.4f} ± {se(x):.4f}",
                      gap(x["dev"], original["dev"]), f"{x['step']['cpu_seconds']:.0f}",
                      "above log V" if x["dev"] > r["log_vocabulary"] else ""])
     for name, x in r.get("diagnose", {}).items():
         rows.append([f"diagnosis: {DIAGNOSES.get(name, name)}", "pca", "carry", fit_of(x), 640,
                      f"{x['parameters'] / 1e6:.1f} M", "—", "—",
-                     f"{x['dev']:.4f} ± {x['se']:.4f}", gap(x["dev"], original["dev"]),
+                     f"{x['dev']:.4f} ± {se(x):.4f}", gap(x["dev"], original["dev"]),
                      f"{x['step']['cpu_seconds']:.0f}", "above log V" if x["dev"] > r["log_vocabulary"] else ""])
     header = ["arm", "kind", "output gains", "length fit", "m", "parameters", "relative error", "exact (≤ 1e-4)",
               "dev loss", "gap", "CPU-s", "note"]
@@ -437,18 +447,18 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
                                      "so its test numbers are a second, post-hoc look at test." if earlier else ""),
                       ""] + table(
             ["model", "test loss", "gap"],
-            [["original", f"{base['test']:.4f} ± {base['se']:.4f}", "—"]]
+            [["original", f"{base['test']:.4f} ± {se(base):.4f}", "—"]]
             + [[name if name in present else f"{name} (an earlier choice, built by the old length fit)",
-                f"{x['test']:.4f} ± {x['se']:.4f}", gap(x["test"], base["test"])]
+                f"{x['test']:.4f} ± {se(x):.4f}", gap(x["test"], base["test"])]
                for name, x in r["test"].items() if name != "original"]
-            + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {x['se']:.4f}",
+            + [[f"{name} (built by the old length fit; superseded)", f"{x['test']:.4f} ± {se(x):.4f}",
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
                      + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + smollm2_bos_lines(r)
                      + bos_sinks_lines(r) + bos_recipe_lines(r) + general_lines(r, smollm2_general)
                      + export_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
-        "", f"Carried − averaged output gains, dev loss paired over the same windows (z-test at α = {ALPHA}, Holm "
-        f"across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the text's sampling "
-        "error only):", ""]
+        "", "Carried − averaged output gains, dev loss paired over the same windows (t-test on window blocks at "
+        f"α = {ALPHA}, Holm across the {sum(v['p'] is not None for _, v in tests)} tested; one model each, so the "
+        "text's sampling error only):", ""]
         + table(["at", "Δ dev loss", "p (Holm)", "verdict"], verdicts))

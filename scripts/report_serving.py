@@ -4,14 +4,14 @@ quantization alone in llama.cpp — loss against bytes, loss against generation 
 
 The one verdict per point: against the quantization-only point it must beat, Q⁺ — of the original's quantizations
 at least as large as the point (bytes ≥ its bytes), the smallest. "Below the frontier" when the point's test loss is
-lower than Q⁺'s: a z-test of the difference paired over the same test windows (consecutive windows are not
-independent, so its error is a lower bound), Holm's correction across every point's test (report_stats.adjust).
+lower than Q⁺'s: a t-test of the difference paired over the same test windows, its error by batch means over
+blocks of consecutive windows (report_stats.block_se), Holm's correction across every point's test (adjust).
 """
 from __future__ import annotations
 
 import os
 
-from report_stats import ALPHA, adjust, paired_windows_z, table
+from report_stats import ALPHA, adjust, block_se, paired_windows_z, table
 
 NAMES = {"original": "original", "free25": "tied PCA −25%, training-free", "distill25": "tied PCA −25% + distillation",
          "free50": "tied PCA −50%, training-free"}
@@ -46,11 +46,11 @@ def envelope(r: dict) -> list[dict]:
 
 
 def paired_z(a: dict, b: dict) -> dict:
-    """Test loss of a − b paired over the same test windows: delta, its standard error, a two-sided z-test's p."""
+    """Test loss of a − b paired over the same test windows: delta, its standard error (batch means), a t-test's p."""
     x, y = a["losses"]["test"]["each"], b["losses"]["test"]["each"]
     if len(x) != len(y):
         raise ValueError(f"{label(a)} and {label(b)} hold {len(x)} and {len(y)} test windows: not the same split")
-    return dict(paired_windows_z(x, y), test="paired z over test windows")
+    return dict(paired_windows_z(x, y), test="paired t over test-window blocks")
 
 
 def frontier_tests(r: dict) -> list[tuple[dict, dict, dict]]:
@@ -77,7 +77,7 @@ def generation_ratio(r: dict, p: dict) -> str:
 
 
 def p_text(p: float) -> str:
-    """A p-value as text; below 1e-6 only its bound (the test's error is a lower bound: no more digits are earned)."""
+    """A p-value as text; below 1e-6 only its bound (one text's windows: no more digits are earned)."""
     return f"{p:.2g}" if p >= 1e-6 else "< 1e-6"
 
 
@@ -111,9 +111,9 @@ def quant_frontier(r: dict) -> str:
             "(below). The original is itself a dequantized Q4_1 file: every point re-quantizes that same base. "
             "MB: the GGUF file. Gap: to the original's F16 file on test. Verdict: each point against what "
             "quantization alone gives its size — the best of the original's files no larger (the smallest file "
-            "where none fits) — 'below the frontier' where the point's test loss is lower, by a z-test of the "
-            "difference paired over the test windows (consecutive windows are not independent, so its error is a "
-            f"lower bound; one model per point, so not a test over draws) at α = {ALPHA}, Holm across "
+            "where none fits) — 'below the frontier' where the point's test loss is lower, by a t-test of the "
+            "difference paired over the test windows (its error by batch means over ⌊√n⌋ blocks of consecutive "
+            f"windows; one model per point, so not a test over draws) at α = {ALPHA}, Holm across "
             f"{len(tests)} tests. Speed: llama.cpp on {(r.get('speed') or {}).get('threads', 2)} threads, tokens/s, "
             "the median of 3 timings after a warm-up, one run (ratios within it).", ""]
     header = ["model", "rotation", "type", "width", "parameters", "MB", "bits/weight", "held as", "dev loss",
@@ -129,7 +129,7 @@ def quant_frontier(r: dict) -> str:
         body.append([NAMES[p["recipe"]], p["rotation"], p["type"], width, f"{p['parameters'] / 1e6:.1f} M",
                      f"{p['bytes'] / MB:.1f}", f"{p['bits_per_weight']:.2f}", held,
                      f"{p['losses']['dev']['loss']:.4f}", f"{p['losses']['test']['loss']:.4f}",
-                     f"{p['losses']['test']['se']:.4f}",
+                     f"{block_se(p['losses']['test']['each']):.4f}",
                      f"{100 * (p['losses']['test']['loss'] / full['losses']['test']['loss'] - 1):+.1f}%",
                      "— (the frontier)" if p["recipe"] == "original" and p["rotation"] == "none" else
                      frontier_word(p, q, v) + ("" if v is None else f", Δ {v['delta']:+.4f} ± {v['se']:.4f}, "
@@ -180,7 +180,7 @@ def quant_frontier_figure(r: dict, results: str) -> str:
                        and x_of(p) is not None and not (recipe == "original" and rotation == "none")]
                 if pts:
                     ax.errorbar([x_of(p) for p in pts], [p["losses"]["test"]["loss"] for p in pts],
-                                yerr=[p["losses"]["test"]["se"] for p in pts], fmt=marker, ms=4, capsize=2,
+                                yerr=[block_se(p["losses"]["test"]["each"]) for p in pts], fmt=marker, ms=4, capsize=2,
                                 label=NAMES[recipe] + (" + Hadamard" if rotation == "hadamard" else ""),
                                 mfc="none" if rotation == "hadamard" else None)
         for p in line:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from contextlib import contextmanager
 
 # ----------------------------------------------------------------------------------------------
 # Cells
@@ -104,24 +105,42 @@ def verdict(a: list[float], b: list[float], paired: bool = False) -> dict:
     return out
 
 
-SE_BLOCK = 8  # consecutive test windows per block (8 × 256 tokens): their standard error by batch means
+FIXED_BLOCK: int | None = None  # a block size for every ``block_se`` (the sensitivity table), else ⌊√n⌋
+
+
+def block_size(windows: int) -> int:
+    """Consecutive windows per block of ``block_se``: ⌊√n⌋ (batch means' usual rule, which lets blocks grow with the
+    text), or FIXED_BLOCK where set (at most n // 2, so that there are two blocks)."""
+    if windows < 2:
+        raise ValueError(f"{windows} window(s): a standard error needs at least 2")
+    return max(1, min(FIXED_BLOCK or math.isqrt(windows), windows // 2))
 
 
 def block_count(windows: int) -> int:
-    """How many blocks of SE_BLOCK consecutive windows ``block_se`` averages (the last, partial block left out);
-    below two blocks, each window is its own block (the plain standard error)."""
-    return windows // SE_BLOCK if windows // SE_BLOCK >= 2 else windows
+    """How many blocks ``block_se`` averages over ``windows`` windows (a last, partial block left out); its degrees
+    of freedom are this − 1."""
+    return windows // block_size(windows)
 
 
 def block_se(values: list[float]) -> float:
-    """The standard error of a mean over consecutive test windows by batch means: the spread of the means of blocks
-    of SE_BLOCK consecutive windows over √blocks. Neighbouring windows of one text are correlated (lag-1
-    autocorrelation 0.25–0.3 in our loss differences), so the plain standard error over windows understates it;
-    block_count(n) − 1 degrees of freedom."""
-    k = block_count(len(values))
-    size = len(values) // k
+    """The standard error of a mean over consecutive test windows by batch means: the spread of the means of
+    block_count(n) blocks of block_size(n) consecutive windows, over √blocks. Neighbouring windows of one text are
+    correlated (lag-1 autocorrelation 0.25–0.3 in our loss differences, still about 0.2 at lag 5), so the plain
+    standard error over windows understates the text's sampling error."""
+    size, k = block_size(len(values)), block_count(len(values))
     means = [statistics.fmean(values[i * size:(i + 1) * size]) for i in range(k)]
     return statistics.stdev(means) / math.sqrt(k)
+
+
+@contextmanager
+def fixed_block(size: int | None):
+    """Every ``block_se`` inside with blocks of ``size`` windows (None: ⌊√n⌋) — for the verdicts' sensitivity."""
+    global FIXED_BLOCK
+    before, FIXED_BLOCK = FIXED_BLOCK, size
+    try:
+        yield
+    finally:
+        FIXED_BLOCK = before
 
 
 def satterthwaite(parts: list[tuple[float, int]]) -> float:
@@ -139,8 +158,10 @@ def verdict_with_windows(a: list[float], b: list[float], paired: bool, window_se
     ``block_se``): √(sd²/n + w²) paired, √(s_a²/n_a + s_b²/n_b + w²) otherwise, with Welch–Satterthwaite's degrees
     of freedom over those parts (the draws' n − 1 each, the windows' block_count − 1). The draws alone condition
     on one test text; this is the aims' rule (report.aim_verdict) for a difference."""
+    if window_se > 0 and windows < 2:
+        raise ValueError("a window error needs the number of windows it was measured on (windows ≥ 2)")
     out = verdict(a, b, paired)
-    if out["p"] is None or window_se <= 0 or windows < 2:
+    if out["p"] is None or window_se <= 0:
         return out
     from scipy import stats
     if paired:
@@ -183,15 +204,17 @@ def decide(p: float | None, delta: float) -> str:
 
 
 def paired_windows_z(x: list[float], y: list[float]) -> dict:
-    """Mean(x − y) paired over the same evaluation windows: delta, its standard error, a two-sided z-test's p (one
-    model per side: the text's sampling error, not the recipe's; consecutive windows are not independent, so the
-    error is a lower bound)."""
+    """Mean(x − y) paired over the same evaluation windows: delta, its standard error by batch means
+    (``block_se``), a two-sided t-test's p on block_count − 1 degrees of freedom (one model per side: the text's
+    sampling error, not the recipe's)."""
     if len(x) != len(y):
         raise ValueError(f"{len(x)} and {len(y)} windows: not the same split")
+    from scipy import stats
     diffs = [a - b for a, b in zip(x, y)]
-    delta, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
-    p = math.erfc(abs(delta) / se / math.sqrt(2)) if se > 0 else (1.0 if delta == 0 else 0.0)
-    return {"delta": delta, "se": se, "p": p, "n": (len(x), len(y)), "test": "paired z over windows",
+    delta, se = statistics.fmean(diffs), block_se(diffs)
+    p = float(2 * stats.t.sf(abs(delta) / se, block_count(len(diffs)) - 1)) if se > 0 else (
+        1.0 if delta == 0 else 0.0)
+    return {"delta": delta, "se": se, "p": p, "n": (len(x), len(y)), "test": "paired t over window blocks",
             "word": decide(p, delta)}
 
 

@@ -54,7 +54,7 @@ from lgpt.method.refit import (
 )
 from lgpt.method.roles import residual_roles
 from lgpt.method.spec import TransformSpec, check_spec
-from lgpt.plumbing.dataset import BatchLoader
+from lgpt.plumbing.dataset import CALIBRATION_SEEDS, BatchLoader
 from lgpt.plumbing.errors import TransformError
 from model import GPT, GPTConfig, GrowthRamp, attach_ramp
 
@@ -297,7 +297,7 @@ def transform_record(spec: TransformSpec, old: GPTConfig, porting: str, kind: st
              and learning.refit == "none" and learning.learn_steps == 0  # anything learned or refit changes it
              and not (spec.grow.n_layer > old.n_layer and spec.grow.depth_mode == "gstack")
              and not any(n.startswith("APPROX") for n in notes))
-    return {"kind": kind, "d": d, "m": m, "seed": mp.seed, "porting": porting,
+    return {"kind": kind, "d": d, "m": m, "seed": mp.seed, "calibration_seeds": CALIBRATION_SEEDS, "porting": porting,
             "norms": "kept" if porting == "paper_code" else port_.norms,
             "restore_attn_scale": port_.restore_attn_scale,
             "rescale_gains": port_.rescale_gains and porting != "paper_code",

@@ -567,12 +567,16 @@ def batch_seed(seed: int, iter_num: int, micro_step: int, rank: int = 0) -> int:
 
 
 CALIBRATION_SEED_STRIDE = 100_000  # draws of calibration text: seed s reads batches s·STRIDE + k
+# the scheme's name, recorded in a transform's checkpoint and in the experiments' cache keys for seeds ≥ 1 (seed 0
+# reads what it read under the old scheme, s + k, which made draws 0–2 of 8 batches share 6–7 of them)
+CALIBRATION_SEEDS = "seed * 100000 + k"
 
 
 def calibration_seed(seed: int, k: int) -> int:
-    """The seed of calibration batch ``k`` of draw ``seed``: seed · CALIBRATION_SEED_STRIDE + k. Draws are
-    disjoint for k < STRIDE (``seed + k`` made draws 0–2 of 8 batches share 6–7 of them, so their spread understated
-    the calibration's sampling error); draw 0 reads batch k at seed k, as it always did."""
+    """The seed of calibration batch ``k`` of draw ``seed``: seed · CALIBRATION_SEED_STRIDE + k. Two draws never
+    share a batch seed for k < STRIDE — independent draws of random windows (which may still overlap by chance),
+    where ``seed + k`` made draws 0–2 of 8 batches share 6–7 batches and understated the calibration's sampling
+    error; draw 0 reads batch k at seed k, as it always did."""
     return seed * CALIBRATION_SEED_STRIDE + k
 
 

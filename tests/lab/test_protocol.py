@@ -116,3 +116,33 @@ def test_a_reworded_plan_change_replaces_its_old_wording_in_place(monkeypatch):
     old, new = "x" * protocol.REWORDED + " after every other row", "x" * protocol.REWORDED + " after seed 0's rows"
     monkeypatch.setattr(protocol, "PLAN_CHANGES", ["a", new])
     assert protocol.merged_plan_changes([old, "a", "c"]) == [new, "a", "c"]
+
+
+def test_a_draw_rebuilt_supersedes_the_old_row_and_a_second_process_keeps_the_rebuilt_one():
+    def row(recipe, seed, out, scheme=True):
+        return {"recipe": recipe, "seed": seed, "out_dir": out,
+                **({"calibration_seeds": protocol.DISJOINT} if scheme else {})}
+    rows = {("free25", 1): row("free25", 1, "runs/old", scheme=False)}
+    superseded: dict = {}
+    protocol.replace(rows, superseded, row("free25", 1, "runs/new"))
+    assert rows[("free25", 1)]["out_dir"] == "runs/new"
+    assert superseded == {"runs/old": dict(row("free25", 1, "runs/old", scheme=False), superseded_by="runs/new")}
+    protocol.replace(rows, superseded, row("free25", 1, "runs/new"))  # the same model again: nothing superseded
+    assert list(superseded) == ["runs/old"]
+    # a second process that loaded the old row at its start: the saved file's rebuilt row wins over its stale copy,
+    # its own rows win over the file's, and the superseded rows of both are kept
+    other_rows = {("free25", 1): row("free25", 1, "runs/old", scheme=False),
+                  ("learned25", 1): row("learned25", 1, "runs/mine")}
+    other_superseded = {"runs/old-learned": {"out_dir": "runs/old-learned"}}
+    now = {"rows": [rows[("free25", 1)], row("learned25", 1, "runs/stale")],
+           "superseded_rows": list(superseded.values()), "loto": []}
+    protocol.merge_saved(now, other_rows, {}, other_superseded, {("learned25", 1)})
+    assert other_rows[("free25", 1)]["out_dir"] == "runs/new"
+    assert other_rows[("learned25", 1)]["out_dir"] == "runs/mine"
+    assert set(other_superseded) == {"runs/old", "runs/old-learned"}
+
+
+def test_a_calibration_draw_beside_seed_0_reads_test_under_its_own_name():
+    assert protocol.draw_name("free25", 0) == "free25-s0"  # seed 0: the same batches in both schemes
+    assert protocol.draw_name("free25", 1) == "free25-s1-disjoint"
+    assert protocol.draw_name("distill25", 1) == "distill25-s1"  # a data order: nothing changed

@@ -13,6 +13,8 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import report_stats  # noqa: E402
+
 import report  # noqa: E402
 
 
@@ -276,7 +278,7 @@ def fake_protocol() -> dict:
     def row(recipe, seed, scale):
         return {"recipe": recipe, "seed": seed, "parameters": 100e6, "trained": "training-free",
                 "token_passes": "32,768", "core_seconds": 250.0 + seed, "cost_measured": "cpu" if seed else "wall",
-                "losses": losses(scale)}
+                "losses": losses(scale), **({"calibration_seeds": "seed * 100000 + k"} if seed else {})}
 
     return {"splits": "train 80 / test 10 / dev 10", "block": 256, "original": {"parameters": 134e6,
                                                                                "losses": losses(1.0)},
@@ -297,10 +299,11 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     assert free25["p"] is not None and report.aim_word(free25) == "meets the aim"
     from scipy import stats  # the error holds the draws' spread and the test windows' sampling error
     window = report.window_gap_se(r, r["rows"][0], "shakespeare")
-    assert window == pytest.approx(100 * 0.02 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2 / 4)
+    # 4 windows: ⌊√4⌋ = 2 blocks of 2 (batch means), window means 3.95 and 4.05 of the original's 4.0
+    assert window == pytest.approx(100 * 0.02 * statistics.stdev([3.95, 4.05]) / math.sqrt(2) / 4)
     draws = statistics.stdev([2.0, 2.1, 1.9]) ** 2 / 3
-    error = math.sqrt(draws + window ** 2)  # 4 windows: Welch–Satterthwaite's df over the draws' 2 and the windows' 3
-    df = (draws + window ** 2) ** 2 / (draws ** 2 / 2 + window ** 4 / 3)
+    error = math.sqrt(draws + window ** 2)  # Welch–Satterthwaite's df over the draws' 2 and the blocks' 1
+    df = (draws + window ** 2) ** 2 / (draws ** 2 / 2 + window ** 4 / 1)
     assert free25["p"] == pytest.approx(2 * stats.t.sf(1.0 / error, df), rel=1e-6)
     wide = report.aim_verdict([2.0, 2.1, 1.9], 3.0, window_se=5.0, windows=4)  # a noisy test set: undecided
     assert report.aim_word(wide) == "undecided"
@@ -314,7 +317,7 @@ def test_the_protocol_table_tests_aims_by_the_one_rule_and_never_an_n_of_one():
     assert "| tied PCA, training-free | −25% | 100.0 M |" in text
     assert "| +2.0% ± 0.1 |" in text and "| +20.0% |" in text  # gaps to one decimal, sd over draws (n > 1)
     d, se = report.paired_windows(r, r["rows"][4], r["rows"][5], "shakespeare")
-    assert d == pytest.approx(0.005 * 4.0) and se == pytest.approx(0.005 * statistics.stdev([3.9, 4.0, 4.1, 4.0]) / 2)
+    assert d == pytest.approx(0.005 * 4.0) and se == pytest.approx(0.005 * statistics.stdev([3.95, 4.05]) / math.sqrt(2))
     assert "113 transform configurations" in text and "shakespeare 5 reads by 2 recipes" in text
     r["rows"][1]["core_seconds"] = r["rows"][2]["core_seconds"] = 1801.0  # the median draw over 30 core-minutes
     slow = dict(report.protocol_tests(r))["free25: Shakespeare test gap ≤ +3%"]
@@ -387,7 +390,8 @@ def test_a_quote_or_block_missing_its_close_is_named_and_no_text_is_lost():
 
 def test_the_gemma3_table_sets_each_rebuilt_arm_beside_its_superseded_fit_by_the_one_rule(tmp_path):
     """report_gemma3: an arm the old length fit built is shown beside the same arm rebuilt, the dev difference
-    paired over the same windows with Holm's correction (the naive paired z here), and the figure is drawn."""
+    paired over the same windows with Holm's correction (a t-test on blocks of windows here), and the figure is
+    drawn."""
     from report_gemma3 import gemma3_figure, real_gemma3
     windows_old, windows_new = [9.0, 9.5, 8.7, 9.9], [5.1, 5.3, 5.0, 5.6]
     arm = {"size": "-25%", "m": 480, "parameters": 201_000_000, "se": 0.1, "step": {"cpu_seconds": 200}}
@@ -400,9 +404,11 @@ def test_the_gemma3_table_sets_each_rebuilt_arm_beside_its_superseded_fit_by_the
                                                           dev=statistics.fmean(windows_old), windows=windows_old)}}}
     text = real_gemma3(r)
     diffs = [a - b for a, b in zip(windows_new, windows_old)]
-    z = statistics.fmean(diffs) / (statistics.stdev(diffs) / math.sqrt(len(diffs)))
+    from scipy import stats  # 4 windows: 2 blocks of 2 (batch means), a t-test on 1 degree of freedom
+    blocks = [statistics.fmean(diffs[:2]), statistics.fmean(diffs[2:])]
+    t = statistics.fmean(diffs) / (statistics.stdev(blocks) / math.sqrt(2))
     row = next(line for line in text.splitlines() if line.startswith("| shrink: free-25%-carry"))
-    assert f"{statistics.fmean(diffs):+.4f}" in row and f"{math.erfc(abs(z) / math.sqrt(2)):.2g}" in row
+    assert f"{statistics.fmean(diffs):+.4f}" in row and f"{2 * stats.t.sf(abs(t), 1):.2g}" in row
     assert "isotropic-relative" in text and "| old fit | present fit |" in text
     os.makedirs(tmp_path / "real_gemma3")
     assert os.path.exists(gemma3_figure(r, str(tmp_path)))
@@ -563,13 +569,45 @@ def test_a_block_written_for_results_keeps_its_links_in_another_doc():
 
 
 def test_the_test_windows_error_is_batch_means_over_blocks_of_consecutive_windows():
-    values = [float(i % 5) + 0.1 * i for i in range(35)]  # 35 windows: 4 blocks of 8, the last 3 left out
-    means = [statistics.fmean(values[8 * k:8 * k + 8]) for k in range(4)]
-    assert report.block_count(35) == 4 and report.block_se(values) == pytest.approx(statistics.stdev(means) / 2)
-    few = [1.0, 2.0, 4.0]  # under two blocks: the plain standard error, each window its own block
+    values = [float(i % 5) + 0.1 * i for i in range(35)]  # 35 windows: ⌊√35⌋ = 5 blocks of 5 … 7 of them
+    means = [statistics.fmean(values[5 * k:5 * k + 5]) for k in range(7)]
+    assert report.block_count(35) == 7 and report.block_se(values) == pytest.approx(statistics.stdev(means) / 7 ** .5)
+    few = [1.0, 2.0, 4.0]  # ⌊√3⌋ = 1: each window its own block, the plain standard error
     assert report.block_count(3) == 3 and report.block_se(few) == pytest.approx(statistics.stdev(few) / math.sqrt(3))
     trend = [0.01 * i for i in range(64)]  # correlated neighbours: batch means see more error than windows do
     assert report.block_se(trend) > statistics.stdev(trend) / 8
+    with report_stats.fixed_block(16):  # the sensitivity table's override: 4 blocks of 16
+        assert report.block_count(64) == 4
+        assert report.block_count(20) == 2  # never under two blocks: at most n // 2 per block
+    assert report.block_count(64) == 8
+    with pytest.raises(ValueError, match="at least 2"):
+        report.block_se([1.0])
+
+
+def test_an_old_scheme_calibration_draw_is_refused_and_the_aims_use_the_draws_mean_by_blocks():
+    r = fake_protocol()
+    del r["rows"][2]["calibration_seeds"]
+    with pytest.raises(report.ResultsError, match="free25 seed 2 was calibrated on the old overlapping batches"):
+        report.protocol_tests(r)
+    r = fake_protocol()
+    base = [4.0 + 0.1 * ((7 * i) % 11) for i in range(40)]  # 40 windows: 6 blocks of 6, the batch-means path
+    for x, scale in zip([r["original"], *r["rows"]], (1.0, 1.020, 1.021, 1.019, 1.2, 1.01, 1.005)):
+        each = [w * scale + (0.0 if x is r["original"] else 0.003 * ((5 * i) % 9)) for i, w in enumerate(base)]
+        x["losses"]["shakespeare"] = {"test": {"loss": statistics.fmean(each), "each": each}}
+    free25 = dict(report.protocol_tests(r))["free25: Shakespeare test gap ≤ +3%"]
+    mean = report.mean_windows(r["rows"][:3], "shakespeare")
+    diffs = [a - b for a, b in zip(mean, r["original"]["losses"]["shakespeare"]["test"]["each"])]
+    blocks = [statistics.fmean(diffs[6 * k:6 * k + 6]) for k in range(6)]
+    window = 100 * statistics.stdev(blocks) / math.sqrt(6) / r["original"]["losses"]["shakespeare"]["test"]["loss"]
+    assert report.window_gap_se(r, r["rows"][:3], "shakespeare") == pytest.approx(window)
+    from scipy import stats
+    gaps = [report.test_gap(r, x, "shakespeare") for x in r["rows"][:3]]
+    draws = statistics.variance(gaps) / 3
+    df = (draws + window ** 2) ** 2 / (draws ** 2 / 2 + window ** 4 / 5)
+    t = abs(statistics.fmean(gaps) - 3.0) / math.sqrt(draws + window ** 2)
+    assert free25["p"] == pytest.approx(2 * stats.t.sf(t, df), rel=1e-6)
+    with pytest.raises(ValueError, match="number of windows"):
+        report.aim_verdict(gaps, 3.0, window_se=0.1)  # a window error without its count: refused, not dropped
 
 
 def test_a_difference_over_draws_holds_the_test_windows_error_too():
@@ -579,14 +617,14 @@ def test_a_difference_over_draws_holds_the_test_windows_error_too():
     wide = report.verdict_with_windows(a, b, True, window_se=0.2, windows=100)  # a noisy test set: undecided
     d = [x - y for x, y in zip(a, b)]
     draws = statistics.stdev(d) ** 2 / 3
-    df = (draws + 0.04) ** 2 / (draws ** 2 / 2 + 0.04 ** 2 / 11)  # Welch–Satterthwaite: 100 windows, 12 blocks
+    df = (draws + 0.04) ** 2 / (draws ** 2 / 2 + 0.04 ** 2 / 9)  # Welch–Satterthwaite: 100 windows, 10 blocks
     assert wide["p"] == pytest.approx(2 * stats.t.sf(abs(statistics.fmean(d)) / math.sqrt(draws + 0.04), df),
                                       rel=1e-9)
     assert plain["word"] == "lower" and wide["word"] == "no difference" and "test windows" in wide["test"]
     assert report.verdict_with_windows(a, b, True, 0.0, 100) == plain  # no window error: the draws' test unchanged
     x, y = [4.0, 4.2, 4.1], [4.5, 4.9, 4.6, 4.7]  # Welch: three parts, each with its degrees of freedom
     va, vb, vw = statistics.variance(x) / 3, statistics.variance(y) / 4, 0.05 ** 2
-    df = (va + vb + vw) ** 2 / (va ** 2 / 2 + vb ** 2 / 3 + vw ** 2 / 5)  # 50 windows: 6 blocks
+    df = (va + vb + vw) ** 2 / (va ** 2 / 2 + vb ** 2 / 3 + vw ** 2 / 6)  # 50 windows: 7 blocks of 7
     w = report.verdict_with_windows(x, y, False, 0.05, windows=50)
     delta = statistics.fmean(x) - statistics.fmean(y)
     assert w["p"] == pytest.approx(2 * stats.t.sf(abs(delta) / math.sqrt(va + vb + vw), df), rel=1e-9)
