@@ -77,7 +77,8 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 
 ALPHA = 0.05
 RULE = (f"two-sided t-test at α = {ALPHA}: paired over the seeds two arms share, Welch's otherwise, one-sample "
-        "against a control that is exact (not a sample); n = 1 on a sampled side is not tested")
+        "against a control that is exact (not a sample) — on test, its error also holds the test windows' (batch "
+        "means, Welch–Satterthwaite's degrees of freedom); n = 1 on a sampled side is not tested")
 
 
 def verdict(a: list[float], b: list[float], paired: bool = False) -> dict:

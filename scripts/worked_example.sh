@@ -27,9 +27,10 @@ python eval_geometry.py --ref_dir="$runs/base" --in_dir="$runs/m64-ft" --out_dir
 cp "$runs/m64-ft/finetune.json" "$out/finetune.json"
 cp "$runs/control/finetune.json" "$out/control.json"
 python - "$runs" "$out" <<'PY'
-import json, sys, torch
+import json, sys
+from lgpt.plumbing.checkpoint import read_checkpoint_file  # weights only: nothing in the file runs
 runs, out = sys.argv[1], sys.argv[2]
-record = torch.load(f"{runs}/m64/ckpt.pt", weights_only=False)["transform"]
+record = read_checkpoint_file(f"{runs}/m64/ckpt.pt")["transform"]
 summary = {k: v for k, v in record.items() if k not in ("T", "T_pinv")}
 json.dump({"transform": summary}, open(f"{out}/transform.json", "w"), indent=2)
 PY

@@ -548,3 +548,16 @@ def test_a_map_learns_at_the_same_width_only_with_the_texts_labels(setup):
     T = record["T"].double()
     torch.testing.assert_close(T @ T.T, torch.eye(d, dtype=T.dtype), atol=1e-6, rtol=0)  # still orthogonal
     assert new.config.n_embd == d
+
+
+def test_the_corrections_read_their_own_batches_of_each_draw(char_data_dir):
+    """refit's batches of draw s are calibration_seed(s, 10,000 + k): apart from the map's (k < 10,000) and from
+    every other draw's; draw 0 reads seeds 10,000 + k, as before the scheme changed."""
+    from lgpt.plumbing.dataset import BatchLoader, calibration_seed
+    loader = BatchLoader(char_data_dir, 16, 2, "cpu")
+    for seed in (0, 3):
+        expected = [loader.get_batch("train", calibration_seed(seed, 10_000 + k))[0] for k in range(2)]
+        for got, want in zip(refit.calibration_batches(loader, 2, seed), expected):
+            assert torch.equal(got, want)
+    assert calibration_seed(0, 10_000) == 10_000
+    assert calibration_seed(1, 10_000) not in {calibration_seed(s, k) for s in (0, 2) for k in range(20_000)}
