@@ -1740,6 +1740,17 @@ def _protocol_quote(what: str, name: str = "") -> str:
         v = dict(protocol_tests(r))[f"{a} vs {b}, Shakespeare test loss"]
         return f"{v['word']} ({v['test']}: p {v['p']:.2g}, Holm {v['p_holm']:.2g}, n = {v['n'][0]} / {v['n'][1]})" \
             if v["p"] is not None else f"not tested (n = {v['n'][0]} / {v['n'][1]})"
+    if what == "robust":  # the pair's verdict under every block size of the sensitivity table
+        a, b = pairs[name]
+        words = []
+        for size in SENSITIVITY_BLOCKS:
+            with fixed_block(size):
+                words.append((size, dict(protocol_tests(r))[f"{a} vs {b}, Shakespeare test loss"]["word"]))
+        if len({w for _, w in words}) == 1:
+            return f"{words[0][1]} at every block size tried (⌊√n⌋ and " + ", ".join(
+                str(b) for b in SENSITIVITY_BLOCKS if b) + " windows)"
+        return "changes with the block size: " + ", ".join(
+            f"{w} at {'⌊√n⌋' if size is None else size}" for size, w in words)
     if what in pairs:
         a, b = pairs[what]
         d, se = paired_windows(r, rows[a][0], rows[b][0], name)
@@ -1752,8 +1763,8 @@ QUOTES: dict[str, Callable[[], str]] = {
     **{f"protocol.general@{n}": (lambda n=n: _protocol_quote("general", n)) for n in SHARE_OF},
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
     **{f"protocol.n@{n}": (lambda n=n: _protocol_quote("n", n)) for n in SHARE_OF},
-    **{f"protocol.verdict@{p}": (lambda p=p: _protocol_quote("verdict", p)) for p in ("equal", "eqcompute", "slice",
-                                                                                      "slicedistill")},
+    **{f"protocol.{w}@{p}": (lambda w=w, p=p: _protocol_quote(w, p)) for w in ("verdict", "robust")
+       for p in ("equal", "eqcompute", "slice", "slicedistill")},
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill",
                                                                               "eqcompute")
        for t in ("shakespeare", *GENERAL_TEXTS)},
