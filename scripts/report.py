@@ -22,7 +22,7 @@ import statistics
 import sys
 from collections.abc import Callable
 
-from report_gemma3 import gemma3_figure, real_gemma3, smollm2_eval_geometry
+from report_gemma3 import gemma3_figure, general_mean_gaps, real_gemma3, smollm2_eval_geometry
 from report_serving import quant_frontier, quant_frontier_figure
 from report_stats import (  # noqa: F401 - the cells and the rule (tests read them here)
     ALPHA,
@@ -1249,7 +1249,8 @@ def smollm2_general_gaps() -> dict[str, str]:
     try:
         r = load("protocol")
         rows = recipe_rows(r)["free25"]
-        return {t: gap_cell([test_gap(r, x, t) for x in rows]) for t in GENERAL_TEXTS}
+        return {**{t: gap_cell([test_gap(r, x, t) for x in rows]) for t in GENERAL_TEXTS},
+                "mean": gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows])}
     except (KeyError, ResultsError, TypeError):
         return {}
 
@@ -1769,6 +1770,8 @@ QUOTES: dict[str, Callable[[], str]] = {
                                                                               "eqcompute")
        for t in ("shakespeare", *GENERAL_TEXTS)},
     **{f"gemma3.gains.{k}": (lambda k=k: _gemma3_gains(k)) for k in ("range", "zero", "count")},
+    **{f"gemma3.general.{k}": (lambda k=k: f"{general_mean_gaps(load('real_gemma3'))[k]:+.1f}%")
+       for k in ("plain", "bos")},
     **{f"{f}.geometry.{k}": (lambda f=f, k=k: _family_geometry(f, k)) for f in ("smollm2", "gemma3")
        for k in ("ae", "concordance", "kl", "dominated", "ae_map", "concordance_map", "massive")},
     "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),

@@ -356,6 +356,7 @@ def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> lis
     if not x:
         return []
     texts = list(dict.fromkeys(v["text"] for v in x.values()))
+    means = general_mean_gaps(r)
     rows = []
     for text in texts:
         base = x.get(f"{text} original")
@@ -367,6 +368,9 @@ def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> lis
                          gap(v["plain"], base["plain"]), f"{base['bos']:.4f} ± {se(base, 'bos'):.4f}",
                          f"{v['bos']:.4f} ± {se(v, 'bos'):.4f}", gap(v["bos"], base["bos"]),
                          (smollm2_general or {}).get(text, "—")])
+    if means:
+        rows.append(["mean over texts", "—", "—", "—", "—", f"{means['plain']:+.1f}%", "—", "—",
+                     f"{means['bos']:+.1f}%", (smollm2_general or {}).get("mean", "—")])
     return ["", "The general case (--part=general): the chosen −25% arm, calibrated on Shakespeare as SmolLM2's "
             "free25 is, read on the test split of each general text (the first windows of 256 tokens, for time; "
             "targets 1 … 254 of each, with and without BOS in front), one model each: ± the standard error over "
@@ -374,6 +378,19 @@ def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> lis
             "calibration draws; another recipe and vocabulary, so not strictly comparable).", ""] + table(
         ["text", "test windows", "−25% arm", "original, no BOS", "−25%, no BOS", "gap, no BOS", "original, BOS first",
          "−25%, BOS first", "gap, BOS first", "SmolLM2 free25 gap"], rows)
+
+
+def general_mean_gaps(r: dict) -> dict[str, float]:
+    """The chosen −25% arm's gap to the original, in percent, averaged over the general texts read both ways
+    ({'plain', 'bos'}; {} until every text has both models)."""
+    x = r.get("general") or {}
+    texts = list(dict.fromkeys(v["text"] for v in x.values()))
+    pairs = [(x.get(f"{t} original"), next((v for v in x.values() if v["text"] == t and v["model"] != "original"),
+                                            None)) for t in texts]
+    if not pairs or any(a is None or b is None for a, b in pairs):
+        return {}
+    return {reading: statistics.fmean(100 * (b[reading] / a[reading] - 1) for a, b in pairs)
+            for reading in ("plain", "bos")}
 
 
 def export_lines(r: dict) -> list[str]:
