@@ -455,6 +455,8 @@ def merge_saved(now: dict, rows: dict, loto: dict, superseded: dict, mine: set[t
             loto[r["held_out"]] = r
     for r in now.get("superseded_rows", []):
         superseded.setdefault(r["out_dir"], r)
+    for path in [p for p, r in superseded.items() if harness.relative(r.get("superseded_by", "")) == p]:
+        del superseded[path]  # a row once "superseded" by itself (before the paths were compared alike)
 
 
 def replace(rows: dict, superseded: dict, new: dict) -> None:
@@ -462,8 +464,10 @@ def replace(rows: dict, superseded: dict, new: dict) -> None:
     scheme) moves to ``superseded``, kept for the record and out of every statistic."""
     key = (new["recipe"], new["seed"])
     old = rows.get(key)
-    if old is not None and old["out_dir"] != new["out_dir"]:
-        superseded.setdefault(old["out_dir"], dict(old, superseded_by=new["out_dir"]))
+    # the saved file holds paths relative to the repository, a fresh row the absolute one: compare them alike
+    if old is not None and harness.relative(old["out_dir"]) != harness.relative(new["out_dir"]):
+        superseded.setdefault(harness.relative(old["out_dir"]),
+                              dict(old, superseded_by=harness.relative(new["out_dir"])))
     rows[key] = new
 
 

@@ -140,6 +140,12 @@ def test_a_draw_rebuilt_supersedes_the_old_row_and_a_second_process_keeps_the_re
     assert other_rows[("free25", 1)]["out_dir"] == "runs/new"
     assert other_rows[("learned25", 1)]["out_dir"] == "runs/mine"
     assert set(other_superseded) == {"runs/old", "runs/old-learned"}
+    fresh = row("free25", 1, os.path.join(protocol.harness.ROOT, "runs", "new"))  # a fresh row's absolute path
+    protocol.replace(rows, superseded, fresh)
+    assert list(superseded) == ["runs/old"]
+    stale = {"runs/new": dict(row("free25", 1, "runs/new"), superseded_by="runs/new")}  # once superseded by itself
+    protocol.merge_saved({"rows": [], "superseded_rows": list(stale.values())}, {}, {}, stale, set())
+    assert stale == {}
 
 
 def test_a_calibration_draw_beside_seed_0_reads_test_under_its_own_name():
