@@ -133,8 +133,9 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "findings: a difference between recipes now holds the test windows' sampling error as an aim does "
                 "(before, over draws alone), and that error is the batch-means standard error of the draws' "
                 "window-by-window mean over ⌊√n⌋ blocks of consecutive windows (before, the plain standard error "
-                "over windows of the first draw), with Welch–Satterthwaite's degrees of freedom (before, n − 1); the "
-                "table beside the verdicts gives each verdict under other block sizes"]
+                "over windows of the first draw), with Welch–Satterthwaite's degrees of freedom (before, n − 1). It "
+                "made every difference's p smaller; the table beside the verdicts gives each verdict under other "
+                "block sizes, on the draws' degrees of freedom alone and under the old rule"]
 # the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
 # the learned map's calibration draws); distill50, added last, has one data order (n = 1: "not tested")
 DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")

@@ -31,6 +31,7 @@ from report_stats import (  # noqa: F401 - the cells and the rule (tests read th
     block_count,
     block_se,
     decide,
+    degrees_of_freedom,
     eval_setting,
     fixed_block,
     gap_words,
@@ -42,6 +43,7 @@ from report_stats import (  # noqa: F401 - the cells and the rule (tests read th
     msl,
     pct,
     provenance,
+    rule_variant,
     satterthwaite,
     steps,
     table,
@@ -1017,7 +1019,7 @@ def aim_verdict(gaps: list[float], aim: float, window_se: float = 0.0, windows: 
     error = math.sqrt(sum(part for part, _ in parts))
     if error == 0:
         return v
-    p = float(2 * stats.t.sf(abs(mean - aim) / error, satterthwaite(parts)))
+    p = float(2 * stats.t.sf(abs(mean - aim) / error, degrees_of_freedom(parts, n - 1)))
     v.update(sd=spread, p=p, test="t against the aim (draws and test windows)", word=decide(p, mean - aim))
     return v
 
@@ -1147,6 +1149,7 @@ def protocol(r: dict) -> str:
 
 
 SENSITIVITY_BLOCKS = (None, 4, 8, 16, 24)  # windows per block of the test windows' standard error (None: ⌊√n⌋)
+SENSITIVITY_RULES = {"draws_df": "df = draws' n − 1", "old": "old rule: a difference over draws alone"}
 
 
 def block_sensitivity(r: dict) -> list[str]:
@@ -1156,6 +1159,9 @@ def block_sensitivity(r: dict) -> list[str]:
     for size in SENSITIVITY_BLOCKS:
         with fixed_block(size):
             runs.append(dict(protocol_tests(r)))
+    for variant in SENSITIVITY_RULES:
+        with rule_variant(variant):
+            runs.append(dict(protocol_tests(r)))
     names = [name for name, v in runs[0].items() if v["p"] is not None]
     rows = [[name, *[f"{aim_word(run[name]) if 'aim' in run[name] else run[name]['word']} "
                      f"({run[name]['p_holm']:.2g})" for run in runs],
@@ -1163,8 +1169,12 @@ def block_sensitivity(r: dict) -> list[str]:
              else "no"] for name in names]
     return ["", "The verdicts (Holm p) with the test windows' standard error on blocks of other sizes (Shakespeare's "
             f"test split: {r['original']['losses']['shakespeare']['test']['windows']} windows; ⌊√n⌋ is the rule "
-            "above):", "", *table(["test", *["⌊√n⌋" if b is None else f"{b} windows" for b in SENSITIVITY_BLOCKS],
-                                   "same verdict"], rows)]
+            "above), and under two other rules: the same errors on the draws' degrees of freedom alone (n − 1; "
+            "more conservative than Welch–Satterthwaite's, which the window error raises), and the rule before "
+            "2026-11-29 (a difference over the draws alone; it changed after the test reads, and the new rule made "
+            "every difference's p smaller):", "",
+            *table(["test", *["⌊√n⌋" if b is None else f"{b} windows" for b in SENSITIVITY_BLOCKS],
+                    *SENSITIVITY_RULES.values(), "same verdict"], rows)]
 
 
 def superseded_lines(r: dict) -> list[str]:
@@ -1245,12 +1255,20 @@ def smollm2_distill_gap() -> str | None:
 
 
 def smollm2_general_gaps() -> dict[str, str]:
-    """SmolLM2's free25 test gap on each general text (results/protocol, ± sd over draws), beside Gemma's."""
+    """SmolLM2's free25 test gap on each general text (results/protocol, ± sd over draws), beside Gemma's: on as
+    many of the split's first windows as Gemma read of that text (its Wikipedia read stops early, and a text's
+    first windows need not lose what its whole split does)."""
     try:
         r = load("protocol")
         rows = recipe_rows(r)["free25"]
-        return {**{t: gap_cell([test_gap(r, x, t) for x in rows]) for t in GENERAL_TEXTS},
-                "mean": gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows])}
+        read = {v["text"]: v["windows"] for v in (load("real_gemma3") or {}).get("general", {}).values()}
+
+        def gap(x: dict, t: str) -> float:
+            k = read.get(t)
+            mine, base = x["losses"][t]["test"]["each"][:k], r["original"]["losses"][t]["test"]["each"][:k]
+            return 100 * (statistics.fmean(mine) / statistics.fmean(base) - 1)
+        return {**{t: gap_cell([gap(x, t) for x in rows]) for t in GENERAL_TEXTS},
+                "mean": gap_cell([statistics.fmean(gap(x, t) for t in GENERAL_TEXTS) for x in rows])}
     except (KeyError, ResultsError, TypeError):
         return {}
 
@@ -1480,9 +1498,12 @@ def headline() -> str:
                  f"{r['configurations_tried']['distillation']} distillation settings tried there), then calibrated "
                  "on train and read once per recipe on test (tinyshakespeare's test split; general = the mean over "
                  "the test splits of the novel, the news and Wikipedia, which none of these recipes calibrated on). "
-                 "± sd over n calibration draws; cost in CPU-seconds of the step. Aims: a t-test at α = 0.05 whose "
-                 "error holds the draws' spread and the test windows' (n = 1: not tested), Holm across the table. "
-                 "[The whole table](protocol/table.md).", "",
+                 "± sd over n draws (independent calibration draws for the training-free rows and the learned map; "
+                 "data orders from one calibration for the distillations); cost in CPU-seconds of the step, measured "
+                 "while other runs shared the machine. Aims: a t-test at α = 0.05 whose error holds the draws' spread "
+                 "and the test windows' (n = 1: not tested), Holm across the table — a rule changed after the test "
+                 "reads, as the draws beside seed 0 were rebuilt (plan changes; its sensitivity in "
+                 "[the whole table](protocol/table.md)).", "",
                  *table(["recipe", "trained", "parameters", "core-s", "token passes", "n", "test loss", "test gap",
                          "general test gap", "aim (Holm)"], body)]
         loto = next((v for k, v in tests.items() if "leave one text out" in k), None)
@@ -1741,6 +1762,11 @@ def _protocol_quote(what: str, name: str = "") -> str:
         v = dict(protocol_tests(r))[f"{a} vs {b}, Shakespeare test loss"]
         return f"{v['word']} ({v['test']}: p {v['p']:.2g}, Holm {v['p_holm']:.2g}, n = {v['n'][0]} / {v['n'][1]})" \
             if v["p"] is not None else f"not tested (n = {v['n'][0]} / {v['n'][1]})"
+    if what in ("old", "draws_df"):  # the pair's verdict under the rule before 2026-11-29 (over the draws alone),
+        a, b = pairs[name]           # or under the present errors on the draws' degrees of freedom alone
+        with rule_variant(what):
+            v = dict(protocol_tests(r))[f"{a} vs {b}, Shakespeare test loss"]
+        return f"{v['word']} ({v['test']}: p {v['p']:.2g}, Holm {v['p_holm']:.2g})"
     if what == "robust":  # the pair's verdict under every block size of the sensitivity table
         a, b = pairs[name]
         words = []
@@ -1764,7 +1790,7 @@ QUOTES: dict[str, Callable[[], str]] = {
     **{f"protocol.general@{n}": (lambda n=n: _protocol_quote("general", n)) for n in SHARE_OF},
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
     **{f"protocol.n@{n}": (lambda n=n: _protocol_quote("n", n)) for n in SHARE_OF},
-    **{f"protocol.{w}@{p}": (lambda w=w, p=p: _protocol_quote(w, p)) for w in ("verdict", "robust")
+    **{f"protocol.{w}@{p}": (lambda w=w, p=p: _protocol_quote(w, p)) for w in ("verdict", "robust", "old", "draws_df")
        for p in ("equal", "eqcompute", "slice", "slicedistill")},
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill",
                                                                               "eqcompute")
@@ -1772,6 +1798,7 @@ QUOTES: dict[str, Callable[[], str]] = {
     **{f"gemma3.gains.{k}": (lambda k=k: _gemma3_gains(k)) for k in ("range", "zero", "count")},
     **{f"gemma3.general.{k}": (lambda k=k: f"{general_mean_gaps(load('real_gemma3'))[k]:+.1f}%")
        for k in ("plain", "bos")},
+    "gemma3.general.smollm2": lambda: smollm2_general_gaps()["mean"],
     **{f"{f}.geometry.{k}": (lambda f=f, k=k: _family_geometry(f, k)) for f in ("smollm2", "gemma3")
        for k in ("ae", "concordance", "kl", "dominated", "ae_map", "concordance_map", "massive")},
     "worked_example.kurtosis_new": lambda: _worked_kurtosis("new"),

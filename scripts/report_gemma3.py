@@ -367,17 +367,20 @@ def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> lis
                          f"{base['plain']:.4f} ± {se(base, 'plain'):.4f}", f"{v['plain']:.4f} ± {se(v, 'plain'):.4f}",
                          gap(v["plain"], base["plain"]), f"{base['bos']:.4f} ± {se(base, 'bos'):.4f}",
                          f"{v['bos']:.4f} ± {se(v, 'bos'):.4f}", gap(v["bos"], base["bos"]),
-                         (smollm2_general or {}).get(text, "—")])
+                         (smollm2_general or {}).get(text, "—"), f"{v['plain'] - base['plain']:+.3f}",
+                         f"{v['bos'] - base['bos']:+.3f}"])
     if means:
         rows.append(["mean over texts", "—", "—", "—", "—", f"{means['plain']:+.1f}%", "—", "—",
-                     f"{means['bos']:+.1f}%", (smollm2_general or {}).get("mean", "—")])
+                     f"{means['bos']:+.1f}%", (smollm2_general or {}).get("mean", "—"), "—", "—"])
     return ["", "The general case (--part=general): the chosen −25% arm, calibrated on Shakespeare as SmolLM2's "
             "free25 is, read on the test split of each general text (the first windows of 256 tokens, for time; "
-            "targets 1 … 254 of each, with and without BOS in front), one model each: ± the standard error over "
-            "windows. SmolLM2's column: its free25 on the same text (the whole split, mid-text, mean ± sd over "
-            "calibration draws; another recipe and vocabulary, so not strictly comparable).", ""] + table(
+            "targets 1 … 254 of each, with and without BOS in front), one model each: ± the standard error by batch "
+            "means over blocks of consecutive windows. SmolLM2's column: its free25 on the same text's first windows, "
+            "as many as Gemma's read (SmolLM2's own tokens, mid-text, mean ± sd over calibration draws; another "
+            "recipe and vocabulary, so not strictly comparable). The gaps are relative: with BOS the original's loss "
+            "falls, so a gap in nats grows less than its ratio (the Δ columns).", ""] + table(
         ["text", "test windows", "−25% arm", "original, no BOS", "−25%, no BOS", "gap, no BOS", "original, BOS first",
-         "−25%, BOS first", "gap, BOS first", "SmolLM2 free25 gap"], rows)
+         "−25%, BOS first", "gap, BOS first", "SmolLM2 free25 gap", "Δ nats, no BOS", "Δ nats, BOS first"], rows)
 
 
 def general_mean_gaps(r: dict) -> dict[str, float]:

@@ -107,6 +107,9 @@ def verdict(a: list[float], b: list[float], paired: bool = False) -> dict:
 
 
 FIXED_BLOCK: int | None = None  # a block size for every ``block_se`` (the sensitivity table), else ⌊√n⌋
+# the rule's variant (the sensitivity table): "satterthwaite" (the rule), "draws_df" (the same errors on the draws'
+# degrees of freedom alone: more conservative), "old" (before 2026-11-29: a difference over the draws alone)
+RULE_VARIANT = "satterthwaite"
 
 
 def block_size(windows: int) -> int:
@@ -131,6 +134,23 @@ def block_se(values: list[float]) -> float:
     size, k = block_size(len(values)), block_count(len(values))
     means = [statistics.fmean(values[i * size:(i + 1) * size]) for i in range(k)]
     return statistics.stdev(means) / math.sqrt(k)
+
+
+@contextmanager
+def rule_variant(name: str):
+    """Every test inside under RULE_VARIANT ``name`` — for the verdicts' sensitivity to the rule."""
+    global RULE_VARIANT
+    before, RULE_VARIANT = RULE_VARIANT, name
+    try:
+        yield
+    finally:
+        RULE_VARIANT = before
+
+
+def degrees_of_freedom(parts: list[tuple[float, int]], draws: int) -> float:
+    """The t-test's degrees of freedom over error ``parts`` under RULE_VARIANT: Welch–Satterthwaite's over all of
+    them, or (``draws_df``, ``old``) ``draws``, the draws' own."""
+    return satterthwaite(parts) if RULE_VARIANT == "satterthwaite" else draws
 
 
 @contextmanager
@@ -162,16 +182,18 @@ def verdict_with_windows(a: list[float], b: list[float], paired: bool, window_se
     if window_se > 0 and windows < 2:
         raise ValueError("a window error needs the number of windows it was measured on (windows ≥ 2)")
     out = verdict(a, b, paired)
-    if out["p"] is None or window_se <= 0:
+    if out["p"] is None or window_se <= 0 or RULE_VARIANT == "old":
         return out
     from scipy import stats
     if paired:
         parts = [(out["sd"] ** 2 / len(a), len(a) - 1)]
+        draws = len(a) - 1
     else:
         parts = [(statistics.variance(a) / len(a), len(a) - 1), (statistics.variance(b) / len(b), len(b) - 1)]
+        draws = satterthwaite(parts)
     parts.append((window_se ** 2, block_count(windows) - 1))
     error = math.sqrt(sum(v for v, _ in parts))
-    out["p"] = float(2 * stats.t.sf(abs(out["delta"]) / error, satterthwaite(parts)))
+    out["p"] = float(2 * stats.t.sf(abs(out["delta"]) / error, degrees_of_freedom(parts, draws)))
     out["test"] += " (draws and test windows)"
     out["window_se"] = window_se
     out["word"] = decide(out["p"], out["delta"])

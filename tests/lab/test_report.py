@@ -517,12 +517,12 @@ def test_the_general_table_puts_each_texts_gap_both_ways_beside_smollm2s():
                      "novel free-25%-a": read("novel", "free-25%-a", 7.0, 7.0)}}  # no original read: no row
     text = "\n".join(general_lines(r, {"wiki": "+9.0% ± 0.1"}))
     assert ("| wiki | 64 of 200 | free-25%-a | 5.0000 ± 0.0100 | 6.0000 ± 0.0100 | +20.0% | 4.0000 ± 0.0200 | "
-            "6.0000 ± 0.0200 | +50.0% | +9.0% ± 0.1 |") in text
+            "6.0000 ± 0.0200 | +50.0% | +9.0% ± 0.1 | +1.000 | +2.000 |") in text
     assert "| novel |" not in text and general_lines({}) == []
     r["general"]["novel original"] = read("novel", "original", 7.0, 3.5)  # +0% and +100%: means +10% and +75%
     from report_gemma3 import general_mean_gaps
     assert general_mean_gaps(r) == pytest.approx({"plain": 10.0, "bos": 75.0})
-    assert "| mean over texts | — | — | — | — | +10.0% | — | — | +75.0% | +8.0% |" in "\n".join(
+    assert "| mean over texts | — | — | — | — | +10.0% | — | — | +75.0% | +8.0% | — | — |" in "\n".join(
         general_lines(r, {"mean": "+8.0%"}))
 
 
