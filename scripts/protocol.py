@@ -456,8 +456,16 @@ def merge_saved(now: dict, rows: dict, loto: dict, superseded: dict, mine: set[t
             loto[r["held_out"]] = r
     for r in now.get("superseded_rows", []):
         superseded.setdefault(r["out_dir"], r)
-    for path in [p for p, r in superseded.items() if harness.relative(r.get("superseded_by", "")) == p]:
-        del superseded[path]  # a row once "superseded" by itself (before the paths were compared alike)
+    live = {in_repo(r["out_dir"]) for r in rows.values()}
+    for path in [p for p, r in superseded.items()
+                 if in_repo(r["out_dir"]) in live or in_repo(r.get("superseded_by", "")) == in_repo(r["out_dir"])]:
+        del superseded[path]  # a live row once "superseded" by itself (before the paths were compared alike)
+
+
+def in_repo(path: str) -> str:
+    """A run's path relative to the repository, whether saved relative (to the repository, not the working
+    directory) or fresh and absolute."""
+    return harness.relative(path if os.path.isabs(path) else os.path.join(harness.ROOT, path))
 
 
 def replace(rows: dict, superseded: dict, new: dict) -> None:
@@ -466,9 +474,8 @@ def replace(rows: dict, superseded: dict, new: dict) -> None:
     key = (new["recipe"], new["seed"])
     old = rows.get(key)
     # the saved file holds paths relative to the repository, a fresh row the absolute one: compare them alike
-    if old is not None and harness.relative(old["out_dir"]) != harness.relative(new["out_dir"]):
-        superseded.setdefault(harness.relative(old["out_dir"]),
-                              dict(old, superseded_by=harness.relative(new["out_dir"])))
+    if old is not None and in_repo(old["out_dir"]) != in_repo(new["out_dir"]):
+        superseded.setdefault(in_repo(old["out_dir"]), dict(old, superseded_by=in_repo(new["out_dir"])))
     rows[key] = new
 
 

@@ -1028,7 +1028,7 @@ def window_gap_se(r: dict, row: dict | list[dict], text: str) -> float:
     """The standard error, in percent of the original's loss, of a row's gap over the test windows of ``text``
     (paired window by window with the original's; batch means over blocks of consecutive windows, which are not
     independent: ``block_se``)."""
-    rows = row if isinstance(row, list) else [row]  # several draws: the error of their mean, window by window
+    rows = list(row) if isinstance(row, (list, tuple)) else [row]  # several draws: the error of their mean
     mean = {"recipe": rows[0]["recipe"], "losses": {text: {"test": {"each": mean_windows(rows, text)}}}}
     d, se = paired_windows(r, mean, {"recipe": "original", "losses": r["original"]["losses"]}, text)
     return 100 * se / r["original"]["losses"][text]["test"]["loss"]
@@ -1067,7 +1067,7 @@ def protocol_tests(r: dict) -> list[tuple[str, dict]]:
     for a, b, _ in PAIRED:
         if a in by and b in by:
             window_se = block_se([x - y for x, y in zip(mean_windows(by[a], "shakespeare"),
-                                                        mean_windows(by[b], "shakespeare"))])
+                                                        mean_windows(by[b], "shakespeare"), strict=True)])
             tests.append((f"{a} vs {b}, Shakespeare test loss",
                           draws_verdict(by[a], by[b], (a, b) in SHARED_DRAWS, window_se,
                                         len(by[a][0]["losses"]["shakespeare"]["test"]["each"]))))
@@ -1149,7 +1149,7 @@ def protocol(r: dict) -> str:
 
 
 SENSITIVITY_BLOCKS = (None, 4, 8, 16, 24)  # windows per block of the test windows' standard error (None: ⌊√n⌋)
-SENSITIVITY_RULES = {"draws_df": "df = draws' n − 1", "old": "old rule: a difference over draws alone"}
+SENSITIVITY_RULES = {"draws_df": "draws' df", "old": "old rule: differences over draws alone (aims as draws' df)"}
 
 
 def block_sensitivity(r: dict) -> list[str]:
@@ -1261,12 +1261,15 @@ def smollm2_general_gaps() -> dict[str, str]:
     try:
         r = load("protocol")
         rows = recipe_rows(r)["free25"]
-        read = {v["text"]: v["windows"] for v in (load("real_gemma3") or {}).get("general", {}).values()}
+        read = {v["text"]: v["windows"] / v["split_windows"]  # the share of its split Gemma's original read
+                for v in (load("real_gemma3") or {}).get("general", {}).values() if v["model"] == "original"}
+        if set(read) != set(GENERAL_TEXTS):
+            return {}
 
         def gap(x: dict, t: str) -> float:
-            k = read.get(t)
-            mine, base = x["losses"][t]["test"]["each"][:k], r["original"]["losses"][t]["test"]["each"][:k]
-            return 100 * (statistics.fmean(mine) / statistics.fmean(base) - 1)
+            base = r["original"]["losses"][t]["test"]["each"]
+            k = len(base) if read[t] == 1 else round(len(base) * read[t])
+            return 100 * (statistics.fmean(x["losses"][t]["test"]["each"][:k]) / statistics.fmean(base[:k]) - 1)
         return {**{t: gap_cell([gap(x, t) for x in rows]) for t in GENERAL_TEXTS},
                 "mean": gap_cell([statistics.fmean(gap(x, t) for t in GENERAL_TEXTS) for x in rows])}
     except (KeyError, ResultsError, TypeError):
@@ -1766,6 +1769,8 @@ def _protocol_quote(what: str, name: str = "") -> str:
         a, b = pairs[name]           # or under the present errors on the draws' degrees of freedom alone
         with rule_variant(what):
             v = dict(protocol_tests(r))[f"{a} vs {b}, Shakespeare test loss"]
+        if v["p"] is None:
+            return f"not tested (n = {v['n'][0]} / {v['n'][1]})"
         return f"{v['word']} ({v['test']}: p {v['p']:.2g}, Holm {v['p_holm']:.2g})"
     if what == "robust":  # the pair's verdict under every block size of the sensitivity table
         a, b = pairs[name]

@@ -16,6 +16,7 @@ import statistics
 from report_stats import ALPHA, adjust, block_se, paired_windows_z, table
 
 EXACT = 1e-4  # relative log-probability error of an exact growth (#73's goal)
+GENERAL_TEXTS = ("novel", "news", "wiki")  # the general texts read on Gemma (real_gemma3.GENERAL_TEXTS)
 GROW_NAMES = {"pad": "zero padding (coordinate map)", "split": "split (mixes coordinate pairs)",
               "orthogonal-carry": "Haar-random orthogonal", "orthogonal-average": "Haar-random orthogonal"}
 
@@ -388,6 +389,8 @@ def general_mean_gaps(r: dict) -> dict[str, float]:
     ({'plain', 'bos'}; {} until every text has both models)."""
     x = r.get("general") or {}
     texts = list(dict.fromkeys(v["text"] for v in x.values()))
+    if sorted(texts) != sorted(GENERAL_TEXTS) or len(x) != 2 * len(texts):  # every text, the original and one arm
+        return {}
     pairs = [(x.get(f"{t} original"), next((v for v in x.values() if v["text"] == t and v["model"] != "original"),
                                             None)) for t in texts]
     if not pairs or any(a is None or b is None for a, b in pairs):

@@ -140,6 +140,8 @@ def block_se(values: list[float]) -> float:
 def rule_variant(name: str):
     """Every test inside under RULE_VARIANT ``name`` — for the verdicts' sensitivity to the rule."""
     global RULE_VARIANT
+    if name not in ("satterthwaite", "draws_df", "old"):
+        raise ValueError(f"rule variant {name!r} is not one of satterthwaite, draws_df, old")
     before, RULE_VARIANT = RULE_VARIANT, name
     try:
         yield
@@ -150,7 +152,9 @@ def rule_variant(name: str):
 def degrees_of_freedom(parts: list[tuple[float, int]], draws: int) -> float:
     """The t-test's degrees of freedom over error ``parts`` under RULE_VARIANT: Welch–Satterthwaite's over all of
     them, or (``draws_df``, ``old``) ``draws``, the draws' own."""
-    return satterthwaite(parts) if RULE_VARIANT == "satterthwaite" else draws
+    if RULE_VARIANT == "satterthwaite" or not any(v > 0 for v, _ in parts[:-1]):
+        return satterthwaite(parts)  # the rule, or draws that do not vary: the windows' own degrees of freedom
+    return draws
 
 
 @contextmanager
@@ -221,7 +225,7 @@ def verdict_against_exact(a: list[float], value: float) -> dict:
 
 
 def decide(p: float | None, delta: float) -> str:
-    if p is None:
+    if p is None or p != p:  # NaN: a broken input, never a verdict
         return "not tested"
     return "no difference" if p >= ALPHA else "lower" if delta < 0 else "higher"
 

@@ -519,10 +519,13 @@ def test_the_general_table_puts_each_texts_gap_both_ways_beside_smollm2s():
     assert ("| wiki | 64 of 200 | free-25%-a | 5.0000 ± 0.0100 | 6.0000 ± 0.0100 | +20.0% | 4.0000 ± 0.0200 | "
             "6.0000 ± 0.0200 | +50.0% | +9.0% ± 0.1 | +1.000 | +2.000 |") in text
     assert "| novel |" not in text and general_lines({}) == []
-    r["general"]["novel original"] = read("novel", "original", 7.0, 3.5)  # +0% and +100%: means +10% and +75%
+    r["general"]["novel original"] = read("novel", "original", 7.0, 3.5)  # +0% and +100%
     from report_gemma3 import general_mean_gaps
-    assert general_mean_gaps(r) == pytest.approx({"plain": 10.0, "bos": 75.0})
-    assert "| mean over texts | — | — | — | — | +10.0% | — | — | +75.0% | +8.0% | — | — |" in "\n".join(
+    assert general_mean_gaps(r) == {}  # a text missing: no mean over a different set of texts
+    r["general"]["news original"] = read("news", "original", 5.0, 4.0)
+    r["general"]["news free-25%-a"] = read("news", "free-25%-a", 5.5, 5.0)  # +10% and +25%
+    assert general_mean_gaps(r) == pytest.approx({"plain": 10.0, "bos": 175 / 3})
+    assert "| mean over texts | — | — | — | — | +10.0% | — | — | +58.3% | +8.0% | — | — |" in "\n".join(
         general_lines(r, {"mean": "+8.0%"}))
 
 
