@@ -55,14 +55,16 @@ def test_the_verdicts_follow_the_paired_test_after_holm(results):
     assert all(v["p_holm"] >= v["p"] for v in verdicts.values())
 
 
-def test_paired_z_is_the_naive_paired_computation():
+def test_the_paired_test_is_the_naive_batch_means_computation():
     a, b = point("x", "Q4_K_M", 1, 3.9, seed=1), point("original", "Q3_K_M", 1, 3.95, seed=2)
     d = np.array(a["losses"]["test"]["each"]) - np.array(b["losses"]["test"]["each"])
     v = rs.paired_z(a, b)
-    se = d.std(ddof=1) / math.sqrt(len(d))
+    size = math.isqrt(len(d))  # ⌊√n⌋ consecutive windows per block, the last partial block left out
+    blocks = np.array([d[i * size:(i + 1) * size].mean() for i in range(len(d) // size)])
+    se = blocks.std(ddof=1) / math.sqrt(len(blocks))
     assert v["delta"] == pytest.approx(d.mean()) and v["se"] == pytest.approx(se)
     from scipy import stats
-    assert v["p"] == pytest.approx(2 * stats.norm.sf(abs(d.mean()) / se))
+    assert v["p"] == pytest.approx(2 * stats.t.sf(abs(d.mean()) / se, len(blocks) - 1))
 
 
 def test_unequal_windows_are_named():
