@@ -32,7 +32,7 @@ from eval_geometry import GeometryConfig, evaluate_geometry
 from finetune import FinetuneConfig, finetune
 from lgpt.plumbing.checkpoint import load_model
 from lgpt.plumbing.configurator import load_config
-from lgpt.plumbing.dataset import CALIBRATION_SEEDS, BatchLoader, data_dir_for_checkpoint, evaluate_loss
+from lgpt.plumbing.dataset import BatchLoader, calibration_scheme, data_dir_for_checkpoint, evaluate_loss
 from train import TrainConfig, train
 from transform import TransformConfig, transform_checkpoint
 
@@ -300,10 +300,8 @@ def transformed(s: Setting, src: str, width: int, kind: str, porting: str = "res
         return {k: v for k, v in record.items() if k not in ("T", "T_pinv")}
 
     label = f"{os.path.basename(src).split('-')[1]}-{kind}-{porting}-m{width}"
-    spec = spec_of(cfg, source=os.path.basename(src))
-    if seed:  # seed 0 reads the same calibration batches in both schemes; another seed is another draw now
-        spec["calibration_seeds"] = CALIBRATION_SEEDS
-    return cached("transform", label, spec, build)
+    return cached("transform", label, {**spec_of(cfg, source=os.path.basename(src)), **calibration_scheme(seed)},
+                  build)
 
 
 def canonical(s: Setting, src: str, norms: str = "fold") -> str:

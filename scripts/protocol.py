@@ -56,8 +56,8 @@ import harness  # noqa: E402
 from harness import RESULTS, cached  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
 from lgpt.plumbing.dataset import (  # noqa: E402
-    CALIBRATION_SEEDS,
     BatchLoader,
+    calibration_scheme,
     reads_of_test,
     recipes_of_test,
     split_points,
@@ -212,7 +212,7 @@ def transformed(src: str, data: dict[str, str], name: str, seed: int, calibratio
     spec = {"args": [a.split("=")[0] + "=" + harness.relative(a.split("=", 1)[1])
                      if a.startswith(("--in_dir", "--data_dir")) else a for a in args],
             "config": open(os.path.join(harness.ROOT, config), encoding="utf-8").read(),
-            **({"calibration_seeds": DISJOINT} if seed else {})}  # draw 0's batches are the same in both schemes
+            **calibration_scheme(seed)}
 
     def build(out: str) -> dict:
         step = run_step([*args, f"--out_dir={out}", "--overwrite=True"])
@@ -225,9 +225,6 @@ def transformed(src: str, data: dict[str, str], name: str, seed: int, calibratio
 # calibration draw s reads batches s·100,000 + k (lgpt.plumbing.dataset.calibration_seed); before 2026-11-29 it read
 # batches s + k, so draws 0–2 shared 6–7 of their 8 batches. Draws 1 and 2 built that way are superseded (their rows
 # are kept under "superseded_rows"); a disjoint draw's test read is recorded as RECIPE-sN-disjoint.
-DISJOINT = CALIBRATION_SEEDS
-
-
 def draw_name(job: str, seed: int) -> str:
     """The name a draw's test read is recorded under: a calibration draw beside seed 0 is a disjoint one."""
     return f"{job}-s{seed}" + ("-disjoint" if seed and job in RECIPES else "")
@@ -316,7 +313,7 @@ def row(name: str, seed: int, built: dict, trained: str, passes: str, losses: di
         start_seconds, start_measured = core_seconds(dict(built["start"]["step"],
                                                           out_dir=os.path.basename(built["start"]["out_dir"])))
         seconds, measured = seconds + start_seconds, measured if measured == start_measured else "mixed"
-    return {"recipe": name, "seed": seed, **({"calibration_seeds": DISJOINT} if seed and name in RECIPES else {}),
+    return {"recipe": name, "seed": seed, **(calibration_scheme(seed) if name in RECIPES else {}),
             "parameters": built["parameters"], "trained": trained,
             "token_passes": passes, "core_seconds": round(seconds, 1), "cost_measured": measured,
             "wall_seconds": built["step"]["seconds"], "out_dir": built["out_dir"], "losses": nested(losses)}

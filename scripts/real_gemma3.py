@@ -143,18 +143,6 @@ def prepared(model_dir: str) -> str:
     return cached("data", "gemma3-shakespeare", {"model": harness.relative(model_dir), "splits": 3}, build)[0]
 
 
-def prepared_text(model_dir: str, text: str) -> str:
-    """A general English text of SmolLM2's protocol (real_model.TEXTS: fetch.py --what=english) in the model's
-    tokens, the same three splits (prepare.py)."""
-    def build(out: str) -> dict:
-        source = real_model.source_file(model_dir, text)
-        return {"prepare": run_step(["prepare.py", f"--tokenizer_from={model_dir}", f"--out_dir={out}",
-                                     "--overwrite=True", f"--input={source}"])}
-
-    spec = {"text": text, "file": real_model.TEXTS[text], "model": harness.relative(model_dir), "splits": 3}
-    return cached("data", f"gemma3-{text}", spec, build)[0]
-
-
 def carries(args: list[str] | tuple[str, ...]) -> bool:
     """Whether a transform's output norms are carried (the default) rather than averaged: its lengths are fitted."""
     return "--output_gains=average" not in args
@@ -637,7 +625,7 @@ class Run:
         todo = [(text, label, path) for text in GENERAL_TEXTS for label, path in models.items()]
         self.part_started = time.time()
         for done, (text, label, path) in enumerate(todo, 1):
-            data_dir = prepared_text(self.src, text)
+            data_dir = real_model.prepared(self.src, text, family="gemma3")
 
             def build(out: str, path: str = path, data_dir: str = data_dir, label: str = label) -> dict:
                 os.makedirs(out, exist_ok=True)

@@ -39,7 +39,7 @@ import harness  # noqa: E402
 from fetch import SMOLLM2_GGUF, SOURCES, cache_path  # noqa: E402
 from harness import RESULTS, ROOT, cached, hardware  # noqa: E402
 from lgpt.plumbing.checkpoint import load_model  # noqa: E402
-from lgpt.plumbing.dataset import CALIBRATION_SEEDS, BatchLoader, evaluate_loss, read_shakespeare  # noqa: E402
+from lgpt.plumbing.dataset import BatchLoader, calibration_scheme, evaluate_loss, read_shakespeare  # noqa: E402
 
 BLOCK = 256  # tokens per calibration and evaluation window (the issue's and SliceGPT comparison's setting)
 CALIB_BATCHES_N, CALIB_BATCH = 8, 16  # 128 × 256 calibration tokens (SliceGPT's reference run uses the same)
@@ -231,8 +231,9 @@ def source_file(model_dir: str, text: str) -> str:
     return cache_path(TEXTS[text])
 
 
-def prepared(model_dir: str, text: str) -> str:
-    """``text`` tokenized with the model's own tokenizer (prepare.py: train 80%, test 10%, val = dev 10%)."""
+def prepared(model_dir: str, text: str, family: str = "smollm2") -> str:
+    """``text`` tokenized with the model's own tokenizer (prepare.py: train 80%, test 10%, val = dev 10%);
+    ``family`` names the cached dataset (the model's path is in its key)."""
     def build(out: str) -> dict:
         if TEXTS[text]:
             source = source_file(model_dir, text)
@@ -249,7 +250,7 @@ def prepared(model_dir: str, text: str) -> str:
         spec["mixed"] = {"texts": list(MIX), "chars": MIX_CHARS, "chunk": MIX_CHUNK}
     if text == "nearest":
         spec["selected"] = NEAREST_SELECTION
-    return cached("data", f"smollm2-{text}", spec, build)[0]
+    return cached("data", f"{family}-{text}", spec, build)[0]
 
 
 def evaluation_losses(model, data: dict[str, str]) -> dict:
@@ -294,7 +295,7 @@ def transformed(src: str, data: dict[str, str], width: int, kind: str, porting: 
     spec = {"args": [a if not a.startswith(("--in_dir", "--data_dir", "--map_file")) else a.split("=")[0] + "=" +
                      harness.relative(a.split("=", 1)[1]) for a in args],
             "v": 2 if any(a.startswith("--learn_steps") for a in args) else 1,
-            **({"calibration_seeds": CALIBRATION_SEEDS} if seed else {})}  # seed 0 reads the same in both schemes
+            **calibration_scheme(seed)}
     # v 2 of a learned map: learning holds the kept coordinates' rows (--learn_hold, refit.free_block); v 1 moved them
 
     def build(out: str) -> dict:

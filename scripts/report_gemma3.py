@@ -13,7 +13,7 @@ import json
 import os
 import statistics
 
-from report_stats import ALPHA, adjust, block_se, paired_windows_z, table
+from report_stats import ALPHA, adjust, block_se, paired_windows_t, table
 
 EXACT = 1e-4  # relative log-probability error of an exact growth (#73's goal)
 GENERAL_TEXTS = ("novel", "news", "wiki")  # the general texts read on Gemma (real_gemma3.GENERAL_TEXTS)
@@ -56,7 +56,7 @@ def superseded_lines(r: dict) -> list[str]:
     pairs = [(section, name, a, b) for section, name, a, b in pairs if b and b.get("windows") and a.get("windows")]
     if not pairs:
         return []
-    verdicts = [paired_windows_z(b["windows"], a["windows"]) for _, _, a, b in pairs]
+    verdicts = [paired_windows_t(b["windows"], a["windows"]) for _, _, a, b in pairs]
     for v, (_, _, a, b) in zip(verdicts, pairs):
         if min(a.get("dev", a.get("test")), b.get("dev", b.get("test"))) > r["log_vocabulary"]:
             v.update(p=None, p_holm=None, word="not tested (both above log V)")
@@ -168,7 +168,7 @@ def carry_tests(r: dict) -> list[tuple[str, dict]]:
     for what, a, b in pairs:
         if not (a and b):
             continue
-        v = paired_windows_z(a["windows"], b["windows"])
+        v = paired_windows_t(a["windows"], b["windows"])
         if min(a["dev"], b["dev"]) > r["log_vocabulary"]:  # two arms worse than a uniform guess: no comparison
             v = dict(v, p=None, p_holm=None, word="not tested (both above log V)")
         if a.get("parameters") != b.get("parameters"):

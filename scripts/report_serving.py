@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from report_stats import ALPHA, adjust, block_se, paired_windows_z, table
+from report_stats import ALPHA, adjust, block_se, paired_windows_t, table
 
 NAMES = {"original": "original", "free25": "tied PCA −25%, training-free", "distill25": "tied PCA −25% + distillation",
          "free50": "tied PCA −50%, training-free"}
@@ -45,19 +45,19 @@ def envelope(r: dict) -> list[dict]:
     return out
 
 
-def paired_z(a: dict, b: dict) -> dict:
+def paired_t(a: dict, b: dict) -> dict:
     """Test loss of a − b paired over the same test windows: delta, its standard error (batch means), a t-test's p."""
     x, y = a["losses"]["test"]["each"], b["losses"]["test"]["each"]
     if len(x) != len(y):
         raise ValueError(f"{label(a)} and {label(b)} hold {len(x)} and {len(y)} test windows: not the same split")
-    return dict(paired_windows_z(x, y), test="paired t over test-window blocks")
+    return dict(paired_windows_t(x, y), test="paired t over test-window blocks")
 
 
 def frontier_tests(r: dict) -> list[tuple[dict, dict, dict]]:
     """(point, the quantization-only point it must beat, verdict) for every point off the quantization-only
     ladder; Holm across them."""
     pairs = [(p, comparator(r, p)) for p in r["points"] if not (p["recipe"] == "original" and p["rotation"] == "none")]
-    out = [(p, q, paired_z(p, q)) for p, q in pairs]
+    out = [(p, q, paired_t(p, q)) for p, q in pairs]
     adjust([v for _, _, v in out])
     return out
 

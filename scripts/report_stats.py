@@ -230,7 +230,7 @@ def decide(p: float | None, delta: float) -> str:
     return "no difference" if p >= ALPHA else "lower" if delta < 0 else "higher"
 
 
-def paired_windows_z(x: list[float], y: list[float]) -> dict:
+def paired_windows_t(x: list[float], y: list[float]) -> dict:
     """Mean(x − y) paired over the same evaluation windows: delta, its standard error by batch means
     (``block_se``), a two-sided t-test's p on block_count − 1 degrees of freedom (one model per side: the text's
     sampling error, not the recipe's)."""

@@ -580,6 +580,12 @@ def calibration_seed(seed: int, k: int) -> int:
     return seed * CALIBRATION_SEED_STRIDE + k
 
 
+def calibration_scheme(seed: int) -> dict[str, str]:
+    """What a cache key adds for a calibration draw: the scheme for seeds ≥ 1 (another draw than before the change),
+    nothing for seed 0 (the same batches in both schemes, so its cached runs stay valid)."""
+    return {"calibration_seeds": CALIBRATION_SEEDS} if seed else {}
+
+
 EVAL_SEED_OFFSET = 1_000_003  # eval batches use their own fixed seeds, the same at every evaluation
 
 

@@ -121,7 +121,7 @@ def test_a_reworded_plan_change_replaces_its_old_wording_in_place(monkeypatch):
 def test_a_draw_rebuilt_supersedes_the_old_row_and_a_second_process_keeps_the_rebuilt_one():
     def row(recipe, seed, out, scheme=True):
         return {"recipe": recipe, "seed": seed, "out_dir": out,
-                **({"calibration_seeds": protocol.DISJOINT} if scheme else {})}
+                **({"calibration_seeds": "seed * 100000 + k"} if scheme else {})}
     rows = {("free25", 1): row("free25", 1, "runs/old", scheme=False)}
     superseded: dict = {}
     protocol.replace(rows, superseded, row("free25", 1, "runs/new"))

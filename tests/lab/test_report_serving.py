@@ -58,7 +58,7 @@ def test_the_verdicts_follow_the_paired_test_after_holm(results):
 def test_the_paired_test_is_the_naive_batch_means_computation():
     a, b = point("x", "Q4_K_M", 1, 3.9, seed=1), point("original", "Q3_K_M", 1, 3.95, seed=2)
     d = np.array(a["losses"]["test"]["each"]) - np.array(b["losses"]["test"]["each"])
-    v = rs.paired_z(a, b)
+    v = rs.paired_t(a, b)
     size = math.isqrt(len(d))  # ⌊√n⌋ consecutive windows per block, the last partial block left out
     blocks = np.array([d[i * size:(i + 1) * size].mean() for i in range(len(d) // size)])
     se = blocks.std(ddof=1) / math.sqrt(len(blocks))
@@ -71,7 +71,7 @@ def test_unequal_windows_are_named():
     a, b = point("x", "Q4_K_M", 1, 3.9), point("original", "Q3_K_M", 1, 3.95)
     b["losses"]["test"]["each"] = b["losses"]["test"]["each"][:30]
     with pytest.raises(ValueError, match="40 and 30 test windows"):
-        rs.paired_z(a, b)
+        rs.paired_t(a, b)
 
 
 def test_a_budgets_pick_is_made_on_dev_not_on_test(results):

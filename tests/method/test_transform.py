@@ -230,6 +230,8 @@ def test_calibration_draws_are_disjoint_and_draw_0_is_unchanged(a, b, batches):
     assert len(first) == batches
     assert (first == second) if a == b else not (first & second)
     assert [calibration_seed(0, k) for k in range(batches)] == list(range(batches))
+    from lgpt.plumbing.dataset import CALIBRATION_SEEDS, calibration_scheme  # cache keys: draw 0's runs stay valid
+    assert calibration_scheme(0) == {} and calibration_scheme(b or 1) == {"calibration_seeds": CALIBRATION_SEEDS}
 
 
 def test_calibration_pass_reads_its_draws_batches(trained_dir, char_data_dir):
