@@ -21,7 +21,8 @@ reads the whole test split once, for the original and the arm chosen on dev at �
   8 groups of near-equal output gain (--gain_groups=8).
 - ``distill``: #70's recommended recipe applied unchanged — the arm chosen on dev at −25% distilled from the
   original with SmolLM2's ``distill25`` recipe (scripts/protocol.py: AdamW at 1e-4, 384 steps of 1 × 256 train
-  tokens, KL to the original only), read on dev and then once on test. Its control, the original distilled from
+  tokens, KL to the original only), read on dev and then once on test, mid-text and (since 2026-11-29) with BOS
+  first on the same targets as ``bos_recipe``'s reads. Its control, the original distilled from
   itself, is the original bit for bit (tests/method/test_distill.py), so the original's row is the control.
 - ``bos``: the BOS control. Every loss above reads windows that start mid-text without the BOS token Gemma was
   trained with; here the original, the chosen −25% arm and its distilled model read the same DEV_WINDOWS dev windows
@@ -36,7 +37,8 @@ reads the whole test split once, for the original and the arm chosen on dev at �
 - ``bos_sinks``: why the gap grows with BOS — the attention sinks and massive activations (``geometry``'s
   measurement) of the original and the chosen −25% arm on the first GEOMETRY_WINDOWS dev windows, read mid-text and
   with BOS in front (BOS, tokens 0 … 254): does the shrunk model still put its attention on BOS?
-- ``general``: the general case — the original and the chosen −25% arm (calibrated on Shakespeare) read on the test
+- ``general``: the general case — the original, the chosen −25% arm (calibrated on Shakespeare) and, where the run
+  cache holds it, its distilled model (``distill``) read on the test
   split of each general English text SmolLM2's protocol reads (the novel, the news, Wikipedia prose, in Gemma's
   tokens; the first GENERAL_WINDOWS windows of each, for time), with and without BOS on the same targets.
 - ``export``: the chosen −25% arm exported by convert.py --to_hf and read back by transformers' Gemma3ForCausalLM,
@@ -486,8 +488,14 @@ class Run:
                      **measured(out, self.data_dir, None, label))
         self.say(f"distill {name}: dev {entry['dev']:.4f}")
         entry["test"] = test_read(out, self.data_dir, f"gemma3-{label}")
-        self.keep("distill", name, entry)
         self.say(f"distill {name}: test {entry['test']['test']:.4f}")
+        # read the way Gemma is used (added 2026-11-29, a third session): BOS first, on dev and once on the whole
+        # test split, the same targets as bos_recipe's reads of the original and of this arm's start
+        entry["bos_dev"] = self.bos_read(f"{name}, distilled", out)
+        entry["bos_test"] = self.bos_read(f"{name}, distilled", out, "test")
+        self.keep("distill", name, entry)
+        self.say(f"distill {name}: test {entry['bos_test']['bos']:.4f} with BOS, {entry['bos_test']['plain']:.4f} "
+                 "without (targets 1 … 254)")
 
     def bos(self) -> None:
         """The BOS control (see the module's docstring): the original, the chosen −25% arm, its distilled model."""
@@ -621,6 +629,9 @@ class Run:
         each general text, with and without BOS on the same targets (one read each, recorded)."""
         name = f"free-25%-{self.payload['chosen']['arm']}"
         models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
+        distilled = self.distilled(only_if_built=True)  # its hour of distillation is not built for this part
+        if distilled is not None:
+            models[f"{name}, distilled"] = distilled[1]
         bos = self.bos_token()
         todo = [(text, label, path) for text in GENERAL_TEXTS for label, path in models.items()]
         self.part_started = time.time()
@@ -636,7 +647,7 @@ class Run:
 
             spec = {"model": harness.relative(path), "text": text, "windows": GENERAL_WINDOWS, "bos": bos,
                     "targets": BOS_TARGETS, "split": "test"}
-            x = cached("test-gemma3", f"general-{text}-{label}", spec, build)[1]
+            x = cached("test-gemma3", f"general-{text}-{label.replace(', ', '-')}", spec, build)[1]
             x = self.keep("general", f"{text} {label}", dict(x, text=text, model=label, bos_token=bos,
                                                              targets=BOS_TARGETS))
             self.say(f"general {text} {label}: {x['plain']:.4f} without, {x['bos']:.4f} with BOS", done, len(todo))

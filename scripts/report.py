@@ -1241,7 +1241,8 @@ TABLES: dict[str, Callable[[dict], str]] = {f.__name__: f for f in (
     real_model_outliers, shrink_quality, shrink_vs_scratch, shrink_vs_scratch_rates, recovery, scale, protocol,
     quant_frontier)}
 TABLES["real_gemma3"] = lambda r: real_gemma3(r, load("real_model_geometry"), smollm2_eval_geometry(RESULTS),
-                                               smollm2_distill_gap(), smollm2_general_gaps())
+                                               smollm2_distill_gap(), smollm2_general_gaps(),
+                                               smollm2_general_gaps("distill25"))
 #                                                      beside SmolLM2's geometry
 
 
@@ -1254,13 +1255,13 @@ def smollm2_distill_gap() -> str | None:
         return None
 
 
-def smollm2_general_gaps() -> dict[str, str]:
-    """SmolLM2's free25 test gap on each general text (results/protocol, ± sd over draws), beside Gemma's: on as
+def smollm2_general_gaps(recipe: str = "free25") -> dict[str, str]:
+    """SmolLM2's ``recipe`` test gap on each general text (results/protocol, ± sd over draws), beside Gemma's: on as
     many of the split's first windows as Gemma read of that text (its Wikipedia read stops early, and a text's
     first windows need not lose what its whole split does)."""
     try:
         r = load("protocol")
-        rows = recipe_rows(r)["free25"]
+        rows = recipe_rows(r)[recipe]
         read = {v["text"]: v["windows"] / v["split_windows"]  # the share of its split Gemma's original read
                 for v in (load("real_gemma3") or {}).get("general", {}).values() if v["model"] == "original"}
         if set(read) != set(GENERAL_TEXTS):

@@ -215,22 +215,32 @@ def distill_lines(r: dict, smollm2_gap: str | None) -> list[str]:
     if not r.get("distill"):
         return []
     base_dev, base_test = r["original"]["dev"], r.get("test", {}).get("original", {}).get("test")
+    base_bos = r.get("bos_recipe", {}).get("test original")  # the original read with BOS first, the same targets
     rows = []
     for name, x in r["distill"].items():
         start = r.get("shrink", {}).get(name, {})
-        test = x["test"]
+        test, bos = x["test"], x.get("bos_test")
+        start_bos = r.get("bos_recipe", {}).get(f"test {name}")
         rows.append([f"{name}, then distilled ({x['recipe']})", f"{x['parameters'] / 1e6:.1f} M",
                      f"{x['tokens']:,} forward+backward (and the teacher's forward)",
                      f"{x['step']['cpu_seconds']:.0f}",
                      f"{start['dev']:.4f} → {x['dev']:.4f} ± {se(x):.4f}" if start else f"{x['dev']:.4f}",
                      gap(x["dev"], base_dev), f"{test['test']:.4f} ± {se(test):.4f}",
-                     gap(test["test"], base_test) if base_test else "—", smollm2_gap or "—"])
+                     gap(test["test"], base_test) if base_test else "—",
+                     f"{bos['bos']:.4f} ± {se(bos, 'bos'):.4f}" if bos else "not read",
+                     gap(bos["bos"], base_bos["bos"]) if bos and base_bos else "—",
+                     gap(start_bos["bos"], base_bos["bos"]) if start_bos and base_bos else "—",
+                     smollm2_gap or "—"])
     return ["", "Distilled (#70's recipe, unchanged: every weight trained, AdamW at 1e-4, batches of 1 × 256 train "
-            "tokens, KL to the original only; its control, the original distilled from itself, is the original bit "
-            "for bit). One data order (n = 1): beside SmolLM2's gap it is not tested. CPU-s: the finetune "
-            "process's, with glibc told to keep freed memory (the same arithmetic, about half the time).", ""] + table(
+            "tokens read mid-text, KL to the original only; its control, the original distilled from itself, is the "
+            "original bit for bit). One data order (n = 1): beside SmolLM2's gap it is not tested. CPU-s: the "
+            "finetune process's, with glibc told to keep freed memory (the same arithmetic, about half the time). "
+            "Test, BOS first: the whole split with Gemma's BOS in front, targets 1 … 254 of each window, against the "
+            "original read the same way (the BOS-first test table below); ± the windows' standard error by batch "
+            "means.", ""] + table(
         ["model", "parameters", "token passes", "CPU-s", "dev (start → distilled)", "dev gap", "test", "test gap",
-         "SmolLM2's distill25 test gap (n = 3)"], rows)
+         "test, BOS first", "gap, BOS first", "its start's gap, BOS first", "SmolLM2's distill25 test gap (n = 3)"],
+        rows)
 
 
 def bos_lines(r: dict) -> list[str]:
@@ -348,52 +358,65 @@ def bos_recipe_lines(r: dict) -> list[str]:
     return out
 
 
-def general_lines(r: dict, smollm2_general: dict[str, str] | None = None) -> list[str]:
-    """The general case (--part=general): the original and the chosen −25% arm, calibrated on Shakespeare, read on
-    each general text's test split with and without BOS (the same targets), beside SmolLM2's free25 gap on the same
-    text (its protocol: the whole split, mid-text, ± sd over calibration draws). One model each: ± the windows'
-    standard error."""
+DISTILLED = ", distilled"  # how real_gemma3 names an arm's distilled model
+
+
+def general_lines(r: dict, smollm2_general: dict[str, str] | None = None,
+                  smollm2_distilled: dict[str, str] | None = None) -> list[str]:
+    """The general case (--part=general): the original, the chosen −25% arm calibrated on Shakespeare and its
+    distilled model where read, on each general text's test split with and without BOS (the same targets), beside
+    SmolLM2's free25 (or, for the distilled model, distill25) gap on as many of the same text's first windows (its
+    protocol: mid-text, ± sd over draws). One model each: ± the windows' standard error."""
     x = r.get("general")
     if not x:
         return []
     texts = list(dict.fromkeys(v["text"] for v in x.values()))
-    means = general_mean_gaps(r)
+    models = [m for m in dict.fromkeys(v["model"] for v in x.values()) if m != "original"]
     rows = []
     for text in texts:
         base = x.get(f"{text} original")
         for v in x.values():
             if v["text"] != text or v["model"] == "original" or base is None:
                 continue
+            smollm2 = smollm2_distilled if v["model"].endswith(DISTILLED) else smollm2_general
             rows.append([text, f"{v['windows']} of {v['split_windows']}", v["model"],
                          f"{base['plain']:.4f} ± {se(base, 'plain'):.4f}", f"{v['plain']:.4f} ± {se(v, 'plain'):.4f}",
                          gap(v["plain"], base["plain"]), f"{base['bos']:.4f} ± {se(base, 'bos'):.4f}",
                          f"{v['bos']:.4f} ± {se(v, 'bos'):.4f}", gap(v["bos"], base["bos"]),
-                         (smollm2_general or {}).get(text, "—"), f"{v['plain'] - base['plain']:+.3f}",
+                         (smollm2 or {}).get(text, "—"), f"{v['plain'] - base['plain']:+.3f}",
                          f"{v['bos'] - base['bos']:+.3f}"])
-    if means:
-        rows.append(["mean over texts", "—", "—", "—", "—", f"{means['plain']:+.1f}%", "—", "—",
-                     f"{means['bos']:+.1f}%", (smollm2_general or {}).get("mean", "—"), "—", "—"])
+    for model in models:
+        means = general_mean_gaps(r, model)
+        smollm2 = smollm2_distilled if model.endswith(DISTILLED) else smollm2_general
+        if means:
+            rows.append(["mean over texts", "—", model, "—", "—", f"{means['plain']:+.1f}%", "—", "—",
+                         f"{means['bos']:+.1f}%", (smollm2 or {}).get("mean", "—"), "—", "—"])
     return ["", "The general case (--part=general): the chosen −25% arm, calibrated on Shakespeare as SmolLM2's "
-            "free25 is, read on the test split of each general text (the first windows of 256 tokens, for time; "
+            "free25 is, and its distilled model (trained on Shakespeare's train split as SmolLM2's distill25 is), "
+            "read on the test split of each general text (the first windows of 256 tokens, for time; "
             "targets 1 … 254 of each, with and without BOS in front), one model each: ± the standard error by batch "
-            "means over blocks of consecutive windows. SmolLM2's column: its free25 on the same text's first windows, "
-            "as many as Gemma's read (SmolLM2's own tokens, mid-text, mean ± sd over calibration draws; another "
-            "recipe and vocabulary, so not strictly comparable). The gaps are relative: with BOS the original's loss "
-            "falls, so a gap in nats grows less than its ratio (the Δ columns).", ""] + table(
-        ["text", "test windows", "−25% arm", "original, no BOS", "−25%, no BOS", "gap, no BOS", "original, BOS first",
-         "−25%, BOS first", "gap, BOS first", "SmolLM2 free25 gap", "Δ nats, no BOS", "Δ nats, BOS first"], rows)
+            "means over blocks of consecutive windows. SmolLM2's column: its free25 (distill25 beside the distilled "
+            "model) on the same text's first windows, as many as Gemma's read (SmolLM2's own tokens, mid-text, mean "
+            "± sd over draws; another vocabulary, so not strictly comparable). The gaps are relative: with BOS the "
+            "original's loss falls, so a gap in nats grows less than its ratio (the Δ columns).", ""] + table(
+        ["text", "test windows", "−25% model", "original, no BOS", "−25%, no BOS", "gap, no BOS",
+         "original, BOS first", "−25%, BOS first", "gap, BOS first", "SmolLM2's gap (same recipe)",
+         "Δ nats, no BOS", "Δ nats, BOS first"], rows)
 
 
-def general_mean_gaps(r: dict) -> dict[str, float]:
-    """The chosen −25% arm's gap to the original, in percent, averaged over the general texts read both ways
-    ({'plain', 'bos'}; {} until every text has both models)."""
+def general_mean_gaps(r: dict, model: str | None = None) -> dict[str, float]:
+    """``model``'s gap to the original, in percent, averaged over the general texts read both ways ({'plain',
+    'bos'}; {} until every text has the original and that model). ``model`` None: the training-free arm (the model
+    read that is neither the original nor a distilled one)."""
     x = r.get("general") or {}
     texts = list(dict.fromkeys(v["text"] for v in x.values()))
-    if sorted(texts) != sorted(GENERAL_TEXTS) or len(x) != 2 * len(texts):  # every text, the original and one arm
+    if model is None:
+        model = next((v["model"] for v in x.values()
+                      if v["model"] != "original" and not v["model"].endswith(DISTILLED)), None)
+    if model is None or sorted(texts) != sorted(GENERAL_TEXTS):  # every text, or no mean over a different set
         return {}
-    pairs = [(x.get(f"{t} original"), next((v for v in x.values() if v["text"] == t and v["model"] != "original"),
-                                            None)) for t in texts]
-    if not pairs or any(a is None or b is None for a, b in pairs):
+    pairs = [(x.get(f"{t} original"), x.get(f"{t} {model}")) for t in texts]
+    if any(a is None or b is None for a, b in pairs):
         return {}
     return {reading: statistics.fmean(100 * (b[reading] / a[reading] - 1) for a, b in pairs)
             for reading in ("plain", "bos")}
@@ -414,7 +437,8 @@ def export_lines(r: dict) -> list[str]:
 
 
 def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dict | None = None,
-                smollm2_distill_gap: str | None = None, smollm2_general: dict[str, str] | None = None) -> str:
+                smollm2_distill_gap: str | None = None, smollm2_general: dict[str, str] | None = None,
+                smollm2_distilled_general: dict[str, str] | None = None) -> str:
     original = r["original"]
     head = [f"{r['model']}; d = {r['d']}, {original['parameters']:,} parameters (a tied embedding of 262,144 × "
             f"640 is 62% of them). Loss: {r['split']}, the first {r['dev_windows']} windows of {r['block']} tokens "
@@ -478,7 +502,8 @@ def real_gemma3(r: dict, smollm2_geometry: dict | None = None, smollm2_eval: dic
                 gap(x["test"], base["test"])] for name, x in r.get("superseded", {}).get("test", {}).items()])
     return "\n".join(head + table(header, rows) + superseded_lines(r) + test_lines
                      + distill_lines(r, smollm2_distill_gap) + bos_lines(r) + smollm2_bos_lines(r)
-                     + bos_sinks_lines(r) + bos_recipe_lines(r) + general_lines(r, smollm2_general)
+                     + bos_sinks_lines(r) + bos_recipe_lines(r)
+                     + general_lines(r, smollm2_general, smollm2_distilled_general)
                      + export_lines(r)
                      + geometry_lines(r, smollm2_geometry) + eval_geometry_lines(r, smollm2_eval) + [
         "", "Carried − averaged output gains, dev loss paired over the same windows (t-test on window blocks at "

@@ -473,7 +473,14 @@ def test_the_gemma3_table_sets_the_distilled_arm_beside_its_start_and_smollm2s_g
     row = next(line for line in real_gemma3(r, smollm2_distill_gap="+3.3% ± 0.0").splitlines()
                if "then distilled" in line)
     assert "6.5000 → 5.5000" in row and "+10.0%" in row and "+7.7%" in row and "+3.3% ± 0.0" in row
-    assert "| 4000 |" in row and "98,304" in row
+    assert "| 4000 |" in row and "98,304" in row and "| not read | — | — |" in row
+    # read with BOS first: against the original read the same way, beside its start's BOS-first gap
+    r["distill"]["free-25%-carry-groups640-fit2"]["bos_test"] = {"bos": 4.4, "bos_windows": [4.3, 4.5] * 8,
+                                                                 "plain": 5.6, "plain_windows": [5.6] * 16}
+    r["bos_recipe"] = {"test original": {"bos": 4.0, "plain": 5.2}, "test free-25%-carry-groups640-fit2": {
+        "bos": 6.0, "plain": 6.5}}
+    row = next(line for line in real_gemma3(r).splitlines() if "then distilled" in line)
+    assert "| 4.4000 ± 0.0000 | +10.0% | +50.0% |" in row
 
 
 def test_the_gemma3_bos_control_gives_each_gap_against_the_original_read_the_same_way():
@@ -525,8 +532,20 @@ def test_the_general_table_puts_each_texts_gap_both_ways_beside_smollm2s():
     r["general"]["news original"] = read("news", "original", 5.0, 4.0)
     r["general"]["news free-25%-a"] = read("news", "free-25%-a", 5.5, 5.0)  # +10% and +25%
     assert general_mean_gaps(r) == pytest.approx({"plain": 10.0, "bos": 175 / 3})
-    assert "| mean over texts | — | — | — | — | +10.0% | — | — | +58.3% | +8.0% | — | — |" in "\n".join(
+    assert "| mean over texts | — | free-25%-a | — | — | +10.0% | — | — | +58.3% | +8.0% | — | — |" in "\n".join(
         general_lines(r, {"mean": "+8.0%"}))
+    # the distilled model: its own rows and mean, beside SmolLM2's distilled recipe, never mixed into the free arm's
+    for text, plain in (("wiki", 5.5), ("novel", 7.7), ("news", 5.0)):
+        r["general"][f"{text} free-25%-a, distilled"] = read(text, "free-25%-a, distilled", plain, 4.0)
+    assert general_mean_gaps(r) == pytest.approx({"plain": 10.0, "bos": 175 / 3})
+    assert general_mean_gaps(r, "free-25%-a, distilled") == pytest.approx({"plain": 20 / 3, "bos": 100 / 21})
+    text = "\n".join(general_lines(r, {"wiki": "+9.0% ± 0.1", "mean": "+8.0%"}, {"wiki": "+4.0%", "mean": "+3.0%"}))
+    assert "| wiki | 64 of 200 | free-25%-a, distilled | 5.0000 ± 0.0100 | 5.5000 ± 0.0100 | +10.0% |" in text
+    assert "| +0.0% | +4.0% | +0.500 | +0.000 |" in text
+    assert "| mean over texts | — | free-25%-a, distilled | — | — | +6.7% | — | — | +4.8% | +3.0% | — | — |" in text
+    del r["general"]["news free-25%-a, distilled"]  # a text the distilled model was not read on: no mean of its own
+    assert general_mean_gaps(r, "free-25%-a, distilled") == {}
+    assert "| mean over texts | — | free-25%-a, distilled |" not in "\n".join(general_lines(r))
 
 
 def test_the_bos_sinks_table_gives_each_models_attention_on_position_0_by_reading():
