@@ -619,6 +619,10 @@ class Run:
                     "max_over_median_norm": top["max_over_median_norm"], "max_abs": top["max_abs"],
                     "max_layer": top["layer"], "max_coordinate": top["coordinate"], "max_position": top["position"],
                     "massive_coordinates": len(report["massive"]),
+                    # every layer's largest |coordinate| and median norm: the largest ratio picks a different layer
+                    # per model, so two models' largest activations compare only layer by layer (added 2026-11-29)
+                    "by_layer": [{k: e[k] for k in ("layer", "max_abs", "median_norm", "coordinate", "position")}
+                                 for e in report["layers"]],
                     "cpu_seconds": round(time.process_time() - started, 1)})
                 self.say(f"bos_sinks {label}, {reading}: attention on position 0 (median layer) "
                          f"{entry['median_layer_weight_on_position_0']:.2f}", done, 2 * len(models))

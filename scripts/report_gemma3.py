@@ -325,7 +325,37 @@ def bos_sinks_lines(r: dict) -> list[str]:
             "its own basis, not the original's. One model each, no spread.", ""] + table(
         ["model", "reading", "attention on position 0: median layer", "mean over layers",
          f"mean over the last {late} layers", "largest layer", "heads > ½ on position 0",
-         "max \\|h_k\\| / median ‖h‖", "max \\|h_k\\| there"], rows)
+         "max \\|h_k\\| / median ‖h‖", "max \\|h_k\\| there"], rows) + largest_by_layer_lines(x)
+
+
+def largest_by_layer_lines(x: dict) -> list[str]:
+    """The largest |coordinate| of the residual stream at every layer, the original beside the shrink read the same
+    way: the table above takes each model's at its own layer of largest max/median ratio, so it may set two
+    different layers side by side. Needs the readings' per-layer records (``by_layer``) of both models."""
+    models = list(dict.fromkeys(v["model"] for v in x.values()))
+    readings = list(dict.fromkeys(v["reading"] for v in x.values()))
+    if len(models) != 2 or "original" not in models:
+        return []
+    shrunk = next(m for m in models if m != "original")
+    pairs = [(reading, x.get(f"original, {reading}"), x.get(f"{shrunk}, {reading}")) for reading in readings]
+    pairs = [(reading, a, b) for reading, a, b in pairs if a and b and "by_layer" in a and "by_layer" in b]
+    if not pairs:
+        return []
+    rows = []
+    for layer in range(len(pairs[0][1]["by_layer"])):
+        row = [str(layer)]
+        for _, a, b in pairs:
+            ea, eb = a["by_layer"][layer], b["by_layer"][layer]
+            row += [f"{ea['max_abs']:,.0f}", f"{eb['max_abs']:,.0f}", f"{eb['max_abs'] / ea['max_abs']:.2f}",
+                    f"{ea['median_norm']:,.0f}", f"{eb['median_norm']:,.0f}"]
+        rows.append(row)
+    header = ["layer (stream entering it; the last: the final output)"]
+    for reading, _, _ in pairs:
+        header += [f"original max \\|h_k\\|, {reading}", f"−25% max \\|h_k\\|, {reading}", "ratio",
+                   f"original median ‖h‖, {reading}", f"−25% median ‖h‖, {reading}"]
+    return ["", f"The largest activation layer by layer ({shrunk} against the original, the same windows and "
+            "readings as above; the shrink's coordinates are a selection of the original's, so a ratio compares the "
+            "largest coordinate each keeps, not always the same one):", ""] + table(header, rows)
 
 
 def bos_recipe_lines(r: dict) -> list[str]:

@@ -562,6 +562,22 @@ def test_the_bos_sinks_table_gives_each_models_attention_on_position_0_by_readin
     assert bos_sinks_lines({}) == []
 
 
+def test_the_largest_activations_compare_layer_by_layer_not_at_each_models_own_top_layer():
+    from report_gemma3 import largest_by_layer_lines
+
+    def reading(model, maxima, norms):
+        return {"model": model, "reading": "mid-text", "by_layer": [
+            {"layer": l, "max_abs": m, "median_norm": n, "coordinate": 0, "position": 0}
+            for l, (m, n) in enumerate(zip(maxima, norms))]}
+
+    x = {"original, mid-text": reading("original", [100.0, 2000.0, 60000.0], [10.0, 50.0, 4000.0]),
+         "free-25%-a, mid-text": reading("free-25%-a", [120.0, 1000.0, 58865.0], [10.0, 40.0, 3757.0])}
+    text = "\n".join(largest_by_layer_lines(x))
+    assert "| 2 | 60,000 | 58,865 | 0.98 | 4,000 | 3,757 |" in text and "| 1 | 2,000 | 1,000 | 0.50 |" in text
+    del x["free-25%-a, mid-text"]["by_layer"]  # measured before the per-layer record: no table, not a wrong one
+    assert largest_by_layer_lines(x) == []
+
+
 def test_the_gemma3_bos_recipe_table_gives_the_choice_and_both_test_reads():
     from report_gemma3 import bos_recipe_lines, export_lines
     w = {"windows": 40, "bos_se": 0.05, "plain_se": 0.06}
