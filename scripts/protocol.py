@@ -122,7 +122,11 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "nothing chosen for it) was added later on 2026-11-29, after every recipe's seed 0 had read test "
                 "(while the SliceGPT arms' draws ran)",
                 "learned25's seed 2, planned with its seed 1, was not built (stopped for time in two sessions, before "
-                "any read of it): its row has n = 2",
+                "any read of it); a third session built it (2026-11-29), the recipe unchanged, after every other row "
+                "had read test and with the independent calibration batches of the rebuilt draws",
+                "distill50's data orders 1 and 2 (its start free50's seed 0, as distill25's orders start from "
+                "free25's) were added in that third session, after every row had read test, the recipe unchanged, so "
+                "that the −50% trained row is tested over data orders (n = 3)",
                 "the calibration draws beside seed 0 (seeds 1 and 2 of free25, free50 and slice25, seed 1 of "
                 "learned25) were built again on 2026-11-29 (a later session) with independent calibration batches "
                 "(draw s reads batch seeds s·100,000 + k) after a referee found that draws 0–2 had shared 6–7 of "
@@ -137,8 +141,8 @@ PLAN_CHANGES = ["free50's draws (seeds 1 and 2) were dropped for time after its 
                 "made every difference's p smaller; the table beside the verdicts gives each verdict under other "
                 "block sizes, on the draws' degrees of freedom alone and under the old rule"]
 # the recipes drawn three times: the training-free ones (calibration draws) and the trained ones (data orders, or
-# the learned map's calibration draws); distill50, added last, has one data order (n = 1: "not tested")
-DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25")
+# the learned map's calibration draws)
+DRAWN = ("free25", "free50", "learned25", "slice25", "distill25", "slicedistill25", "distilleq25", "distill50")
 LOTO_CHARS = 200_000  # at most, of each other text's train split, in the leave-one-text-out calibration mix
 LOTO_CHUNK = 5_000
 # the experiments where the recipes were chosen, all on dev = val (``configurations_tried`` counts them)

@@ -488,12 +488,14 @@ class Run:
                      **measured(out, self.data_dir, None, label))
         self.say(f"distill {name}: dev {entry['dev']:.4f}")
         entry["test"] = test_read(out, self.data_dir, f"gemma3-{label}")
+        self.keep("distill", name, entry)  # saved before the BOS reads: a failed read keeps the recorded test read
         self.say(f"distill {name}: test {entry['test']['test']:.4f}")
         # read the way Gemma is used (added 2026-11-29, a third session): BOS first, on dev and once on the whole
         # test split, the same targets as bos_recipe's reads of the original and of this arm's start
         entry["bos_dev"] = self.bos_read(f"{name}, distilled", out)
         entry["bos_test"] = self.bos_read(f"{name}, distilled", out, "test")
         self.keep("distill", name, entry)
+        self.keep("bos", f"{name}, distilled", entry["bos_dev"])  # its row of the BOS control (dev)
         self.say(f"distill {name}: test {entry['bos_test']['bos']:.4f} with BOS, {entry['bos_test']['plain']:.4f} "
                  "without (targets 1 … 254)")
 
@@ -629,8 +631,9 @@ class Run:
             del model
 
     def general(self) -> None:
-        """The original and the chosen −25% arm (calibrated on Shakespeare, as on SmolLM2) read on the test split of
-        each general text, with and without BOS on the same targets (one read each, recorded)."""
+        """The original, the chosen −25% arm (calibrated on Shakespeare, as on SmolLM2) and its distilled model where
+        the run cache holds it, read on the test split of each general text, with and without BOS on the same
+        targets (one read each, recorded)."""
         name = f"free-25%-{self.payload['chosen']['arm']}"
         models = {"original": self.src, name: self.shrunk("-25%", self.payload["chosen"]["arm"])[1]}
         distilled = self.distilled(only_if_built=True)  # its hour of distillation is not built for this part

@@ -220,7 +220,7 @@ def distill_lines(r: dict, smollm2_gap: str | None) -> list[str]:
     for name, x in r["distill"].items():
         start = r.get("shrink", {}).get(name, {})
         test, bos = x["test"], x.get("bos_test")
-        start_bos = r.get("bos_recipe", {}).get(f"test {name}")
+        start_bos = r.get("bos_recipe", {}).get(f"test {name}")  # read there only if the BOS-first choice is it
         rows.append([f"{name}, then distilled ({x['recipe']})", f"{x['parameters'] / 1e6:.1f} M",
                      f"{x['tokens']:,} forward+backward (and the teacher's forward)",
                      f"{x['step']['cpu_seconds']:.0f}",
@@ -321,8 +321,9 @@ def bos_sinks_lines(r: dict) -> list[str]:
             f"geometry table's measurement) on the first {some['windows']} dev windows, read mid-text and with BOS "
             "in front. Attention on position 0: every later query's weight on it, averaged over heads, per layer; "
             "what the sink does with that weight (BOS's values, the attention output) is not measured. The largest "
-            "activation is the one at the layer of the largest max/median ratio; the shrink's coordinates are in "
-            "its own basis, not the original's. One model each, no spread.", ""] + table(
+            "activation is the one at the layer of the largest max/median ratio, which may be a different layer "
+            "per model (compared layer by layer in the table after); the shrink's coordinates (a coordinate "
+            "selection) are numbered in its own order, not the original's. One model each, no spread.", ""] + table(
         ["model", "reading", "attention on position 0: median layer", "mean over layers",
          f"mean over the last {late} layers", "largest layer", "heads > ½ on position 0",
          "max \\|h_k\\| / median ‖h‖", "max \\|h_k\\| there"], rows) + largest_by_layer_lines(x)
@@ -332,20 +333,22 @@ def largest_by_layer_lines(x: dict) -> list[str]:
     """The largest |coordinate| of the residual stream at every layer, the original beside the shrink read the same
     way: the table above takes each model's at its own layer of largest max/median ratio, so it may set two
     different layers side by side. Needs the readings' per-layer records (``by_layer``) of both models."""
-    models = list(dict.fromkeys(v["model"] for v in x.values()))
+    models = [m for m in dict.fromkeys(v["model"] for v in x.values()) if m != "original"]
     readings = list(dict.fromkeys(v["reading"] for v in x.values()))
-    if len(models) != 2 or "original" not in models:
+    shrunk = next((m for m in models if not m.endswith(DISTILLED)), None)  # the training-free arm
+    if shrunk is None:
         return []
-    shrunk = next(m for m in models if m != "original")
     pairs = [(reading, x.get(f"original, {reading}"), x.get(f"{shrunk}, {reading}")) for reading in readings]
-    pairs = [(reading, a, b) for reading, a, b in pairs if a and b and "by_layer" in a and "by_layer" in b]
-    if not pairs:
+    pairs = [(reading, {e["layer"]: e for e in a["by_layer"]}, {e["layer"]: e for e in b["by_layer"]})
+             for reading, a, b in pairs if a and b and "by_layer" in a and "by_layer" in b]
+    layers = sorted(set.intersection(*(set(a) & set(b) for _, a, b in pairs))) if pairs else []
+    if not layers:
         return []
     rows = []
-    for layer in range(len(pairs[0][1]["by_layer"])):
+    for layer in layers:
         row = [str(layer)]
         for _, a, b in pairs:
-            ea, eb = a["by_layer"][layer], b["by_layer"][layer]
+            ea, eb = a[layer], b[layer]
             row += [f"{ea['max_abs']:,.0f}", f"{eb['max_abs']:,.0f}", f"{eb['max_abs'] / ea['max_abs']:.2f}",
                     f"{ea['median_norm']:,.0f}", f"{eb['median_norm']:,.0f}"]
         rows.append(row)
@@ -440,9 +443,10 @@ def general_mean_gaps(r: dict, model: str | None = None) -> dict[str, float]:
     read that is neither the original nor a distilled one)."""
     x = r.get("general") or {}
     texts = list(dict.fromkeys(v["text"] for v in x.values()))
-    if model is None:
-        model = next((v["model"] for v in x.values()
-                      if v["model"] != "original" and not v["model"].endswith(DISTILLED)), None)
+    if model is None:  # the arm chosen on dev, where the results name it; else the one training-free arm read
+        chosen = (r.get("chosen") or {}).get("arm")
+        model = f"free-25%-{chosen}" if chosen else next(
+            (v["model"] for v in x.values() if v["model"] != "original" and not v["model"].endswith(DISTILLED)), None)
     if model is None or sorted(texts) != sorted(GENERAL_TEXTS):  # every text, or no mean over a different set
         return {}
     pairs = [(x.get(f"{t} original"), x.get(f"{t} {model}")) for t in texts]
