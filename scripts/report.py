@@ -1757,8 +1757,22 @@ def _protocol_quote(what: str, name: str = "") -> str:
         return gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows[name]])
     if what == "n":
         return str(len(rows[name]))
+    aim_test = f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%" if name in SHARE_OF else ""
     if what == "aim":
-        return aim_word(dict(protocol_tests(r))[f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%"])
+        return aim_word(dict(protocol_tests(r))[aim_test])
+    gap_words = {"lower": "meets the aim", "higher": "misses the aim", "no difference": "undecided"}
+    if what == "gapdf":  # the aim's gap verdict on the draws' degrees of freedom alone
+        with rule_variant("draws_df"):
+            v = dict(protocol_tests(r))[aim_test]
+        return "not tested" if v["p"] is None else f"{gap_words[v['word']]} (p {v['p']:.2g}, Holm {v['p_holm']:.2g})"
+    if what == "gaprobust":  # the aim's gap verdict under every block size of the sensitivity table
+        words = []
+        for size in SENSITIVITY_BLOCKS:
+            with fixed_block(size):
+                words.append((size, gap_words.get(dict(protocol_tests(r))[aim_test]["word"], "not tested")))
+        if len({w for _, w in words}) == 1:
+            return f"{words[0][1]} at every block size tried"
+        return ", ".join(f"{w} at {'⌊√n⌋' if size is None else size}" for size, w in words)
     pairs = {"equal": ("learned25", "distill25"), "slice": ("slice25", "free25"),
              "slicedistill": ("slicedistill25", "distill25"), "eqcompute": ("learned25", "distilleq25")}
     if what == "verdict":  # the over-draws test of a pair (Holm-corrected across the table): 'a vs b'
@@ -1796,6 +1810,8 @@ QUOTES: dict[str, Callable[[], str]] = {
     **{f"protocol.general@{n}": (lambda n=n: _protocol_quote("general", n)) for n in SHARE_OF},
     **{f"protocol.aim@{n}": (lambda n=n: _protocol_quote("aim", n)) for n in SHARE_OF},
     **{f"protocol.n@{n}": (lambda n=n: _protocol_quote("n", n)) for n in SHARE_OF},
+    **{f"protocol.{w}@{n}": (lambda w=w, n=n: _protocol_quote(w, n)) for w in ("gapdf", "gaprobust")
+       for n in SHARE_OF},
     **{f"protocol.{w}@{p}": (lambda w=w, p=p: _protocol_quote(w, p)) for w in ("verdict", "robust", "old", "draws_df")
        for p in ("equal", "eqcompute", "slice", "slicedistill")},
     **{f"protocol.{w}@{t}": (lambda w=w, t=t: _protocol_quote(w, t)) for w in ("equal", "slice", "slicedistill",

@@ -371,6 +371,19 @@ def test_the_headline_is_the_protocols_test_table_and_the_dev_table_stays_beside
     assert "## Dev numbers: where the recipes were chosen" in index and "these are dev numbers" in index
 
 
+def test_an_aims_gap_verdict_is_quoted_on_the_draws_df_and_across_block_sizes(monkeypatch):
+    r, load = fake_protocol(), report.load
+    monkeypatch.setattr(report, "load", lambda name: r if name == "protocol" else load(name))
+    with report_stats.rule_variant("draws_df"):
+        v = dict(report.protocol_tests(r))["free25: Shakespeare test gap ≤ +3%"]
+    assert report.QUOTES["protocol.gapdf@free25"]() == f"meets the aim (p {v['p']:.2g}, Holm {v['p_holm']:.2g})"
+    assert report.QUOTES["protocol.gapdf@free50"]() == "not tested"  # n = 1
+    words = report.QUOTES["protocol.gaprobust@free25"]()
+    assert words == "meets the aim at every block size tried" or words.count(" at ") == len(
+        report.SENSITIVITY_BLOCKS)  # one verdict per block size where they differ
+    assert report.QUOTES["protocol.gaprobust@free50"]() == "not tested at every block size tried"
+
+
 def test_a_gap_quote_gives_the_mean_and_spread_of_the_draws_gaps():
     tied = report.load("real_model_tied")
     gaps = [x["val"] / tied["base"]["losses"]["val"] - 1 for x in tied["gains_draws"]["learned"]]
