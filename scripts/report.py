@@ -1771,7 +1771,8 @@ def _protocol_quote(what: str, name: str = "") -> str:
             with fixed_block(size):
                 words.append((size, gap_words.get(dict(protocol_tests(r))[aim_test]["word"], "not tested")))
         if len({w for _, w in words}) == 1:
-            return f"{words[0][1]} at every block size tried"
+            return f"{words[0][1]} at every block size tried (⌊√n⌋ and " + ", ".join(
+                str(b) for b in SENSITIVITY_BLOCKS if b) + " windows)"
         return ", ".join(f"{w} at {'⌊√n⌋' if size is None else size}" for size, w in words)
     pairs = {"equal": ("learned25", "distill25"), "slice": ("slice25", "free25"),
              "slicedistill": ("slicedistill25", "distill25"), "eqcompute": ("learned25", "distilleq25")}
