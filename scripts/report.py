@@ -1757,23 +1757,8 @@ def _protocol_quote(what: str, name: str = "") -> str:
         return gap_cell([statistics.fmean(test_gap(r, x, t) for t in GENERAL_TEXTS) for x in rows[name]])
     if what == "n":
         return str(len(rows[name]))
-    aim_test = f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%" if name in SHARE_OF else ""
-    if what == "aim":
-        return aim_word(dict(protocol_tests(r))[aim_test])
-    gap_words = {"lower": "meets the aim", "higher": "misses the aim", "no difference": "undecided"}
-    if what == "gapdf":  # the aim's gap verdict on the draws' degrees of freedom alone
-        with rule_variant("draws_df"):
-            v = dict(protocol_tests(r))[aim_test]
-        return "not tested" if v["p"] is None else f"{gap_words[v['word']]} (p {v['p']:.2g}, Holm {v['p_holm']:.2g})"
-    if what == "gaprobust":  # the aim's gap verdict under every block size of the sensitivity table
-        words = []
-        for size in SENSITIVITY_BLOCKS:
-            with fixed_block(size):
-                words.append((size, gap_words.get(dict(protocol_tests(r))[aim_test]["word"], "not tested")))
-        if len({w for _, w in words}) == 1:
-            return f"{words[0][1]} at every block size tried (⌊√n⌋ and " + ", ".join(
-                str(b) for b in SENSITIVITY_BLOCKS if b) + " windows)"
-        return ", ".join(f"{w} at {'⌊√n⌋' if size is None else size}" for size, w in words)
+    if what in ("aim", "gapdf", "gaprobust"):
+        return _aim_quote(r, what, name)
     pairs = {"equal": ("learned25", "distill25"), "slice": ("slice25", "free25"),
              "slicedistill": ("slicedistill25", "distill25"), "eqcompute": ("learned25", "distilleq25")}
     if what == "verdict":  # the over-draws test of a pair (Holm-corrected across the table): 'a vs b'
@@ -1804,6 +1789,27 @@ def _protocol_quote(what: str, name: str = "") -> str:
         d, se = paired_windows(r, rows[a][0], rows[b][0], name)
         return f"{d:+.4f} ± {se:.4f}"
     raise KeyError(what)
+
+
+def _aim_quote(r: dict, what: str, name: str) -> str:
+    """Recipe ``name``'s aim on Shakespeare's test split: its verdict ('aim'), its gap's verdict on the draws' degrees
+    of freedom alone ('gapdf') or under every block size of the sensitivity table ('gaprobust')."""
+    aim_test = f"{name}: Shakespeare test gap ≤ +{AIMS[SHARE_OF[name]]:g}%"
+    if what == "aim":
+        return aim_word(dict(protocol_tests(r))[aim_test])
+    gap_words = {"lower": "meets the aim", "higher": "misses the aim", "no difference": "undecided"}
+    if what == "gapdf":
+        with rule_variant("draws_df"):
+            v = dict(protocol_tests(r))[aim_test]
+        return "not tested" if v["p"] is None else f"{gap_words[v['word']]} (p {v['p']:.2g}, Holm {v['p_holm']:.2g})"
+    words = []
+    for size in SENSITIVITY_BLOCKS:
+        with fixed_block(size):
+            words.append((size, gap_words.get(dict(protocol_tests(r))[aim_test]["word"], "not tested")))
+    if len({w for _, w in words}) == 1:
+        return f"{words[0][1]} at every block size tried (⌊√n⌋ and " + ", ".join(
+            str(b) for b in SENSITIVITY_BLOCKS if b) + " windows)"
+    return ", ".join(f"{w} at {'⌊√n⌋' if size is None else size}" for size, w in words)
 
 
 QUOTES: dict[str, Callable[[], str]] = {
